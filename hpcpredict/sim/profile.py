@@ -1,0 +1,97 @@
+"""The running jobs as the scheduler sees them: processors held until each job's *predicted* end.
+
+Backfilling plans with predicted ends, not true ones: a job occupies its processors from its
+start until start + current prediction in the plan, and until it really ends on the machine.
+The two differ only at one instant: a job whose predicted end is exactly now and whose
+termination event has not been processed yet (same-instant order: prediction-over, submission,
+termination; method.md §10). The reference's CPU snapshot already counts such processors as free
+at that instant, so `free_now` does too; a job whose predicted end is past but which is still
+running never exists here, because its prediction-over event corrected it first.
+
+Invariant (checked by the tests): 0 <= used <= total, and `used` is the sum of the processors of
+the jobs in the profile.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_left, insort
+
+
+class RunningProfile:
+    """Running jobs ordered by predicted end; O(log n) search, O(n) memmove insert/remove."""
+
+    __slots__ = ("total_procs", "used_procs", "_by_end", "_procs")
+
+    def __init__(self, total_procs: int) -> None:
+        self.total_procs = total_procs
+        self.used_procs = 0
+        self._by_end: list[tuple[int, int]] = []  # (predicted_end_s, job index), sorted
+        self._procs: dict[int, int] = {}
+
+    def __len__(self) -> int:
+        return len(self._by_end)
+
+    def add(self, job: int, now_s: int, predicted_end_s: int, procs: int) -> None:
+        """Start `job` at `now_s`; it must fit in what is free now (never over-allocate)."""
+        free = self.free_now(now_s)
+        if procs > free:
+            raise AssertionError(f"over-allocation at {now_s}: job {job} needs {procs}, {free} free")
+        insort(self._by_end, (predicted_end_s, job))
+        self._procs[job] = procs
+        self.used_procs += procs
+
+    def remove(self, job: int, predicted_end_s: int) -> None:
+        self._delete(job, predicted_end_s)
+        self.used_procs -= self._procs.pop(job)
+
+    def move(self, job: int, old_end_s: int, new_end_s: int) -> None:
+        """A correction pushed the job's predicted end later."""
+        self._delete(job, old_end_s)
+        insort(self._by_end, (new_end_s, job))
+
+    def _delete(self, job: int, predicted_end_s: int) -> None:
+        by_end = self._by_end
+        position = bisect_left(by_end, (predicted_end_s, job))
+        if position == len(by_end) or by_end[position] != (predicted_end_s, job):
+            raise KeyError(f"job {job} with predicted end {predicted_end_s} is not running")
+        del by_end[position]
+
+    def free_now(self, now_s: int) -> int:
+        """Processors free for a start at `now_s` (jobs predicted to end now count as free)."""
+        free = self.total_procs - self.used_procs
+        procs = self._procs
+        for end_s, job in self._by_end:
+            if end_s > now_s:
+                break
+            free += procs[job]
+        return free
+
+    def reservation(
+        self, needed_procs: int, now_s: int, pending: list[tuple[int, int]] | None = None
+    ) -> tuple[int, int]:
+        """EASY's reservation for a job needing `needed_procs` that does not fit now.
+
+        Returns (shadow time, extra processors): the earliest predicted time at which enough
+        processors are free, and how many are left over then. All jobs ending at the shadow time
+        count, not only the one that first makes room (the reference's time slices do the same).
+        `pending` lists (predicted end, procs) of jobs decided to start now but not yet added.
+        """
+        ends = [(end_s, self._procs[job]) for end_s, job in self._by_end]
+        free = self.total_procs - self.used_procs
+        if pending:
+            ends = sorted(ends + pending)
+            free -= sum(procs for _, procs in pending)
+        count = len(ends)
+        position = 0
+        while position < count:
+            end_s, procs = ends[position]
+            free += procs
+            position += 1
+            if free >= needed_procs and end_s > now_s:
+                while position < count and ends[position][0] == end_s:
+                    free += ends[position][1]
+                    position += 1
+                return end_s, free - needed_procs
+        raise AssertionError(
+            f"a job of {needed_procs} processors can never run on {self.total_procs}"
+        )

@@ -1,0 +1,186 @@
+"""Replay a cleaned log through a scheduler, a predictor and a correction policy.
+
+The simulation owns the machine state (waiting queue, running profile, per-job outcome) and
+wires the parts: the engine orders events, the scheduler decides, the predictor predicts and
+learns, the correction policy extends predictions. Same-instant order is the reference's
+(method.md §10): prediction-over, then submission, then termination; jobs decided to start at an
+instant start at that instant.
+
+Decisions are taken at every submission and every termination. After a correction the reference
+takes no decision (the longer prediction only moves the reservation at the next event);
+`decide_on_correction=True` measures the alternative.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+from hpcpredict.jobs import Job
+from hpcpredict.predictors import Predictor, clip_prediction
+from hpcpredict.sim.corrections import CorrectionPolicy
+from hpcpredict.sim.engine import EventQueue
+from hpcpredict.sim.profile import RunningProfile
+from hpcpredict.sim.schedulers import Scheduler, WaitingQueue
+
+PREDICTION_OVER, SUBMISSION, TERMINATION = 0, 1, 2  # same-instant order, method.md §10
+
+ProgressCallback = Callable[[int], None]  # called with the number of jobs finished so far
+
+
+@dataclass
+class SimulationResult:
+    """Per-job outcome, aligned with `jobs` (index i is jobs[i])."""
+
+    jobs: Sequence[Job]
+    machine_procs: int
+    scheduler: str
+    predictor: str
+    correction: str
+    start_s: list[int]
+    initial_prediction_s: list[int]
+    final_prediction_s: list[int]
+    corrections: list[int]
+    backfilled: list[bool]
+    wall_time_s: float = 0.0
+    settings: dict[str, object] = field(default_factory=dict)
+
+    def wait_s(self, index: int) -> int:
+        return self.start_s[index] - self.jobs[index].submit_s
+
+
+def simulate(
+    jobs: Sequence[Job],
+    machine_procs: int,
+    scheduler: Scheduler,
+    predictor: Predictor,
+    correction: CorrectionPolicy,
+    *,
+    decide_on_correction: bool = False,
+    pass_only_if_new_job_fits: bool = False,
+    progress: ProgressCallback | None = None,
+    progress_every: int = 5000,
+) -> SimulationResult:
+    """Run the whole log; `jobs` must be sorted by submission time (cleaning does that)."""
+    wall_start = time.perf_counter()
+    count = len(jobs)
+    requests = [job.request for job in jobs]
+    submit_s = [request.submit_s for request in requests]
+    run_s = [job.run_s for job in jobs]
+    procs = [request.procs for request in requests]
+    requested_s = [request.requested_s for request in requests]
+    _check_input(jobs, machine_procs, submit_s, run_s, procs, requested_s)
+
+    start_s = [-1] * count
+    prediction_s = [0] * count
+    initial_prediction_s = [0] * count
+    corrections = [0] * count
+    backfilled = [False] * count
+
+    events: EventQueue[int] = EventQueue()
+    for index in range(count):
+        events.push(submit_s[index], SUBMISSION, index)
+    waiting = WaitingQueue()
+    profile = RunningProfile(machine_procs)
+    finished = 0
+
+    def decide(now_s: int) -> None:
+        chosen = scheduler.select(now_s, waiting, profile, procs, prediction_s)
+        head_count = _leading_fcfs_count(chosen, waiting)
+        for position, index in enumerate(chosen):
+            waiting.remove(index, prediction_s[index])
+            start_s[index] = now_s
+            backfilled[index] = position >= head_count
+            profile.add(index, now_s, now_s + prediction_s[index], procs[index])
+            predictor.job_started(requests[index], now_s)
+            events.push(now_s + run_s[index], TERMINATION, index)
+            if prediction_s[index] < run_s[index]:
+                events.push(now_s + prediction_s[index], PREDICTION_OVER, index)
+
+    while events:
+        now_s, kind, index = events.pop()
+        if kind == SUBMISSION:
+            predicted = clip_prediction(predictor.predict(requests[index], now_s), requested_s[index])
+            prediction_s[index] = initial_prediction_s[index] = predicted
+            waiting.add(index, predicted)
+            if not pass_only_if_new_job_fits or profile.free_now(now_s) >= procs[index]:
+                decide(now_s)
+        elif kind == TERMINATION:
+            predictor.job_ended(requests[index], run_s[index], now_s)
+            profile.remove(index, start_s[index] + prediction_s[index])
+            finished += 1
+            if progress is not None and finished % progress_every == 0:
+                progress(finished)
+            decide(now_s)
+        else:
+            elapsed = now_s - start_s[index]
+            new_prediction = correction.corrected_prediction_s(
+                requested_s[index], initial_prediction_s[index], corrections[index], elapsed
+            )
+            if not elapsed < new_prediction <= requested_s[index]:
+                raise AssertionError(
+                    f"correction {correction.name} gave {new_prediction} s for job "
+                    f"{jobs[index].job_id} that has run {elapsed} s (request {requested_s[index]} s)"
+                )
+            corrections[index] += 1
+            profile.move(index, now_s, start_s[index] + new_prediction)
+            prediction_s[index] = new_prediction
+            if new_prediction < run_s[index]:
+                events.push(start_s[index] + new_prediction, PREDICTION_OVER, index)
+            if decide_on_correction:
+                decide(now_s)
+
+    if progress is not None:
+        progress(finished)
+    if waiting or len(profile) or finished != count:
+        raise AssertionError(f"{count - finished} jobs never finished")
+    return SimulationResult(
+        jobs=jobs,
+        machine_procs=machine_procs,
+        scheduler=scheduler.name,
+        predictor=predictor.name,
+        correction=correction.name,
+        start_s=start_s,
+        initial_prediction_s=initial_prediction_s,
+        final_prediction_s=prediction_s,
+        corrections=corrections,
+        backfilled=backfilled,
+        wall_time_s=time.perf_counter() - wall_start,
+        settings={"decide_on_correction": decide_on_correction},
+    )
+
+
+def _leading_fcfs_count(chosen: list[int], waiting: WaitingQueue) -> int:
+    """How many of `chosen` were started from the head of the queue (the rest were backfilled)."""
+    head_count = 0
+    for queued, index in zip(waiting.fcfs(), chosen):
+        if queued != index:
+            break
+        head_count += 1
+    return head_count
+
+
+def _check_input(
+    jobs: Sequence[Job],
+    machine_procs: int,
+    submit_s: list[int],
+    run_s: list[int],
+    procs: list[int],
+    requested_s: list[int],
+) -> None:
+    """Refuse input the cleaning step should have fixed, naming the first offending job."""
+    previous_submit = None
+    for index, job in enumerate(jobs):
+        problem = None
+        if not 1 <= procs[index] <= machine_procs:
+            problem = f"needs {procs[index]} processors on a machine of {machine_procs}"
+        elif run_s[index] < 1:
+            problem = f"has run time {run_s[index]} s (< 1)"
+        elif not run_s[index] <= requested_s[index]:
+            problem = f"runs {run_s[index]} s, longer than its request {requested_s[index]} s"
+        elif previous_submit is not None and submit_s[index] < previous_submit:
+            problem = "is submitted before the job listed before it (jobs must be sorted)"
+        if problem:
+            raise ValueError(f"job {job.job_id} {problem}; clean the log first (hpcpredict info)")
+        previous_submit = submit_s[index]
