@@ -1,0 +1,204 @@
+"""NAG, Normalized Adaptive Gradient (Ross, Mineiro & Langford, "Normalized online learning",
+UAI 2013), exactly the four steps of method.md §5, vectorised over the coordinates.
+
+Why NAG: the features are raw seconds, counts and their products (a requested time squared is
+~1e10, a break time is unbounded), and NAG needs no feature normalisation: each coordinate keeps
+s_i, the largest |Phi_i| seen, and steps in units of 1/s_i; G_i (AdaGrad's sum of squared
+gradients) and the global N/t make the step size independent of the scale of the gradient.
+Without the l2 term, multiplying one feature by any constant leaves every prediction unchanged
+(tested in tests/test_nag.py).
+
+The l2 scaling. method.md §3 writes the penalty lambda * ||w||^2; like the reference (whose
+constants are eta = 5000, lambda = 4e9, method.md §10) we add ``lambda * w`` to the gradient,
+i.e. the penalty is (lambda / 2) ||w||^2, on every coordinate including the bias. Note that a
+plain lambda * w term is not scale-invariant: it weighs coordinates with large s_i (whose w_i are
+small) less; NAG's invariance holds exactly only for lambda = 0.
+
+Learned state (w, s, G, N, t) lives in one dataclass, `NagState`, with `to_state` /
+`from_state` and an atomic `save` / `load`; hyperparameters (eta, lambda) live in the frozen
+`NagConfig`. The hot path allocates nothing except in the rare steps where some |Phi_i|
+exceeds s_i.
+
+>>> nag = Nag(2, NagConfig(eta=1.0, l2=0.0))
+>>> phi = np.array([1.0, 2.0])
+>>> f = nag.step(phi, lambda f: 2.0 * (f - 4.0))  # squared loss towards 4
+>>> f, nag.state.t, nag.state.n_sum
+(0.0, 1, 2.0)
+>>> np.round(nag.state.w, 12).tolist()  # -eta sqrt(t/N) g / (s |g|) = (1/sqrt 2) / s
+[0.707106781187, 0.353553390593]
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+from scipy.linalg.blas import daxpy
+
+ETA_REFERENCE = 5000.0  # learning rate of the reference simulator (method.md §10)
+L2_REFERENCE = 4e9  # its l2 constant, added as lambda * w to the gradient (method.md §10)
+
+# Stand-in for sqrt(G_i) = 0. A G_i > 0 is at least the smallest subnormal (5e-324), whose root
+# is 2.2e-162 > 1e-300, so the floor only ever replaces exact zeros, where g_i = 0 too: the update
+# there is 0 / 1e-300 = 0, which is method.md §5's "only for g_i != 0" without a mask.
+_SQRT_G_FLOOR = 1e-300
+
+
+@dataclass(frozen=True, slots=True)
+class NagConfig:
+    """Hyperparameters: learning rate eta and l2 strength lambda (module doc for its scaling)."""
+
+    eta: float = ETA_REFERENCE
+    l2: float = L2_REFERENCE
+
+    def __post_init__(self) -> None:
+        if not self.eta > 0.0:
+            raise ValueError(f"eta must be > 0, got {self.eta!r}")
+        if not self.l2 >= 0.0:
+            raise ValueError(f"l2 must be >= 0, got {self.l2!r}")
+
+
+@dataclass(slots=True)
+class NagState:
+    """Everything NAG learns: weights w, scales s, squared-gradient sums G, N and t (§5)."""
+
+    w: np.ndarray
+    s: np.ndarray
+    g_sum: np.ndarray  # G_i of method.md §5
+    n_sum: float  # N of method.md §5
+    t: int
+
+    @classmethod
+    def zeros(cls, n_coords: int) -> NagState:
+        """The start of §5: w = 0, s = 0, G = 0, N = 0, t = 0."""
+        return cls(
+            w=np.zeros(n_coords),
+            s=np.zeros(n_coords),
+            g_sum=np.zeros(n_coords),
+            n_sum=0.0,
+            t=0,
+        )
+
+    def to_state(self) -> dict[str, np.ndarray]:
+        """Copies as numpy arrays (a checkpoint; `from_state` restores it bit for bit)."""
+        return {
+            "w": self.w.copy(),
+            "s": self.s.copy(),
+            "g_sum": self.g_sum.copy(),
+            "n_sum": np.array(self.n_sum, dtype=np.float64),
+            "t": np.array(self.t, dtype=np.int64),
+        }
+
+    @classmethod
+    def from_state(cls, state: dict[str, np.ndarray]) -> NagState:
+        w = np.array(state["w"], dtype=np.float64)
+        s = np.array(state["s"], dtype=np.float64)
+        g_sum = np.array(state["g_sum"], dtype=np.float64)
+        if not (w.ndim == 1 and w.shape == s.shape == g_sum.shape):
+            raise ValueError(f"inconsistent NAG state shapes {w.shape}, {s.shape}, {g_sum.shape}")
+        return cls(w=w, s=s, g_sum=g_sum, n_sum=float(state["n_sum"]), t=int(state["t"]))
+
+    def save(self, path: str | os.PathLike[str]) -> None:
+        """Write an .npz atomically: a temporary file in the same folder, then os.replace."""
+        save_npz_atomic(path, self.to_state())
+
+    @classmethod
+    def load(cls, path: str | os.PathLike[str]) -> NagState:
+        with np.load(path, allow_pickle=False) as data:
+            return cls.from_state(dict(data))
+
+
+def save_npz_atomic(path: str | os.PathLike[str], arrays: dict[str, np.ndarray]) -> None:
+    """np.savez to `path` so that a crash leaves either the old file or the new one, whole."""
+    target = Path(path)
+    fd, tmp_name = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            np.savez(handle, **arrays)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp_name, target)
+    except BaseException:
+        try:
+            os.unlink(tmp_name)
+        except FileNotFoundError:
+            pass
+        raise
+
+
+class Nag:
+    """The optimiser with its state; `step` is method.md §5 for one example.
+
+    The step is about fifteen numpy calls on preallocated buffers; two of them are BLAS daxpy
+    (y += a x, in place), which saves a temporary and a pass each. Results are deterministic for
+    a given machine and BLAS, which is what checkpoint/restore needs (tested bit for bit).
+    """
+
+    def __init__(self, n_coords: int, config: NagConfig, state: NagState | None = None) -> None:
+        self.config = config
+        self.n_coords = n_coords
+        self._abs_phi = np.empty(n_coords)
+        self._grows = np.empty(n_coords, dtype=bool)
+        self._work = np.empty(n_coords)
+        self._grad = np.empty(n_coords)
+        self._sqrt_g_floor = np.full(n_coords, _SQRT_G_FLOOR)
+        self._l2 = np.array(config.l2)  # 0-d array: numpy multiplies by it faster than a float
+        self.state = NagState.zeros(n_coords) if state is None else state
+
+    @property
+    def state(self) -> NagState:
+        return self._state
+
+    @state.setter
+    def state(self, state: NagState) -> None:
+        if state.w.shape != (self.n_coords,):
+            raise ValueError(f"state has {state.w.shape} weights, expected {self.n_coords}")
+        self._state = state
+        # 1/s_i (0 where s_i = 0), derived from s: recomputed identically after a restore.
+        self._inv_s = np.zeros(self.n_coords)
+        np.divide(1.0, state.s, out=self._inv_s, where=state.s > 0.0)
+
+    def predict(self, phi: np.ndarray) -> float:
+        """f = w . Phi with the current weights."""
+        return float(self._state.w.dot(phi))
+
+    def step(self, phi: np.ndarray, loss_gradient: Callable[[float], float]) -> float:
+        """One NAG update on Phi; `loss_gradient(f)` is dL/df of this example's loss.
+
+        Returns f, the prediction the gradient was taken at (after step 1's rescaling, as in
+        the paper's algorithm).
+        """
+        state = self._state
+        w, s, inv_s = state.w, state.s, self._inv_s
+        # 1. coordinates seen larger than ever: shrink w_i by s_i^2 / Phi_i^2, grow s_i.
+        abs_phi = np.abs(phi, out=self._abs_phi)
+        grows = np.greater(abs_phi, s, out=self._grows)
+        if np.count_nonzero(grows):
+            idx = np.flatnonzero(grows)
+            new_s = abs_phi[idx]
+            w[idx] = w[idx] * s[idx] ** 2 / new_s**2
+            s[idx] = new_s
+            inv_s[idx] = 1.0 / new_s
+        # 2. t and N (inv_s is 0 where s_i = 0, where Phi_i = 0 as well).
+        state.t += 1
+        scaled = np.multiply(phi, inv_s, out=self._work)
+        state.n_sum += float(scaled.dot(scaled))
+        # 3. g = dL/df * Phi + lambda * w (module doc for the scaling).
+        f = float(w.dot(phi))
+        grad = np.multiply(w, self._l2, out=self._grad)
+        daxpy(phi, grad, a=loss_gradient(f))
+        if state.n_sum == 0.0:  # Phi has been 0 everywhere so far: so are w and g
+            return f
+        # 4. G += g^2; w -= eta sqrt(t/N) g / (s sqrt(G)), only where s_i > 0 and g_i != 0.
+        g_sum = state.g_sum
+        g_sum += np.multiply(grad, grad, out=self._work)
+        root = np.sqrt(g_sum, out=self._work)
+        np.maximum(root, self._sqrt_g_floor, out=root)
+        np.divide(grad, root, out=root)
+        root *= inv_s
+        daxpy(root, w, a=-self.config.eta * (state.t / state.n_sum) ** 0.5)
+        return f

@@ -1,0 +1,203 @@
+"""NAG (method.md §5): a slow reference, scale invariance, convergence, exact checkpoints."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from hpcpredict.learn.losses import E_LOSS, AsymmetricLoss, Branch, Weight
+from hpcpredict.learn.nag import ETA_REFERENCE, L2_REFERENCE, Nag, NagConfig, NagState
+from hpcpredict.learn.polynomial import QuadraticExpansion, n_quadratic_terms
+
+SQUARED = AsymmetricLoss(Branch.SQUARE, Branch.SQUARE, Weight.CONSTANT)
+
+
+class SlowNag:
+    """method.md §5 written straight down, one coordinate at a time, in plain Python."""
+
+    def __init__(self, n: int, eta: float, l2: float) -> None:
+        self.eta, self.l2 = eta, l2
+        self.w = [0.0] * n
+        self.s = [0.0] * n
+        self.G = [0.0] * n
+        self.N = 0.0
+        self.t = 0
+
+    def step(self, phi: list[float], loss_gradient: Callable[[float], float]) -> float:
+        n = len(phi)
+        for i in range(n):  # 1.
+            if abs(phi[i]) > self.s[i]:
+                self.w[i] = self.w[i] * self.s[i] ** 2 / phi[i] ** 2
+                self.s[i] = abs(phi[i])
+        self.t += 1  # 2.
+        self.N += sum(phi[i] ** 2 / self.s[i] ** 2 for i in range(n) if self.s[i] > 0)
+        f = sum(self.w[i] * phi[i] for i in range(n))  # 3.
+        d = loss_gradient(f)
+        g = [d * phi[i] + self.l2 * self.w[i] for i in range(n)]
+        for i in range(n):  # 4.
+            if self.s[i] > 0 and g[i] != 0:
+                self.G[i] += g[i] ** 2
+                self.w[i] -= (
+                    self.eta * math.sqrt(self.t / self.N) * g[i] / (self.s[i] * math.sqrt(self.G[i]))
+                )
+        return f
+
+
+def _feature_stream(rng: np.random.Generator, n_jobs: int, n_features: int) -> np.ndarray:
+    """Raw features of very different scales, some zero for a while (like running-job counts)."""
+    scales = 10.0 ** rng.uniform(-3, 5, n_features)
+    x = rng.uniform(0.0, 1.0, (n_jobs, n_features)) * scales
+    x[: n_jobs // 3, 0] = 0.0  # a feature that only appears later: its s grows from 0
+    x[rng.uniform(size=n_jobs) < 0.2, 1] = 0.0  # one often absent
+    x[n_jobs // 2 :, 2] *= 50.0  # a scale that jumps: step 1 rescales w
+    return x
+
+
+@pytest.mark.parametrize("l2", [0.0, 1e-3])
+def test_vectorised_nag_agrees_with_the_slow_reference(l2: float) -> None:
+    rng = np.random.default_rng(7)
+    expansion = QuadraticExpansion(4)
+    fast = Nag(expansion.n_terms, NagConfig(eta=300.0, l2=l2))
+    slow = SlowNag(expansion.n_terms, eta=300.0, l2=l2)
+    x = _feature_stream(rng, 400, 4)
+    runtimes_s = rng.uniform(1.0, 5000.0, len(x))
+    procs = rng.integers(1, 512, len(x))
+    fast_f, slow_f = [], []
+    for xi, p, q in zip(x, runtimes_s, procs):
+        phi = expansion.expand(xi)
+        fast_f.append(fast.step(phi, lambda f: E_LOSS.gradient(f, p, q)))
+        slow_f.append(slow.step(phi.tolist(), lambda f: E_LOSS.gradient(f, p, q)))
+    assert fast.state.t == slow.t == 400
+    np.testing.assert_allclose(fast_f, slow_f, rtol=1e-9, atol=1e-9)
+    np.testing.assert_allclose(fast.state.w, slow.w, rtol=1e-9, atol=1e-300)
+    np.testing.assert_array_equal(fast.state.s, slow.s)
+    np.testing.assert_allclose(fast.state.g_sum, slow.G, rtol=1e-9)
+    assert fast.state.n_sum == pytest.approx(slow.N, rel=1e-12)
+    assert np.count_nonzero(fast.state.w) > 0.9 * expansion.n_terms  # the test exercised them
+
+
+def test_first_steps_by_hand() -> None:
+    nag = Nag(2, NagConfig(eta=1.0, l2=0.0))
+    f = nag.step(np.array([1.0, 2.0]), lambda f: 2.0 * (f - 4.0))
+    # s = (1, 2), N = 2, g = -8 * (1, 2), G = g^2: w = sqrt(1/2) * (1/1, 1/2).
+    assert f == 0.0
+    np.testing.assert_allclose(nag.state.w, [math.sqrt(0.5), math.sqrt(0.5) / 2], rtol=1e-15)
+    w_before = nag.state.w.copy()
+    # A second coordinate twice as large as ever: w_2 shrinks by (2/4)^2 before f is taken;
+    # a zero loss gradient leaves the rescaling as the only change.
+    f = nag.step(np.array([1.0, 4.0]), lambda f: 0.0)
+    np.testing.assert_array_equal(nag.state.s, [1.0, 4.0])
+    assert nag.state.w[0] == w_before[0]
+    assert nag.state.w[1] == pytest.approx(w_before[1] / 4.0, rel=1e-15)
+    assert f == pytest.approx(w_before[0] + 4.0 * w_before[1] / 4.0, rel=1e-15)
+    assert nag.state.t == 2 and nag.state.n_sum == pytest.approx(2.0 + 2.0)
+
+
+def test_l2_term_is_lambda_times_w() -> None:
+    """The documented scaling: g = dL/df * Phi + lambda * w (penalty (lambda/2)||w||^2)."""
+    nag = Nag(1, NagConfig(eta=1.0, l2=0.5))
+    nag.state = NagState(
+        w=np.array([2.0]), s=np.array([1.0]), g_sum=np.array([0.0]), n_sum=0.0, t=0
+    )
+    nag.step(np.array([1.0]), lambda f: 0.0)  # only the penalty: g = 0.5 * 2 = 1
+    assert nag.state.g_sum[0] == 1.0
+    assert nag.state.w[0] == pytest.approx(2.0 - 1.0 * math.sqrt(1 / 1) * 1.0 / (1.0 * 1.0))
+
+
+def _predictions(raw_x: np.ndarray, targets: np.ndarray, eta: float) -> np.ndarray:
+    expansion = QuadraticExpansion(raw_x.shape[1])
+    nag = Nag(expansion.n_terms, NagConfig(eta=eta, l2=0.0))
+    return np.array(
+        [
+            nag.step(expansion.expand(x), lambda f: SQUARED.gradient(f, y, 1.0))
+            for x, y in zip(raw_x, targets)
+        ]
+    )
+
+
+@pytest.mark.parametrize("feature", [0, 1, 2])
+def test_rescaling_one_raw_feature_leaves_predictions_unchanged(feature: int) -> None:
+    """NAG's point (method.md §5): no normalisation needed, whatever a feature's unit."""
+    rng = np.random.default_rng(feature)
+    raw_x = _feature_stream(rng, 500, 3)
+    targets = 100.0 + raw_x @ np.array([0.5, 2e-3, 30.0]) + rng.normal(0.0, 5.0, len(raw_x))
+    scaled_x = raw_x.copy()
+    scaled_x[:, feature] *= 1000.0
+    reference = _predictions(raw_x, targets, eta=50.0)
+    scaled = _predictions(scaled_x, targets, eta=50.0)
+    assert np.std(reference[100:]) > 1.0  # the predictions actually moved
+    np.testing.assert_allclose(scaled, reference, rtol=1e-7, atol=1e-7 * np.abs(reference).max())
+
+
+def test_converges_to_a_linear_rule_under_squared_loss() -> None:
+    rng = np.random.default_rng(3)
+    n_jobs = 6000
+    scales = np.array([1.0, 1e4, 10.0, 1e-3, 100.0])  # the first is the bias
+    phi = rng.uniform(-1.0, 1.0, (n_jobs, 5)) * scales
+    phi[:, 0] = 1.0
+    w_true = np.array([3.0, 2e-4, -0.5, 500.0, 0.02])
+    targets = phi @ w_true
+    nag = Nag(5, NagConfig(eta=3.0, l2=0.0))
+    errors = np.array(
+        [abs(nag.step(p, lambda f: SQUARED.gradient(f, y, 1.0)) - y) for p, y in zip(phi, targets)]
+    )
+    spread = float(np.std(targets))  # about 3.3
+    assert errors[:100].mean() > 0.1 * spread
+    assert errors[-1000:].mean() < 1e-4 * spread
+    np.testing.assert_allclose(nag.state.w, w_true, rtol=1e-3)
+
+
+def _train(nag: Nag, rng: np.random.Generator, n_jobs: int) -> list[float]:
+    expansion = QuadraticExpansion(3)
+    out = []
+    for x in _feature_stream(rng, n_jobs, 3):
+        p, q = float(rng.uniform(1, 1e4)), int(rng.integers(1, 64))
+        out.append(nag.step(expansion.expand(x), lambda f: E_LOSS.gradient(f, p, q)))
+    return out
+
+
+def test_state_round_trips_exactly_through_a_file(tmp_path: Path) -> None:
+    nag = Nag(n_quadratic_terms(3), NagConfig())
+    _train(nag, np.random.default_rng(1), 200)
+    path = tmp_path / "nag.npz"
+    nag.state.save(path)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["nag.npz"]  # no temporary left over
+    restored = Nag(n_quadratic_terms(3), NagConfig(), NagState.load(path))
+    for key, value in nag.state.to_state().items():
+        np.testing.assert_array_equal(restored.state.to_state()[key], value)
+    # Continued learning is bit-for-bit identical.
+    assert _train(nag, np.random.default_rng(2), 200) == _train(
+        restored, np.random.default_rng(2), 200
+    )
+    np.testing.assert_array_equal(nag.state.w, restored.state.w)
+
+
+def test_to_state_is_a_copy() -> None:
+    nag = Nag(n_quadratic_terms(3), NagConfig())
+    _train(nag, np.random.default_rng(1), 10)
+    snapshot = nag.state.to_state()
+    w_before = snapshot["w"].copy()
+    _train(nag, np.random.default_rng(2), 10)
+    np.testing.assert_array_equal(snapshot["w"], w_before)
+    assert int(snapshot["t"]) == 10 and nag.state.t == 20
+
+
+def test_reference_constants_and_validation() -> None:
+    assert (NagConfig().eta, NagConfig().l2) == (ETA_REFERENCE, L2_REFERENCE) == (5000.0, 4e9)
+    with pytest.raises(ValueError, match="eta"):
+        NagConfig(eta=0.0)
+    with pytest.raises(ValueError, match="l2"):
+        NagConfig(l2=-1.0)
+    with pytest.raises(ValueError, match="expected 5"):
+        Nag(5, NagConfig(), NagState.zeros(4))
+
+
+def test_all_zero_features_change_nothing_but_t() -> None:
+    nag = Nag(3, NagConfig())
+    assert nag.step(np.zeros(3), lambda f: 1.0) == 0.0
+    np.testing.assert_array_equal(nag.state.w, np.zeros(3))
+    assert nag.state.t == 1 and nag.state.n_sum == 0.0
