@@ -56,6 +56,10 @@ class RunningProfile:
             raise KeyError(f"job {job} with predicted end {predicted_end_s} is not running")
         del by_end[position]
 
+    def ends_by(self, now_s: int) -> bool:
+        """Is some running job predicted to end at or before `now_s` (its termination pending)?"""
+        return bool(self._by_end) and self._by_end[0][0] <= now_s
+
     def free_now(self, now_s: int) -> int:
         """Processors free for a start at `now_s` (jobs predicted to end now count as free)."""
         free = self.total_procs - self.used_procs
@@ -66,32 +70,24 @@ class RunningProfile:
             free += procs[job]
         return free
 
-    def reservation(
-        self, needed_procs: int, now_s: int, pending: list[tuple[int, int]] | None = None
-    ) -> tuple[int, int]:
+    def reservation(self, needed_procs: int, now_s: int) -> tuple[int, int]:
         """EASY's reservation for a job needing `needed_procs` that does not fit now.
 
         Returns (shadow time, extra processors): the earliest predicted time at which enough
         processors are free, and how many are left over then. All jobs ending at the shadow time
         count, not only the one that first makes room (the reference's time slices do the same).
-        `pending` lists (predicted end, procs) of jobs decided to start now but not yet added.
         """
-        ends = [(end_s, self._procs[job]) for end_s, job in self._by_end]
         free = self.total_procs - self.used_procs
-        if pending:
-            ends = sorted(ends + pending)
-            free -= sum(procs for _, procs in pending)
-        count = len(ends)
-        position = 0
-        while position < count:
-            end_s, procs = ends[position]
-            free += procs
-            position += 1
-            if free >= needed_procs and end_s > now_s:
-                while position < count and ends[position][0] == end_s:
-                    free += ends[position][1]
-                    position += 1
-                return end_s, free - needed_procs
-        raise AssertionError(
-            f"a job of {needed_procs} processors can never run on {self.total_procs}"
-        )
+        procs = self._procs
+        shadow_s = -1
+        for end_s, job in self._by_end:
+            if shadow_s >= 0 and end_s != shadow_s:
+                break
+            free += procs[job]
+            if shadow_s < 0 and free >= needed_procs and end_s > now_s:
+                shadow_s = end_s
+        if shadow_s < 0:
+            raise AssertionError(
+                f"a job of {needed_procs} processors can never run on {self.total_procs}"
+            )
+        return shadow_s, free - needed_procs
