@@ -135,7 +135,7 @@ class _LocalClock:
     def __init__(self, context: FeatureContext) -> None:
         self._unix_start_s = context.unix_start_s
         self._zone = None if context.time_zone is None else ZoneInfo(context.time_zone)
-        self._bucket = None
+        self._bucket: float | None = None
         self._offset_s = 0
 
     def _utc_offset_s(self, unix_s: float) -> int:

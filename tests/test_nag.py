@@ -41,9 +41,8 @@ class SlowNag:
         for i in range(n):  # 4.
             if self.s[i] > 0 and g[i] != 0:
                 self.G[i] += g[i] ** 2
-                self.w[i] -= (
-                    self.eta * math.sqrt(self.t / self.N) * g[i] / (self.s[i] * math.sqrt(self.G[i]))
-                )
+                rate = self.eta * math.sqrt(self.t / self.N)
+                self.w[i] -= rate * g[i] / (self.s[i] * math.sqrt(self.G[i]))
         return f
 
 

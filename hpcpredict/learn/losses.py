@@ -133,7 +133,10 @@ _ALIASES: dict[str, AsymmetricLoss] = {
 def all_losses() -> list[AsymmetricLoss]:
     """The 2 x 2 x 5 = 20 losses of method.md §4, in a fixed order."""
     return [
-        AsymmetricLoss(over, under, weight) for over in Branch for under in Branch for weight in Weight
+        AsymmetricLoss(over, under, weight)
+        for over in Branch
+        for under in Branch
+        for weight in Weight
     ]
 
 

@@ -118,7 +118,7 @@ def save_npz_atomic(path: str | os.PathLike[str], arrays: dict[str, np.ndarray])
     fd, tmp_name = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
     try:
         with os.fdopen(fd, "wb") as handle:
-            np.savez(handle, **arrays)
+            np.savez(handle, **arrays)  # type: ignore[arg-type]
             handle.flush()
             os.fsync(handle.fileno())
         os.replace(tmp_name, target)

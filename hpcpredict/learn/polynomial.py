@@ -34,7 +34,7 @@ def quadratic_pairs(n_features: int) -> tuple[np.ndarray, np.ndarray]:
     pairs = [(0, 0)]
     pairs += [(0, i) for i in ones]
     pairs += [(i, i) for i in ones]
-    pairs += [(k, l) for k in ones for l in range(k + 1, n_features + 1)]
+    pairs += [(k, m) for k in ones for m in range(k + 1, n_features + 1)]
     left, right = zip(*pairs)
     return np.array(left, dtype=np.intp), np.array(right, dtype=np.intp)
 

@@ -1,0 +1,254 @@
+"""LearnedPredictor: the protocol, clipping, leakage, checkpoints, clones."""
+
+from __future__ import annotations
+
+import math
+import random
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from hpcpredict.features import FeatureContext, FeatureState
+from hpcpredict.jobs import JobRequest
+from hpcpredict.learn import LearnedPredictor, NagState, all_losses, parse_loss
+from hpcpredict.learn.polynomial import QuadraticExpansion
+from hpcpredict.predictors import Predictor
+
+Event = tuple[int, int, int, JobRequest, int]  # (time, kind, job id, request, runtime)
+SUBMIT, END, START = 1, 2, 3  # method.md §10 order at equal times: submission, end, start
+
+
+def make_stream(n_jobs: int, seed: int, n_users: int = 6) -> list[Event]:
+    """Jobs submitted, started after a wait, ended after their runtime; time-ordered events."""
+    rng = random.Random(seed)
+    events: list[Event] = []
+    now = 0
+    for job_id in range(n_jobs):
+        now += rng.randint(0, 600)
+        requested_s = rng.choice([60, 600, 3600, 7200, 86_400])
+        run_s = max(1, int(requested_s * rng.random()))
+        request = JobRequest(
+            job_id=job_id,
+            submit_s=now,
+            procs=rng.choice([1, 2, 8, 64, 512]),
+            requested_s=requested_s,
+            user_id=rng.randrange(n_users),
+        )
+        start_s = now + rng.randint(0, 2000)
+        events += [
+            (now, SUBMIT, job_id, request, run_s),
+            (start_s, START, job_id, request, run_s),
+            (start_s + run_s, END, job_id, request, run_s),
+        ]
+    events.sort(key=lambda e: e[:3])
+    return events
+
+
+def replay(predictor: LearnedPredictor, events: list[Event]) -> list[int]:
+    """Drive the three events; return the predictions in submission order."""
+    predictions = []
+    for now, kind, _, request, run_s in events:
+        if kind == SUBMIT:
+            predictions.append(predictor.predict(request, now))
+        elif kind == START:
+            predictor.job_started(request, now)
+        else:
+            predictor.job_ended(request, run_s, now)
+    return predictions
+
+
+def with_bias(predictor: LearnedPredictor, bias: float) -> LearnedPredictor:
+    """Weights that predict `bias` for every job (Phi_0 = 1, all other weights 0)."""
+    n = predictor.nag.n_coords
+    w = np.zeros(n)
+    w[0] = bias
+    predictor.nag.state = NagState(w=w, s=np.zeros(n), g_sum=np.zeros(n), n_sum=0.0, t=0)
+    return predictor
+
+
+def job(job_id: int, submit_s: int, requested_s: int = 3600, procs: int = 4, user: int = 1):
+    return JobRequest(job_id, submit_s, procs, requested_s, user)
+
+
+def test_implements_the_predictor_protocol() -> None:
+    predictor = LearnedPredictor()
+    assert isinstance(predictor, Predictor)
+    assert predictor.name == "learned(over=square,under=linear,weight=large_area,eta=5000,l2=4e+09)"
+    assert (predictor.eta, predictor.l2, predictor.negative) == (5000.0, 4e9, "clip")
+
+
+@pytest.mark.parametrize(
+    ("bias", "negative", "expected"),
+    [
+        (-1234.7, "clip", 1),  # negative: 1 s
+        (-1234.7, "abs", 1234),  # the reference's |f|, truncated
+        (99.9, "clip", 99),  # whole seconds by truncation, as the reference's int()
+        (0.4, "clip", 1),
+        (1e9, "clip", 3600),  # never above the request
+        (-1e9, "abs", 3600),
+        (math.inf, "clip", 3600),
+        (-math.inf, "clip", 1),
+        (-math.inf, "abs", 3600),
+        (math.nan, "clip", 3600),  # a diverged model falls back to the request
+    ],
+)
+def test_raw_predictions_become_whole_seconds_in_range(bias, negative, expected) -> None:
+    predictor = with_bias(LearnedPredictor(negative=negative), bias)
+    request = job(1, 0, requested_s=3600)
+    assert predictor.predict(request, 0) == expected
+    assert predictor.raw_prediction(request) == bias or math.isnan(bias)
+
+
+def test_unknown_negative_rule_is_refused() -> None:
+    with pytest.raises(ValueError, match="negative"):
+        LearnedPredictor(negative="mirror")  # type: ignore[arg-type]
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    loss=st.sampled_from(all_losses()),
+    eta=st.sampled_from([1.0, 5000.0, 1e12]),
+    l2=st.sampled_from([0.0, 4e9]),
+    negative=st.sampled_from(["clip", "abs"]),
+    seed=st.integers(0, 10_000),
+)
+def test_every_prediction_is_in_range(loss, eta, l2, negative, seed) -> None:
+    events = make_stream(150, seed)
+    predictor = LearnedPredictor(loss, eta=eta, l2=l2, negative=negative)
+    predictions = replay(predictor, events)
+    requests = [e[3] for e in events if e[1] == SUBMIT]
+    assert len(predictions) == len(requests) == 150
+    for prediction, request in zip(predictions, requests):
+        assert type(prediction) is int
+        assert 1 <= prediction <= request.requested_s
+    assert predictor.nag.state.t == 150
+
+
+def test_learning_reduces_the_error_on_a_learnable_stream() -> None:
+    """Runtime = request / 4, a linear rule of feature 1: squared loss must close in on it."""
+    rng = random.Random(0)
+    predictor = LearnedPredictor("squared", eta=1000.0, l2=0.0)
+    errors = []
+    now = 0
+    for job_id in range(4000):
+        now += rng.randint(50, 400)
+        request = job(job_id, now, requested_s=rng.choice([600, 3600, 7200, 14_400]))
+        run_s = request.requested_s // 4
+        errors.append(abs(predictor.predict(request, now) - run_s) / run_s)
+        predictor.job_started(request, now)
+        predictor.job_ended(request, run_s, now + run_s)
+    first, last = np.mean(errors[:500]), np.mean(errors[-1000:])
+    assert first > 0.4
+    assert last < 0.4 * first  # the request alone would be off by 300%
+
+
+def test_a_runtime_never_reaches_its_own_prediction() -> None:
+    """Changing a job's true runtime changes nothing predicted before the job ends."""
+    events = make_stream(300, seed=5)
+    target = 150
+    changed = [(t, k, i, r, run if i != target else run + 12_345) for t, k, i, r, run in events]
+    # Keep the event order of the original so only the runtime differs up to the job's end.
+    end_index = next(n for n, e in enumerate(events) if e[1] == END and e[2] == target)
+    before = replay(LearnedPredictor(), events[:end_index])
+    before_changed = replay(LearnedPredictor(), changed[:end_index])
+    assert before == before_changed
+    assert len(before) > target  # the job itself was predicted in that window
+
+
+def test_a_job_ending_after_a_submission_cannot_change_its_features() -> None:
+    """Submit A, submit B, end A: B learns from x_B as it was at its submission."""
+    a, b = job(1, 0, procs=4), job(2, 100, procs=8)
+    predictor = LearnedPredictor("squared", eta=100.0, l2=0.0)
+    predictor.predict(a, 0)
+    predictor.job_started(a, 10)
+    predictor.predict(b, 100)
+    predictor.job_ended(a, 5000, 5010)  # learns, and A joins the user's history
+
+    expected_state = FeatureState()
+    expected_state.job_submitted(a, 0)
+    expected_state.job_started(a, 10)
+    phi_b = QuadraticExpansion(20).expand(expected_state.job_submitted(b, 100))
+    assert predictor.raw_prediction(b) == float(predictor.nag.state.w @ phi_b)
+    assert predictor.predict(b, 6000) == predictor.predict(b, 100)  # same x_B, same w
+    assert predictor.features.users[1].n_submitted == 2  # asking twice counted once
+
+    # B's update is the one taken on phi_b.
+    reference = LearnedPredictor("squared", eta=100.0, l2=0.0)
+    reference.nag.state = NagState.from_state(predictor.nag.state.to_state())
+    reference.nag.step(phi_b, lambda f: 2.0 * (f - 300.0))
+    predictor.job_ended(b, 300, 5400)
+    np.testing.assert_array_equal(predictor.nag.state.w, reference.nag.state.w)
+
+
+def test_observed_jobs_learn_exactly_like_predicted_ones() -> None:
+    events = make_stream(200, seed=2)
+    predicted = LearnedPredictor()
+    replay(predicted, events)
+    observed = LearnedPredictor()
+    for now, kind, _, request, run_s in events:
+        if kind == SUBMIT:
+            observed.observe_submission(request, now)
+        elif kind == START:
+            observed.job_started(request, now)
+        else:
+            observed.job_ended(request, run_s, now)
+    np.testing.assert_array_equal(observed.nag.state.w, predicted.nag.state.w)
+    assert observed.nag.state.t == predicted.nag.state.t == 200
+
+
+@pytest.mark.parametrize(("learn_unseen", "expected_t"), [(True, 1), (False, 0)])
+def test_jobs_never_submitted_are_learned_only_if_asked(learn_unseen, expected_t) -> None:
+    predictor = LearnedPredictor(learn_unseen=learn_unseen)
+    request = job(7, 0)
+    predictor.job_started(request, 0)
+    predictor.job_ended(request, 100, 100)
+    assert predictor.nag.state.t == expected_t
+    user = predictor.features.users[1]
+    assert (user.n_completed, user.last_run_s, len(user.running)) == (1, 100.0, 0)
+
+
+def test_save_load_gives_identical_predictions_and_learning(tmp_path: Path) -> None:
+    context = FeatureContext(1_296_571_124, "Europe/Paris")
+    events = make_stream(600, seed=11)
+    half = len(events) // 2
+    original = LearnedPredictor("eloss", context=context)
+    replay(original, events[:half])
+    assert original._pending_phi  # jobs in flight at the checkpoint: they must survive it
+    path = tmp_path / "learner.npz"
+    original.save(path)
+    restored = LearnedPredictor.load(path)
+    saved, mine = restored.hyperparameters(), original.hyperparameters()
+    assert saved.pop("loss") == parse_loss(mine.pop("loss"))  # restored in canonical form
+    assert saved == mine
+
+    assert replay(restored, events[half:]) == replay(original, events[half:])
+    final, final_restored = original.state_dict(), restored.state_dict()
+    assert final.keys() == final_restored.keys()
+    for key in final:
+        np.testing.assert_array_equal(final_restored[key], final[key], err_msg=key)
+    assert original.nag.state.t == 600
+
+
+def test_load_state_dict_refuses_other_hyperparameters() -> None:
+    state = LearnedPredictor(eta=5000.0).state_dict()
+    with pytest.raises(ValueError, match="eta: saved 5000.0, this 100.0"):
+        LearnedPredictor(eta=100.0).load_state_dict(state)
+    with pytest.raises(ValueError, match="loss"):
+        LearnedPredictor("squared").load_state_dict(state)
+
+
+def test_clone_is_fresh_with_the_same_hyperparameters() -> None:
+    loss = parse_loss("over=linear,under=square,weight=short_wide")
+    predictor = LearnedPredictor(loss, eta=123.0, l2=4.0, negative="abs", learn_unseen=False)
+    replay(predictor, make_stream(50, seed=3))
+    w_before = predictor.nag.state.w.copy()
+    clone = predictor.clone()
+    assert clone.hyperparameters() == predictor.hyperparameters()
+    assert clone.hyperparameters()["loss"] is loss  # stored verbatim
+    assert clone.nag.state.t == 0 and not clone.features.users
+    assert not np.any(clone.nag.state.w)
+    replay(clone, make_stream(50, seed=4))
+    np.testing.assert_array_equal(predictor.nag.state.w, w_before)
