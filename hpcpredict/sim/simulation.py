@@ -48,6 +48,7 @@ class SimulationResult:
     final_prediction_s: list[int]
     corrections: list[int]
     backfilled: list[bool]
+    first_reserved_start_s: list[int]  # shadow time first promised as head of the queue, or -1
     wall_time_s: float = 0.0
     settings: dict[str, object] = field(default_factory=dict)
 
@@ -63,11 +64,15 @@ def simulate(
     correction: CorrectionPolicy,
     *,
     decide_on_correction: bool = False,
-    pass_only_if_new_job_fits: bool = False,
+    exhaustive: bool = False,
     progress: ProgressCallback | None = None,
     progress_every: int = 5000,
 ) -> SimulationResult:
-    """Run the whole log; `jobs` must be sorted by submission time (cleaning does that)."""
+    """Run the whole log; `jobs` must be sorted by submission time (cleaning does that).
+
+    `exhaustive=True` rescans the whole queue at every event instead of taking the O(1) path
+    for a lone new submission: slower, the same decisions (the tests check that).
+    """
     wall_start = time.perf_counter()
     count = len(jobs)
     requests = [job.request for job in jobs]
@@ -82,6 +87,7 @@ def simulate(
     initial_prediction_s = [0] * count
     corrections = [0] * count
     backfilled = [False] * count
+    first_reserved_start_s = [-1] * count
 
     events: EventQueue[int] = EventQueue()
     for index in range(count):
@@ -104,6 +110,10 @@ def simulate(
         if prediction_s[index] < run_s[index]:
             events.push(now_s + prediction_s[index], PREDICTION_OVER, index)
 
+    def remember(reservation: Reservation | None) -> None:
+        if reservation is not None and first_reserved_start_s[reservation.head] < 0:
+            first_reserved_start_s[reservation.head] = reservation.shadow_s
+
     while events:
         now_s, kind, index = events.pop()
         if kind == SUBMISSION:
@@ -111,12 +121,18 @@ def simulate(
             prediction_s[index] = initial_prediction_s[index] = predicted
             queue_was_empty = len(waiting) == 0
             waiting.add(index, predicted)
-            if not queue_was_empty and reservation is not None and not profile.ends_by(now_s):
+            if (
+                not exhaustive
+                and not queue_was_empty
+                and reservation is not None
+                and not profile.ends_by(now_s)
+            ):
                 reservation = scheduler.consider_new_job(
                     now_s, waiting, profile, reservation, index, start
                 )
             else:
                 reservation = scheduler.schedule(now_s, waiting, profile, start)
+                remember(reservation)
         elif kind == TERMINATION:
             predictor.job_ended(requests[index], run_s[index], now_s)
             profile.remove(index, start_s[index] + prediction_s[index])
@@ -124,6 +140,7 @@ def simulate(
             if progress is not None and finished % progress_every == 0:
                 progress(finished)
             reservation = scheduler.schedule(now_s, waiting, profile, start)
+            remember(reservation)
         else:
             elapsed = now_s - start_s[index]
             new_prediction = correction.corrected_prediction_s(
@@ -141,6 +158,7 @@ def simulate(
                 events.push(start_s[index] + new_prediction, PREDICTION_OVER, index)
             if decide_on_correction:
                 reservation = scheduler.schedule(now_s, waiting, profile, start)
+                remember(reservation)
             else:
                 reservation = None
 
@@ -159,8 +177,9 @@ def simulate(
         final_prediction_s=prediction_s,
         corrections=corrections,
         backfilled=backfilled,
+        first_reserved_start_s=first_reserved_start_s,
         wall_time_s=time.perf_counter() - wall_start,
-        settings={"decide_on_correction": decide_on_correction},
+        settings={"decide_on_correction": decide_on_correction, "exhaustive": exhaustive},
     )
 
 
