@@ -40,6 +40,7 @@ True
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import Enum
 
@@ -63,19 +64,40 @@ class Weight(Enum):
     LARGE_AREA = "large_area"  # log(q p)
 
 
+# One function per weight, of p and q already clamped to >= 1 (module doc); picked once per loss
+# so that the per-job gradient does no dispatch (it runs once per learned job).
+def _constant(p: float, q: float) -> float:
+    return 1.0
+
+
+def _short_wide(p: float, q: float) -> float:
+    return 5.0 + math.log(q / p)
+
+
+def _long_narrow(p: float, q: float) -> float:
+    return 5.0 + math.log(p / q)
+
+
+def _small_area(p: float, q: float) -> float:
+    return 11.0 - math.log(q * p)
+
+
+def _large_area(p: float, q: float) -> float:
+    return math.log(q * p)
+
+
+_WEIGHT_FUNCTIONS: dict[Weight, Callable[[float, float], float]] = {
+    Weight.CONSTANT: _constant,
+    Weight.SHORT_WIDE: _short_wide,
+    Weight.LONG_NARROW: _long_narrow,
+    Weight.SMALL_AREA: _small_area,
+    Weight.LARGE_AREA: _large_area,
+}
+
+
 def raw_weight(weight: Weight, p: float, q: float) -> float:
     """gamma_j before the floor, with p and q clamped to at least 1 (module doc)."""
-    if weight is Weight.CONSTANT:
-        return 1.0
-    log_p = math.log(max(p, 1.0))
-    log_q = math.log(max(q, 1.0))
-    if weight is Weight.SHORT_WIDE:
-        return 5.0 + log_q - log_p
-    if weight is Weight.LONG_NARROW:
-        return 5.0 + log_p - log_q
-    if weight is Weight.SMALL_AREA:
-        return 11.0 - log_q - log_p
-    return log_q + log_p
+    return _WEIGHT_FUNCTIONS[weight](p if p > 1.0 else 1.0, q if q > 1.0 else 1.0)
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,13 +110,15 @@ class AsymmetricLoss:
     weight_floor: float = WEIGHT_FLOOR
     _over_square: bool = field(init=False, repr=False, compare=False)
     _under_square: bool = field(init=False, repr=False, compare=False)
+    _raw_weight: Callable[[float, float], float] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if not self.weight_floor > 0.0:
             raise ValueError(f"weight_floor must be > 0, got {self.weight_floor!r}")
-        # Plain booleans: the gradient runs once per learned job.
+        # Resolved once: the gradient runs once per learned job.
         object.__setattr__(self, "_over_square", self.over is Branch.SQUARE)
         object.__setattr__(self, "_under_square", self.under is Branch.SQUARE)
+        object.__setattr__(self, "_raw_weight", _WEIGHT_FUNCTIONS[self.weight])
 
     @property
     def name(self) -> str:
@@ -103,7 +127,8 @@ class AsymmetricLoss:
 
     def gamma(self, p: float, q: float) -> float:
         """The job's weight, always >= `weight_floor` (module doc)."""
-        return max(raw_weight(self.weight, p, q), self.weight_floor)
+        gamma = self._raw_weight(p if p > 1.0 else 1.0, q if q > 1.0 else 1.0)
+        return gamma if gamma > self.weight_floor else self.weight_floor
 
     def value(self, f: float, p: float, q: float) -> float:
         """L(f) for a job of true runtime p seconds on q processors."""

@@ -174,6 +174,7 @@ class Nag:
         """
         state = self._state
         w, s, inv_s = state.w, state.s, self._inv_s
+        n = self.n_coords
         # 1. coordinates seen larger than ever: shrink w_i by s_i^2 / Phi_i^2, grow s_i.
         abs_phi = np.abs(phi, out=self._abs_phi)
         grows = np.greater(abs_phi, s, out=self._grows)
@@ -190,7 +191,7 @@ class Nag:
         # 3. g = dL/df * Phi + lambda * w (module doc for the scaling).
         f = float(w.dot(phi))
         grad = np.multiply(w, self._l2, out=self._grad)
-        daxpy(phi, grad, a=loss_gradient(f))
+        daxpy(phi, grad, n, loss_gradient(f))  # grad += dL/df * Phi
         if state.n_sum == 0.0:  # Phi has been 0 everywhere so far: so are w and g
             return f
         # 4. G += g^2; w -= eta sqrt(t/N) g / (s sqrt(G)), only where s_i > 0 and g_i != 0.
@@ -200,5 +201,5 @@ class Nag:
         np.maximum(root, self._sqrt_g_floor, out=root)
         np.divide(grad, root, out=root)
         root *= inv_s
-        daxpy(root, w, a=-self.config.eta * (state.t / state.n_sum) ** 0.5)
+        daxpy(root, w, n, -self.config.eta * (state.t / state.n_sum) ** 0.5)
         return f

@@ -107,7 +107,7 @@ class LearnedPredictor:
         phi = self._pending_phi.get(request.job_id)
         if phi is None:
             phi = self._observe(request, now_s)
-        return self._to_seconds(float(np.dot(self.nag.state.w, phi)), request.requested_s)
+        return self._to_seconds(float(self.nag.state.w.dot(phi)), request.requested_s)
 
     def job_started(self, request: JobRequest, now_s: int) -> None:
         self.features.job_started(request, now_s)
