@@ -90,3 +90,42 @@ def compute_metrics(result: SimulationResult) -> Metrics:
         corrections_per_job=float(columns["corrections"].mean()),
         backfilled_rate=float(columns["backfilled"].mean()),
     )
+
+
+# (attribute, heading, format) of the rows `metrics_table` prints, in reading order.
+_TABLE_ROWS: tuple[tuple[str, str, str], ...] = (
+    ("ave_bsld", "AVEbsld (tau=10s)", "{:.2f}"),
+    ("p99_bsld", "p99 bsld", "{:.1f}"),
+    ("max_bsld", "max bsld", "{:.0f}"),
+    ("mean_wait_s", "mean wait (s)", "{:,.0f}"),
+    ("max_wait_s", "max wait (s)", "{:,.0f}"),
+    ("utilisation", "utilisation", "{:.1%}"),
+    ("makespan_s", "makespan (s)", "{:,}"),
+    ("prediction_mae_s", "prediction MAE (s)", "{:,.0f}"),
+    ("under_prediction_rate", "under-predicted", "{:.1%}"),
+    ("corrections_per_job", "corrections/job", "{:.3f}"),
+    ("backfilled_rate", "backfilled", "{:.1%}"),
+)
+
+
+def metrics_table(columns: list[tuple[str, Metrics]]) -> list[str]:
+    """A plain-text table: one row per metric, one column per (heading, metrics)."""
+    label_width = max(len(heading) for _, heading, _ in _TABLE_ROWS)
+    cells = [
+        [fmt.format(getattr(metrics, attr)) for attr, _, fmt in _TABLE_ROWS]
+        for _, metrics in columns
+    ]
+    widths = [
+        max(len(title), *(len(cell) for cell in column))
+        for (title, _), column in zip(columns, cells)
+    ]
+    lines = [
+        " " * label_width
+        + "".join(f"  {title:>{width}}" for (title, _), width in zip(columns, widths))
+    ]
+    for row, (_, heading, _) in enumerate(_TABLE_ROWS):
+        lines.append(
+            f"{heading:<{label_width}}"
+            + "".join(f"  {column[row]:>{width}}" for column, width in zip(cells, widths))
+        )
+    return lines

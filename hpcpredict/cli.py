@@ -1,0 +1,315 @@
+"""The ``hpcpredict`` command: thin click wrappers over the library (no logic of its own)."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import click
+from tqdm import tqdm
+
+from hpcpredict.sim.corrections import CORRECTIONS
+from hpcpredict.sim.metrics import compute_metrics, metrics_table
+from hpcpredict.sim.output import write_jobs_csv, write_result_swf
+from hpcpredict.sim.runner import DEFAULT_ETA, DEFAULT_L2, PREDICTORS, RunSpec, run
+from hpcpredict.sim.schedulers import SCHEDULERS
+from hpcpredict.swf import SwfFormatError
+from hpcpredict.workload import Workload, WorkloadError, load_workload
+
+BASELINE = RunSpec(scheduler="easy", predictor="requested", correction="requested")
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+@click.version_option(package_name="hpcpredict")
+def main() -> None:
+    """Predict HPC job runtimes online and measure what it does to backfilling schedulers.
+
+    Start with `hpcpredict info LOG.swf` to see a log, then `hpcpredict simulate LOG.swf` to
+    replay it under EASY-SJBF with learned predictions and compare with plain EASY.
+    """
+
+
+# ---------------------------------------------------------------------------- shared options
+_log_argument = click.argument(
+    "log", type=click.Path(exists=True, dir_okay=False, readable=True, path_type=Path)
+)
+_procs_option = click.option(
+    "--procs",
+    type=click.IntRange(min=1),
+    default=None,
+    help="Machine size in processors. Default: MaxProcs from the log's header. Jobs larger "
+    "than a smaller machine are clamped to it (CEA-Curie: --procs 80640).",
+)
+_lenient_option = click.option(
+    "--lenient",
+    is_flag=True,
+    help="Skip malformed job lines (counted and reported) instead of stopping at the first.",
+)
+_json_option = click.option(
+    "--json", "as_json", is_flag=True, help="Print the results as JSON instead of tables."
+)
+
+
+def _show_progress() -> bool:
+    return sys.stderr.isatty() and not os.environ.get("CI")
+
+
+@contextmanager
+def _bar(total: int, unit: str, description: str) -> Iterator[Callable[[int], None]]:
+    """A tqdm bar on stderr fed with absolute counts; silent when stderr is not a terminal."""
+    with tqdm(
+        total=total,
+        unit=unit,
+        unit_scale=unit == "B",
+        desc=description,
+        disable=not _show_progress(),
+        leave=False,
+        file=sys.stderr,
+    ) as bar:
+
+        def update(done: int) -> None:
+            bar.update(done - bar.n)
+
+        yield update
+
+
+def _load(log: Path, procs: int | None, lenient: bool) -> Workload:
+    try:
+        with _bar(log.stat().st_size, "B", f"reading {log.name}") as update:
+            return load_workload(log, machine_procs=procs, lenient=lenient, progress=update)
+    except (SwfFormatError, WorkloadError) as error:
+        hint = "" if lenient or not isinstance(error, SwfFormatError) else " (--lenient skips bad lines)"
+        raise click.ClickException(f"{error}{hint}") from None
+
+
+def _workload_summary(workload: Workload) -> dict[str, object]:
+    jobs = workload.jobs
+    users = {job.request.user_id for job in jobs}
+    span_s = jobs[-1].submit_s - jobs[0].submit_s if jobs else 0
+    return {
+        "log": workload.path,
+        "jobs": len(jobs),
+        "users": len(users),
+        "span_days": round(span_s / 86400, 2),
+        "max_procs_header": workload.header.max_procs,
+        "machine_procs": workload.machine_procs,
+        "skipped_lines": len(workload.skipped_lines),
+    }
+
+
+def _echo_skipped(workload: Workload) -> None:
+    if workload.skipped_lines:
+        first_line, reason = workload.skipped_lines[0]
+        click.echo(
+            f"skipped {len(workload.skipped_lines):,} malformed lines (--lenient); "
+            f"first: line {first_line}: {reason}",
+            err=True,
+        )
+
+
+# ---------------------------------------------------------------------------- info
+@main.command()
+@_log_argument
+@_procs_option
+@_lenient_option
+@_json_option
+def info(log: Path, procs: int | None, lenient: bool, as_json: bool) -> None:
+    """Summarise an SWF LOG: jobs, users, span, machine size, and what cleaning did.
+
+    Cleaning applies the reference's rules (docs/reproduction.md) and reports how many jobs
+    each rule dropped or changed, so results stay comparable across tools.
+    """
+    workload = _load(log, procs, lenient)
+    summary = _workload_summary(workload)
+    header = workload.header
+    summary["unix_start_time"] = header.unix_start_time
+    summary["time_zone_string"] = header.time_zone_string
+    if workload.jobs:
+        requested = sum(job.requested_s for job in workload.jobs)
+        summary["requested_over_run"] = round(requested / sum(job.run_s for job in workload.jobs), 3)
+    if as_json:
+        summary["cleaning"] = workload.cleaning.to_dict()
+        summary["header"] = {key: list(values) for key, values in header.entries.items()}
+        click.echo(json.dumps(summary, indent=2))
+        return
+    _echo_skipped(workload)
+    for key, label in (
+        ("log", "log"),
+        ("jobs", "jobs (after cleaning)"),
+        ("users", "users"),
+        ("span_days", "submission span (days)"),
+        ("max_procs_header", "MaxProcs (header)"),
+        ("machine_procs", "machine procs simulated"),
+        ("unix_start_time", "UnixStartTime"),
+        ("time_zone_string", "TimeZoneString"),
+        ("requested_over_run", "sum requested / sum run"),
+    ):
+        value = summary.get(key)
+        shown = f"{value:,}" if isinstance(value, int) and key != "unix_start_time" else value
+        click.echo(f"{label:<26}{shown if value is not None else '-'}")
+    click.echo("\ncleaning (method.md §10 rules, in order):")
+    for line in workload.cleaning.lines():
+        click.echo(f"  {line}")
+
+
+# ---------------------------------------------------------------------------- simulate
+_LOSS_HELP = (
+    "Loss the learner minimises: 'eloss' (over=square,under=linear,weight=large_area) or "
+    "'over=linear|square,under=linear|square,weight=W' with W one of constant, short_wide, "
+    "long_narrow, small_area, large_area (20 losses in all)."
+)
+
+
+@main.command()
+@_log_argument
+@click.option(
+    "--scheduler",
+    type=click.Choice(list(SCHEDULERS)),
+    default=RunSpec.scheduler,
+    show_default=True,
+    help="fcfs: strict arrival order. easy: FCFS with EASY backfilling (a job may jump ahead if it "
+    "does not delay the head job's reservation). easy-sjbf: EASY, backfilling the shortest "
+    "predicted jobs first.",
+)
+@click.option(
+    "--predictor",
+    type=click.Choice(list(PREDICTORS)),
+    default=RunSpec.predictor,
+    show_default=True,
+    help="Runtime the scheduler plans with. requested: the user's time limit. clairvoyant: the "
+    "true runtime (the unreachable best). ave2: mean of the user's last two runtimes. learned: "
+    "the online polynomial model trained with --loss.",
+)
+@click.option(
+    "--correction",
+    type=click.Choice(list(CORRECTIONS)),
+    default=RunSpec.correction,
+    show_default=True,
+    help="What happens when a job outlives its prediction (always capped at the request). "
+    "requested: jump to the request. incremental: +1 min, +5 min, +15 min, +30 min, +1 h, ... "
+    "doubling: double the elapsed time.",
+)
+@click.option("--loss", default=RunSpec.loss, show_default=True, help=_LOSS_HELP)
+@click.option(
+    "--eta",
+    type=float,
+    default=DEFAULT_ETA,
+    show_default=True,
+    help="NAG learning rate of the learned predictor.",
+)
+@click.option(
+    "--lambda",
+    "l2",
+    type=float,
+    default=DEFAULT_L2,
+    show_default=True,
+    help="l2 regularisation of the learned predictor.",
+)
+@_procs_option
+@click.option(
+    "--baseline/--no-baseline",
+    default=True,
+    show_default=True,
+    help="Also replay plain EASY with requested times and show the change against it.",
+)
+@click.option(
+    "--output",
+    type=click.Path(dir_okay=False, writable=True, path_type=Path),
+    help="Write the per-job outcome as SWF (wait, run, procs; prediction, corrections in the "
+    "last fields); '.gz' compresses.",
+)
+@click.option(
+    "--csv",
+    "csv_path",
+    type=click.Path(dir_okay=False, writable=True, path_type=Path),
+    help="Write the per-job outcome as an evalys-style jobs CSV.",
+)
+@click.option(
+    "--decide-on-correction",
+    is_flag=True,
+    help="Re-plan as soon as a prediction is corrected (the reference waits for the next event).",
+)
+@_lenient_option
+@_json_option
+def simulate(
+    log: Path,
+    scheduler: str,
+    predictor: str,
+    correction: str,
+    loss: str,
+    eta: float,
+    l2: float,
+    procs: int | None,
+    baseline: bool,
+    output: Path | None,
+    csv_path: Path | None,
+    decide_on_correction: bool,
+    lenient: bool,
+    as_json: bool,
+) -> None:
+    """Replay an SWF LOG through a backfilling scheduler and report AVEbsld and friends.
+
+    The defaults answer "what would runtime prediction do on this cluster": EASY-SJBF with the
+    learned predictor and incremental corrections, next to plain EASY on the users' requests.
+    """
+    try:
+        spec = RunSpec(scheduler, predictor, correction, loss, eta, l2, decide_on_correction)
+    except ValueError as error:
+        raise click.BadParameter(str(error)) from None
+    workload = _load(log, procs, lenient)
+    if not workload.jobs:
+        raise click.ClickException(f"{log}: no job left after cleaning (see `hpcpredict info`)")
+    specs = [spec] + ([BASELINE] if baseline and spec != BASELINE else [])
+    results = []
+    for each in specs:
+        with _bar(len(workload.jobs), "job", each.label) as update:
+            results.append(run(workload, each, progress=update))
+    main_result = results[0]
+    if output is not None:
+        write_result_swf(output, main_result, notes=[f"hpcpredict simulate: {spec.label}"])
+    if csv_path is not None:
+        write_jobs_csv(csv_path, main_result, workload_name=workload.name)
+    metrics = [compute_metrics(result) for result in results]
+    if as_json:
+        payload = {
+            **_workload_summary(workload),
+            "cleaning": workload.cleaning.to_dict(),
+            "runs": [
+                {
+                    "label": each.label,
+                    "settings": each.to_dict(),
+                    "metrics": m.to_dict(),
+                    "wall_time_s": round(result.wall_time_s, 3),
+                }
+                for each, m, result in zip(specs, metrics, results)
+            ],
+        }
+        click.echo(json.dumps(payload, indent=2))
+        return
+    _echo_skipped(workload)
+    summary = _workload_summary(workload)
+    click.echo(
+        f"{workload.name}: {summary['jobs']:,} jobs, {summary['users']:,} users, "
+        f"{summary['span_days']} days, {workload.machine_procs:,} processors"
+    )
+    for each, result in zip(specs, results):
+        click.echo(f"  {'simulated' if each is spec else 'baseline '}: {each.label} "
+                   f"({result.wall_time_s:.1f} s)")
+    titles = ["simulated"] + (["EASY baseline"] if len(results) > 1 else [])
+    click.echo("")
+    for line in metrics_table(list(zip(titles, metrics))):
+        click.echo(line)
+    if len(metrics) > 1 and metrics[1].ave_bsld > 0:
+        change = metrics[0].ave_bsld / metrics[1].ave_bsld - 1
+        click.echo(f"\nAVEbsld {change:+.1%} against EASY with the users' requested times.")
+    for path in (output, csv_path):
+        if path is not None:
+            click.echo(f"wrote {path}")
+
+
+if __name__ == "__main__":  # pragma: no cover
+    main()
