@@ -14,7 +14,7 @@ The rules, in order (each sees only the jobs the previous ones kept):
    use it for both (counted as changed). The job's processor count is then the *requested*
    processors: that is what the reference simulator scheduled with (a scheduler only knows the
    request at submission), and with it all fifteen reference AVEbsld figures of method.md §10 are
-   reproduced exactly; with the allocated count they are off by up to 9% (docs/reproduction.md).
+   reproduced exactly; with the allocated count they are off by up to 4% (docs/reproduction.md).
 4. ``run_time_not_positive``: drop run_s <= 0.
 5. ``requested_time_not_positive``: drop requested_time_s <= 0.
 6. ``submit_negative``: drop submit_s < 0.

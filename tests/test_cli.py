@@ -1,0 +1,124 @@
+"""The `hpcpredict` command end to end on the bundled sample, through click's CliRunner."""
+
+from __future__ import annotations
+
+import gzip
+import json
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from hpcpredict.cli import main
+from hpcpredict.swf import read_swf
+
+
+@pytest.fixture
+def runner() -> CliRunner:
+    return CliRunner()
+
+
+def test_simulate_defaults_compare_learned_sjbf_with_easy(runner: CliRunner, sample_log: Path) -> None:
+    result = runner.invoke(main, ["simulate", str(sample_log)])
+    assert result.exit_code == 0, result.output
+    assert "easy-sjbf + learned(eloss) + incremental" in result.output
+    assert "easy + requested + requested" in result.output
+    assert "AVEbsld" in result.output and "against EASY" in result.output
+
+
+def test_simulate_json_matches_the_reference_easy_on_the_sample(
+    runner: CliRunner, sample_log: Path
+) -> None:
+    result = runner.invoke(
+        main,
+        ["simulate", str(sample_log), "--scheduler", "easy", "--predictor", "requested",
+         "--correction", "requested", "--json"],
+    )
+    assert result.exit_code == 0, result.output
+    payload = json.loads(result.output)
+    assert payload["jobs"] == 4_997 and payload["machine_procs"] == 100
+    (only_run,) = payload["runs"]  # the baseline is the run itself: not repeated
+    assert only_run["settings"]["scheduler"] == "easy"
+    metrics = only_run["metrics"]
+    assert metrics["jobs"] == 4_997
+    assert metrics["ave_bsld"] >= 1.0 and metrics["under_prediction_rate"] == 0.0
+    assert payload["cleaning"]["rules"][4]["name"] == "run_time_not_positive"
+    assert payload["cleaning"]["rules"][4]["dropped"] == 3
+
+
+@pytest.mark.parametrize("predictor", ["requested", "clairvoyant", "ave2", "learned"])
+@pytest.mark.parametrize("scheduler", ["fcfs", "easy", "easy-sjbf"])
+def test_every_scheduler_predictor_pair_runs(
+    runner: CliRunner, sample_log: Path, scheduler: str, predictor: str
+) -> None:
+    result = runner.invoke(
+        main,
+        ["simulate", str(sample_log), "--scheduler", scheduler, "--predictor", predictor,
+         "--correction", "doubling", "--no-baseline", "--json"],
+    )
+    assert result.exit_code == 0, result.output
+    metrics = json.loads(result.output)["runs"][0]["metrics"]
+    assert metrics["jobs"] == 4_997
+    if predictor == "clairvoyant":
+        assert metrics["prediction_mae_s"] == 0.0
+
+
+def test_simulate_writes_swf_and_csv_outputs(
+    runner: CliRunner, sample_log: Path, tmp_path: Path
+) -> None:
+    swf_out, csv_out = tmp_path / "out.swf.gz", tmp_path / "jobs.csv"
+    result = runner.invoke(
+        main,
+        ["simulate", str(sample_log), "--predictor", "ave2", "--no-baseline",
+         "--output", str(swf_out), "--csv", str(csv_out)],
+    )
+    assert result.exit_code == 0, result.output
+    with gzip.open(swf_out, "rt") as handle:
+        assert handle.read(1) == ";"
+    written = read_swf(swf_out)
+    assert len(written.records) == 4_997
+    assert all(record.wait_s >= 0 for record in written.records)
+    assert len(csv_out.read_text().splitlines()) == 4_997 + 1
+
+
+def test_malformed_log_names_file_and_line(runner: CliRunner, tmp_path: Path) -> None:
+    log = tmp_path / "bad.swf"
+    good = "1 0 0 100 4 -1 -1 4 200 -1 1 1 1 -1 -1 -1 -1 -1\n"
+    log.write_text("; MaxProcs: 8\n" + good + "2 10 0 oops 4 -1 -1 4 200 -1 1 1 1 -1 -1 -1 -1 -1\n")
+    result = runner.invoke(main, ["simulate", str(log)])
+    assert result.exit_code != 0
+    assert "bad.swf:3" in result.output and "--lenient" in result.output
+    lenient = runner.invoke(main, ["simulate", str(log), "--lenient", "--predictor", "ave2"])
+    assert lenient.exit_code == 0, lenient.output
+    assert "skipped 1 malformed lines" in lenient.output
+
+
+def test_missing_machine_size_asks_for_procs(runner: CliRunner, tmp_path: Path) -> None:
+    log = tmp_path / "noheader.swf"
+    log.write_text("1 0 0 100 4 -1 -1 4 200 -1 1 1 1 -1 -1 -1 -1 -1\n")
+    result = runner.invoke(main, ["info", str(log)])
+    assert result.exit_code != 0 and "--procs" in result.output
+    result = runner.invoke(main, ["info", str(log), "--procs", "8", "--json"])
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.output)["machine_procs"] == 8
+
+
+def test_bad_loss_is_a_usage_error(runner: CliRunner, sample_log: Path) -> None:
+    result = runner.invoke(main, ["simulate", str(sample_log), "--loss", "over=cubic"])
+    assert result.exit_code == 2
+    assert "over" in result.output
+
+
+def test_info_reports_header_and_cleaning(runner: CliRunner, sample_log: Path) -> None:
+    result = runner.invoke(main, ["info", str(sample_log)])
+    assert result.exit_code == 0, result.output
+    assert "Europe/Stockholm" in result.output
+    assert "run time <= 0" in result.output
+    assert "4,997" in result.output
+
+
+def test_help_explains_the_choices(runner: CliRunner) -> None:
+    result = runner.invoke(main, ["simulate", "--help"])
+    assert result.exit_code == 0
+    for word in ("easy-sjbf", "clairvoyant", "ave2", "incremental", "doubling", "--procs"):
+        assert word in result.output
