@@ -164,9 +164,33 @@ _LOSS_HELP = (
 )
 
 
-@main.command()
-@_log_argument
-@click.option(
+def _learning_options(command: Callable[..., None]) -> Callable[..., None]:
+    """--loss, --eta, --lambda: the learned predictor's constants (shared by several commands)."""
+    for option in reversed(
+        [
+            click.option("--loss", default=RunSpec.loss, show_default=True, help=_LOSS_HELP),
+            click.option(
+                "--eta",
+                type=float,
+                default=DEFAULT_ETA,
+                show_default=True,
+                help="NAG learning rate of the learned predictor.",
+            ),
+            click.option(
+                "--lambda",
+                "l2",
+                type=float,
+                default=DEFAULT_L2,
+                show_default=True,
+                help="l2 regularisation of the learned predictor.",
+            ),
+        ]
+    ):
+        command = option(command)
+    return command
+
+
+_scheduler_option = click.option(
     "--scheduler",
     type=click.Choice(list(SCHEDULERS)),
     default=RunSpec.scheduler,
@@ -175,6 +199,20 @@ _LOSS_HELP = (
     "does not delay the head job's reservation). easy-sjbf: EASY, backfilling the shortest "
     "predicted jobs first.",
 )
+_correction_option = click.option(
+    "--correction",
+    type=click.Choice(list(CORRECTIONS)),
+    default=RunSpec.correction,
+    show_default=True,
+    help="What happens when a job outlives its prediction (always capped at the request). "
+    "requested: jump to the request. incremental: initial prediction + 1 min, then + 5 min, "
+    "15 min, 30 min, 1 h, ... 100 h, then the request. doubling: twice the elapsed time.",
+)
+
+
+@main.command()
+@_log_argument
+@_scheduler_option
 @click.option(
     "--predictor",
     type=click.Choice(list(PREDICTORS)),
@@ -184,31 +222,8 @@ _LOSS_HELP = (
     "true runtime (the unreachable best). ave2: mean of the user's last two runtimes. learned: "
     "the online polynomial model trained with --loss.",
 )
-@click.option(
-    "--correction",
-    type=click.Choice(list(CORRECTIONS)),
-    default=RunSpec.correction,
-    show_default=True,
-    help="What happens when a job outlives its prediction (always capped at the request). "
-    "requested: jump to the request. incremental: +1 min, +5 min, +15 min, +30 min, +1 h, ... "
-    "doubling: double the elapsed time.",
-)
-@click.option("--loss", default=RunSpec.loss, show_default=True, help=_LOSS_HELP)
-@click.option(
-    "--eta",
-    type=float,
-    default=DEFAULT_ETA,
-    show_default=True,
-    help="NAG learning rate of the learned predictor.",
-)
-@click.option(
-    "--lambda",
-    "l2",
-    type=float,
-    default=DEFAULT_L2,
-    show_default=True,
-    help="l2 regularisation of the learned predictor.",
-)
+@_correction_option
+@_learning_options
 @_procs_option
 @click.option(
     "--baseline/--no-baseline",
@@ -309,6 +324,106 @@ def simulate(
     for path in (output, csv_path):
         if path is not None:
             click.echo(f"wrote {path}")
+
+
+# ---------------------------------------------------------------------------- predict-eval
+EVALUATED_PREDICTORS = ("learned", "ave2", "requested")
+
+
+@main.command("predict-eval")
+@_log_argument
+@_learning_options
+@_scheduler_option
+@_correction_option
+@_procs_option
+@click.option(
+    "--plots",
+    "plot_dir",
+    type=click.Path(file_okay=False, writable=True, path_type=Path),
+    default=None,
+    help="Folder for the ECDF plots (PNG). Default: predict-eval-<log name>/ here.",
+)
+@click.option("--no-plots", is_flag=True, help="Only print the statistics.")
+@_lenient_option
+@_json_option
+def predict_eval(
+    log: Path,
+    loss: str,
+    eta: float,
+    l2: float,
+    scheduler: str,
+    correction: str,
+    procs: int | None,
+    plot_dir: Path | None,
+    no_plots: bool,
+    lenient: bool,
+    as_json: bool,
+) -> None:
+    """How good are the learned predictions on LOG, against AVE2 and the users' requests.
+
+    Each predictor is replayed in the same simulation (--scheduler, --correction), since the
+    learned features see the simulated running jobs; the initial prediction each job got at
+    submission is compared with its runtime: MAE, median absolute error, mean --loss, how often
+    it under-predicts, and the AVEbsld it led to. Two ECDF plots (errors, predicted values)
+    are written as PNG.
+    """
+    from hpcpredict.analysis import plot_ecdfs, prediction_stats
+
+    try:
+        specs = [RunSpec(scheduler, name, correction, loss, eta, l2) for name in EVALUATED_PREDICTORS]
+    except ValueError as error:
+        raise click.BadParameter(str(error)) from None
+    workload = _load(log, procs, lenient)
+    if not workload.jobs:
+        raise click.ClickException(f"{log}: no job left after cleaning (see `hpcpredict info`)")
+    results = []
+    for spec in specs:
+        with _bar(len(workload.jobs), "job", spec.label) as update:
+            results.append(run(workload, spec, progress=update))
+    stats = [prediction_stats(result, loss) for result in results]
+    ave_bsld = [compute_metrics(result).ave_bsld for result in results]
+    names = [spec.label.split(" + ")[1] for spec in specs]
+    pngs: list[Path] = []
+    if not no_plots:
+        target = plot_dir if plot_dir is not None else Path(f"predict-eval-{workload.name}")
+        pngs = plot_ecdfs(list(zip(names, results)), target, workload.name)
+    if as_json:
+        payload = {
+            **_workload_summary(workload),
+            "scheduler": scheduler,
+            "correction": correction,
+            "loss": loss,
+            "predictors": {
+                name: {**stat.to_dict(), "ave_bsld": bsld}
+                for name, stat, bsld in zip(names, stats, ave_bsld)
+            },
+            "plots": [str(png) for png in pngs],
+        }
+        click.echo(json.dumps(payload, indent=2))
+        return
+    _echo_skipped(workload)
+    click.echo(f"{workload.name}: {len(workload.jobs):,} jobs, {scheduler} + {correction}, "
+               f"loss {loss}")
+    rows = (
+        ("MAE (s)", lambda st: f"{st.mae_s:,.0f}"),
+        ("median |error| (s)", lambda st: f"{st.median_abs_error_s:,.0f}"),
+        (f"mean loss ({loss})", lambda st: f"{st.mean_loss:.3g}"),
+        ("under-predicted", lambda st: f"{st.under_prediction_rate:.1%}"),
+        ("exact", lambda st: f"{st.exact_rate:.1%}"),
+        ("mean predicted/run", lambda st: f"{st.mean_prediction_over_run:.2f}"),
+        ("median prediction (s)", lambda st: f"{st.median_prediction_s:,.0f}"),
+        ("predictions of 1 s", lambda st: f"{st.one_second_rate:.1%}"),
+    )
+    widths = [max(len(name), 12) for name in names]
+    label_width = max(len(label) for label, _ in rows)
+    click.echo(" " * label_width + "".join(f"  {n:>{w}}" for n, w in zip(names, widths)))
+    for label, cell in rows:
+        click.echo(f"{label:<{label_width}}" + "".join(
+            f"  {cell(st):>{w}}" for st, w in zip(stats, widths)))
+    click.echo(f"{'AVEbsld':<{label_width}}" + "".join(
+        f"  {b:>{w}.2f}" for b, w in zip(ave_bsld, widths)))
+    for png in pngs:
+        click.echo(f"wrote {png}")
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -122,3 +122,21 @@ def test_help_explains_the_choices(runner: CliRunner) -> None:
     assert result.exit_code == 0
     for word in ("easy-sjbf", "clairvoyant", "ave2", "incremental", "doubling", "--procs"):
         assert word in result.output
+
+
+def test_predict_eval_reports_three_predictors_and_writes_plots(
+    runner: CliRunner, sample_log: Path, tmp_path: Path
+) -> None:
+    plots = tmp_path / "plots"
+    result = runner.invoke(main, ["predict-eval", str(sample_log), "--plots", str(plots), "--json"])
+    assert result.exit_code == 0, result.output
+    payload = json.loads(result.output)
+    assert set(payload["predictors"]) == {"learned(eloss)", "ave2", "requested"}
+    requested = payload["predictors"]["requested"]
+    assert requested["under_prediction_rate"] == 0.0  # a request is never below the cleaned run
+    assert requested["mean_prediction_over_run"] >= 1.0
+    ave2 = payload["predictors"]["ave2"]
+    assert 0.0 < ave2["under_prediction_rate"] < 1.0
+    for png in payload["plots"]:
+        assert Path(png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert len(payload["plots"]) == 2
