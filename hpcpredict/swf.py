@@ -78,7 +78,7 @@ _FLOAT_FIELD_INDEXES = frozenset(
 # _INT_PATTERN and float() accepts _FLOAT_PATTERN plus nan/inf, which the fast path rejects.
 _INT_PATTERN = re.compile(r"[+-]?[0-9]+", re.ASCII)
 _FLOAT_PATTERN = re.compile(r"[+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?", re.ASCII)
-_HEADER_PAIR = re.compile(r";\s*([A-Z][A-Za-z0-9_]*)\s*:(?:\s+(.*?))?\s*", re.ASCII)
+_HEADER_PAIR = re.compile(r";\s*([A-Z][A-Za-z0-9_]*)\s*:\s*(.*?)\s*", re.ASCII)
 
 _GZIP_ERRORS = (gzip.BadGzipFile, EOFError, zlib.error)  # corrupt or truncated .gz
 _PROGRESS_EVERY_LINES = 8192  # how often `on_bytes` is called: often enough for a smooth bar
@@ -213,6 +213,8 @@ def parse_header(
         entries.setdefault(key, []).append(value)
         if key in _TYPED_HEADER_KEYS:
             attribute, is_int = _TYPED_HEADER_KEYS[key]
+            if not is_int and not value:
+                continue  # an empty TimeZoneString says nothing: the attribute stays None
             parsed = _parse_header_value(key, value, is_int, path=path, line_no=line_no)
             if attribute in typed and typed[attribute] != parsed:
                 raise SwfFormatError(
@@ -235,7 +237,12 @@ def _parse_header_value(
         raise SwfFormatError(
             f"header {key}: expected an integer, got {value!r}", path=path, line_no=line_no
         )
-    return int(value)
+    try:
+        return int(value)
+    except ValueError:  # beyond Python's int_max_str_digits: no real log has such a number
+        raise SwfFormatError(
+            f"header {key}: integer of {len(value)} digits is too long", path=path, line_no=line_no
+        ) from None
 
 
 @dataclass
@@ -444,7 +451,15 @@ def parse_fields(
         if index in _FLOAT_FIELD_INDEXES:
             values.append(_strict_float(text, path=path, line_no=line_no, field_no=index + 1))
         elif _INT_PATTERN.fullmatch(text):
-            values.append(int(text))
+            try:
+                values.append(int(text))
+            except ValueError:  # beyond Python's int_max_str_digits
+                raise SwfFormatError(
+                    f"integer of {len(text)} digits is too long",
+                    path=path,
+                    line_no=line_no,
+                    field_no=index + 1,
+                ) from None
         else:
             raise SwfFormatError(
                 f"expected an integer, got {text!r}", path=path, line_no=line_no, field_no=index + 1
