@@ -15,7 +15,7 @@ from tqdm import tqdm
 from hpcpredict.sim.corrections import CORRECTIONS
 from hpcpredict.sim.metrics import compute_metrics, metrics_table
 from hpcpredict.sim.output import write_jobs_csv, write_result_swf
-from hpcpredict.sim.runner import DEFAULT_ETA, DEFAULT_L2, PREDICTORS, RunSpec, run
+from hpcpredict.sim.runner import PREDICTORS, RunSpec, run
 from hpcpredict.sim.schedulers import SCHEDULERS
 from hpcpredict.swf import SwfFormatError
 from hpcpredict.workload import Workload, WorkloadError, load_workload
@@ -165,14 +165,14 @@ _LOSS_HELP = (
 
 
 def _learning_options(command: Callable[..., None]) -> Callable[..., None]:
-    """--loss, --eta, --lambda: the learned predictor's constants (shared by several commands)."""
+    """--loss, --eta, --lambda, --loss-unit, --negative: the learned predictor's constants (shared by several commands)."""
     for option in reversed(
         [
             click.option("--loss", default=RunSpec.loss, show_default=True, help=_LOSS_HELP),
             click.option(
                 "--eta",
                 type=float,
-                default=DEFAULT_ETA,
+                default=RunSpec.eta,
                 show_default=True,
                 help="NAG learning rate of the learned predictor.",
             ),
@@ -180,9 +180,25 @@ def _learning_options(command: Callable[..., None]) -> Callable[..., None]:
                 "--lambda",
                 "l2",
                 type=float,
-                default=DEFAULT_L2,
+                default=RunSpec.l2,
                 show_default=True,
                 help="l2 regularisation of the learned predictor.",
+            ),
+            click.option(
+                "--loss-unit",
+                "loss_unit_s",
+                type=click.FloatRange(min=0, min_open=True),
+                default=RunSpec.loss_unit_s,
+                show_default=True,
+                help="Seconds in the unit the loss measures errors in (squared branches are "
+                "z^2/unit): 3600 measures in hours, 1 is the reference's seconds.",
+            ),
+            click.option(
+                "--negative",
+                type=click.Choice(["abs", "clip"]),
+                default=RunSpec.negative,
+                show_default=True,
+                help="A negative model output becomes |f| (abs, as the reference) or 1 s (clip).",
             ),
         ]
     ):
@@ -258,6 +274,8 @@ def simulate(
     loss: str,
     eta: float,
     l2: float,
+    loss_unit_s: float,
+    negative: str,
     procs: int | None,
     baseline: bool,
     output: Path | None,
@@ -272,7 +290,10 @@ def simulate(
     learned predictor and incremental corrections, next to plain EASY on the users' requests.
     """
     try:
-        spec = RunSpec(scheduler, predictor, correction, loss, eta, l2, decide_on_correction)
+        spec = RunSpec(
+            scheduler, predictor, correction, loss, eta, l2, decide_on_correction, negative,  # type: ignore[arg-type]
+            loss_unit_s,
+        )
     except ValueError as error:
         raise click.BadParameter(str(error)) from None
     workload = _load(log, procs, lenient)
@@ -351,6 +372,8 @@ def predict_eval(
     loss: str,
     eta: float,
     l2: float,
+    loss_unit_s: float,
+    negative: str,
     scheduler: str,
     correction: str,
     procs: int | None,
@@ -370,7 +393,10 @@ def predict_eval(
     from hpcpredict.analysis import plot_ecdfs, prediction_stats
 
     try:
-        specs = [RunSpec(scheduler, name, correction, loss, eta, l2) for name in EVALUATED_PREDICTORS]
+        specs = [
+            RunSpec(scheduler, name, correction, loss, eta, l2, False, negative, loss_unit_s)  # type: ignore[arg-type]
+            for name in EVALUATED_PREDICTORS
+        ]
     except ValueError as error:
         raise click.BadParameter(str(error)) from None
     workload = _load(log, procs, lenient)

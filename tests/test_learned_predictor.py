@@ -76,8 +76,11 @@ def job(job_id: int, submit_s: int, requested_s: int = 3600, procs: int = 4, use
 def test_implements_the_predictor_protocol() -> None:
     predictor = LearnedPredictor()
     assert isinstance(predictor, Predictor)
-    assert predictor.name == "learned(over=square,under=linear,weight=large_area,eta=5000,l2=4e+09)"
-    assert (predictor.eta, predictor.l2, predictor.negative) == (5000.0, 4e9, "clip")
+    assert predictor.name == (
+        "learned(over=square,under=linear,weight=large_area,eta=5000,l2=4e+09,unit=3600s)"
+    )
+    assert (predictor.eta, predictor.l2, predictor.negative) == (5000.0, 4e9, "abs")
+    assert predictor.loss_unit_s == 3600.0
 
 
 @pytest.mark.parametrize(
@@ -161,7 +164,7 @@ def test_a_runtime_never_reaches_its_own_prediction() -> None:
 def test_a_job_ending_after_a_submission_cannot_change_its_features() -> None:
     """Submit A, submit B, end A: B learns from x_B as it was at its submission."""
     a, b = job(1, 0, procs=4), job(2, 100, procs=8)
-    predictor = LearnedPredictor("squared", eta=100.0, l2=0.0)
+    predictor = LearnedPredictor("squared", eta=100.0, l2=0.0, loss_unit_s=1.0)
     predictor.predict(a, 0)
     predictor.job_started(a, 10)
     predictor.predict(b, 100)
@@ -238,6 +241,26 @@ def test_load_state_dict_refuses_other_hyperparameters() -> None:
         LearnedPredictor(eta=100.0).load_state_dict(state)
     with pytest.raises(ValueError, match="loss"):
         LearnedPredictor("squared").load_state_dict(state)
+    with pytest.raises(ValueError, match="loss_unit_s: saved 3600.0, this 1.0"):
+        LearnedPredictor(eta=5000.0, loss_unit_s=1.0).load_state_dict(state)
+
+
+def test_the_loss_unit_scales_the_squared_branches_only() -> None:
+    seconds = LearnedPredictor("eloss", loss_unit_s=1.0)._loss
+    hours = LearnedPredictor("eloss", loss_unit_s=3600.0)._loss
+    # over-prediction by 2 h of a 1 h job on 1 processor: squared branch, / 3600 in hours
+    assert hours.value(3 * 3600, 3600, 1) == pytest.approx(seconds.value(3 * 3600, 3600, 1) / 3600)
+    assert hours.gradient(3 * 3600, 3600, 1) == pytest.approx(
+        seconds.gradient(3 * 3600, 3600, 1) / 3600
+    )
+    # under-prediction: the linear branch is the same in any unit
+    assert hours.value(600, 3600, 1) == seconds.value(600, 3600, 1)
+    assert hours.gradient(600, 3600, 1) == seconds.gradient(600, 3600, 1)
+    # the E-Loss branches now cost the same for one hour over or under (one second in seconds)
+    gamma = hours.gamma(7200, 4)
+    assert hours.value(7200 + 3600, 7200, 4) == pytest.approx(hours.value(7200 - 3600, 7200, 4))
+    assert hours.value(7200 - 3600, 7200, 4) == pytest.approx(gamma * 3600)
+    assert hours.value(7200 + 1800, 7200, 4) < hours.value(7200 - 1800, 7200, 4)
 
 
 def test_clone_is_fresh_with_the_same_hyperparameters() -> None:

@@ -28,6 +28,14 @@ Weights are kept positive and finite by one documented rule, `gamma_floor`:
 
 The reference used 1 + log(q p) for large_area (method.md §10) with no floor; we follow §4.
 
+The unit. A squared branch is not unit-free: z^2 in seconds against a linear z makes
+over-predicting by more than one second cost more than under-predicting by the same amount,
+whatever the job. `unit_s` = u measures the errors of both branches in units of u seconds and
+scales the loss back by u, i.e. a squared branch is z^2 / u and a linear one stays z: the two
+branches of the E-Loss then cost the same at z = u (their slopes at z = u / 2). u = 1 is method.md's loss in seconds (the
+reference's); `LearnedPredictor` measures in hours by default (its doc and docs/results.md say
+why and what it changes).
+
 >>> loss = parse_loss("eloss")
 >>> loss.name
 'over=square,under=linear,weight=large_area'
@@ -108,17 +116,22 @@ class AsymmetricLoss:
     under: Branch
     weight: Weight
     weight_floor: float = WEIGHT_FLOOR
+    unit_s: float = 1.0  # time unit of the squared branches (module doc, "The unit")
     _over_square: bool = field(init=False, repr=False, compare=False)
     _under_square: bool = field(init=False, repr=False, compare=False)
     _raw_weight: Callable[[float, float], float] = field(init=False, repr=False, compare=False)
+    _inv_unit: float = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if not self.weight_floor > 0.0:
             raise ValueError(f"weight_floor must be > 0, got {self.weight_floor!r}")
+        if not (self.unit_s > 0.0 and math.isfinite(self.unit_s)):
+            raise ValueError(f"unit_s must be a finite number > 0, got {self.unit_s!r}")
         # Resolved once: the gradient runs once per learned job.
         object.__setattr__(self, "_over_square", self.over is Branch.SQUARE)
         object.__setattr__(self, "_under_square", self.under is Branch.SQUARE)
         object.__setattr__(self, "_raw_weight", _WEIGHT_FUNCTIONS[self.weight])
+        object.__setattr__(self, "_inv_unit", 1.0 / self.unit_s)
 
     @property
     def name(self) -> str:
@@ -134,15 +147,15 @@ class AsymmetricLoss:
         """L(f) for a job of true runtime p seconds on q processors."""
         if f >= p:
             z = f - p
-            return self.gamma(p, q) * (z * z if self._over_square else z)
+            return self.gamma(p, q) * (z * z * self._inv_unit if self._over_square else z)
         z = p - f
-        return self.gamma(p, q) * (z * z if self._under_square else z)
+        return self.gamma(p, q) * (z * z * self._inv_unit if self._under_square else z)
 
     def gradient(self, f: float, p: float, q: float) -> float:
         """dL/df: the scalar the model multiplies by Phi(x)."""
         if f >= p:
-            return self.gamma(p, q) * (2.0 * (f - p) if self._over_square else 1.0)
-        return -self.gamma(p, q) * (2.0 * (p - f) if self._under_square else 1.0)
+            return self.gamma(p, q) * (2.0 * (f - p) * self._inv_unit if self._over_square else 1.0)
+        return -self.gamma(p, q) * (2.0 * (p - f) * self._inv_unit if self._under_square else 1.0)
 
 
 E_LOSS = AsymmetricLoss(Branch.SQUARE, Branch.LINEAR, Weight.LARGE_AREA)

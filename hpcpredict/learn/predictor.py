@@ -14,16 +14,27 @@ features at submission without predicting (e.g. a daemon replaying SLURM history
 and a job whose submission was missed entirely is learned, if `learn_unseen`, from the
 approximation `FeatureState.late_submission` documents.
 
-Turning f into whole seconds (method.md §5, last line): a negative f becomes 1 s with
-``negative="clip"`` (the default) or |f| with ``negative="abs"`` (the reference, method.md §10).
-We clip by default because the model is trained on f itself, not |f|: f = -5000 means the model
-was pushed far below the runtime, and |f| turns that into a 5000 s guess no gradient ever asked
-for, while clipping is the projection onto [1, p~_j] that the loss reasons about. Then
+Turning f into whole seconds (method.md §5, last line): a negative f becomes |f| with
+``negative="abs"`` (the default, as the reference did, method.md §10) or 1 s with
+``negative="clip"``.
+Clipping is the projection onto [1, p~_j] that the loss reasons about, and we expected it to
+win; measured, it does not (docs/results.md): a 1-s prediction makes a job fit in every
+backfilling hole, so the jobs the model knows least about are the ones backfilled most
+aggressively, then corrected; |f| keeps the size of the model's answer, and scheduled better on
+two of the three logs. Then
 `clip_prediction` truncates to whole seconds (as the reference's int()) and caps at the request.
 
+Defaults (`DEFAULT_*`, chosen on all three archive logs together, docs/results.md): the
+reference's eta = 5000 and lambda = 4e9, |f| for negative f, and the loss measured in hours
+(``loss_unit_s=3600``, see `hpcpredict.learn.losses`): with the E-Loss in seconds the squared
+over-prediction branch dominates from one second on, and the model collapses towards 1-s
+predictions (94% of them on KTH-SP2). In hours an error of one hour costs the same either way,
+one hour being the fifth step of the incremental correction; neighbouring units (30 min, 2 h)
+give close results.
+
 Speed: one job costs one feature computation, one expansion (two numpy calls), two dot products
-and the NAG step (about fifteen numpy calls on 231 floats, no allocation); see the commit log
-and the final report for the measured µs per job.
+and the NAG step (about fifteen numpy calls on 231 floats, no allocation): about 25 µs per job
+(docs/performance.md).
 
 >>> from hpcpredict.jobs import JobRequest
 >>> predictor = LearnedPredictor("eloss", eta=5000.0, l2=0.0)
@@ -38,6 +49,7 @@ and the final report for the measured µs per job.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from typing import Any, Literal
 
@@ -58,6 +70,11 @@ from hpcpredict.learn.polynomial import QuadraticExpansion
 from hpcpredict.predictors import clip_prediction
 
 NegativeRule = Literal["clip", "abs"]
+
+DEFAULT_ETA = ETA_REFERENCE
+DEFAULT_L2 = L2_REFERENCE
+DEFAULT_NEGATIVE: NegativeRule = "abs"
+DEFAULT_LOSS_UNIT_S = 3600.0
 _STATE_VERSION = 1
 
 
@@ -72,9 +89,10 @@ class LearnedPredictor:
         self,
         loss: str | AsymmetricLoss = "eloss",
         *,
-        eta: float = ETA_REFERENCE,
-        l2: float = L2_REFERENCE,
-        negative: NegativeRule = "clip",
+        eta: float = DEFAULT_ETA,
+        l2: float = DEFAULT_L2,
+        negative: NegativeRule = DEFAULT_NEGATIVE,
+        loss_unit_s: float = DEFAULT_LOSS_UNIT_S,
         context: FeatureContext | None = None,
         learn_unseen: bool = True,
     ) -> None:
@@ -84,10 +102,12 @@ class LearnedPredictor:
         self.eta = eta
         self.l2 = l2
         self.negative = negative
+        self.loss_unit_s = loss_unit_s
         self.context = context
         self.learn_unseen = learn_unseen
 
-        self._loss = parse_loss(loss) if isinstance(loss, str) else loss
+        base_loss = parse_loss(loss) if isinstance(loss, str) else loss
+        self._loss = dataclasses.replace(base_loss, unit_s=float(loss_unit_s))
         self._expansion = QuadraticExpansion(N_FEATURES)
         self.features = FeatureState(context)
         self.nag = Nag(self._expansion.n_terms, NagConfig(eta=eta, l2=l2))
@@ -95,7 +115,7 @@ class LearnedPredictor:
         # Phi(x_j) as submitted, for each job predicted (or observed) and not yet ended.
         self._pending_phi: dict[int, np.ndarray] = {}
         self._x = np.empty(N_FEATURES)
-        self.name = f"learned({self._loss.name},eta={eta:g},l2={l2:g})"
+        self.name = f"learned({self._loss.name},eta={eta:g},l2={l2:g},unit={loss_unit_s:g}s)"
 
     # ------------------------------------------------------------------ the protocol
     def predict(self, request: JobRequest, now_s: int) -> int:
@@ -153,6 +173,7 @@ class LearnedPredictor:
             "eta": self.eta,
             "l2": self.l2,
             "negative": self.negative,
+            "loss_unit_s": self.loss_unit_s,
             "context": self.context,
             "learn_unseen": self.learn_unseen,
         }
@@ -175,6 +196,7 @@ class LearnedPredictor:
             "hyper/eta": np.array(self.eta, dtype=np.float64),
             "hyper/l2": np.array(self.l2, dtype=np.float64),
             "hyper/negative": np.array(self.negative),
+            "hyper/loss_unit_s": np.array(float(self.loss_unit_s), dtype=np.float64),
             "hyper/learn_unseen": np.array(self.learn_unseen),
         }
         for key, value in self.nag.state.to_state().items():
@@ -203,6 +225,7 @@ class LearnedPredictor:
             "eta": float(state["hyper/eta"]),
             "l2": float(state["hyper/l2"]),
             "negative": str(state["hyper/negative"]),
+            "loss_unit_s": float(state["hyper/loss_unit_s"]),
             "learn_unseen": bool(state["hyper/learn_unseen"]),
             "context": saved_context,
         }
@@ -212,6 +235,7 @@ class LearnedPredictor:
             "eta": float(self.eta),
             "l2": float(self.l2),
             "negative": self.negative,
+            "loss_unit_s": float(self.loss_unit_s),
             "learn_unseen": self.learn_unseen,
             "context": self.features.context,
         }
@@ -255,6 +279,7 @@ class LearnedPredictor:
             eta=float(state["hyper/eta"]),
             l2=float(state["hyper/l2"]),
             negative=str(state["hyper/negative"]),  # type: ignore[arg-type]
+            loss_unit_s=float(state["hyper/loss_unit_s"]),
             context=context,
             learn_unseen=bool(state["hyper/learn_unseen"]),
         )

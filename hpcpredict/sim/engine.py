@@ -26,6 +26,13 @@ class EventQueue(Generic[Payload]):
     def push(self, time_s: int, priority: int, payload: Payload) -> None:
         heapq.heappush(self._heap, (time_s, priority, next(self._sequence), payload))
 
+    def peek(self) -> tuple[int, int] | None:
+        """(time, priority) of the next event, or None when there is none."""
+        if not self._heap:
+            return None
+        time_s, priority, _, _ = self._heap[0]
+        return time_s, priority
+
     def pop(self) -> tuple[int, int, Payload]:
         time_s, priority, _, payload = heapq.heappop(self._heap)
         return time_s, priority, payload

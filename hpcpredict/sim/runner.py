@@ -12,7 +12,13 @@ from dataclasses import asdict, dataclass
 
 from hpcpredict.features import FeatureContext
 from hpcpredict.learn import LearnedPredictor, parse_loss
-from hpcpredict.learn.nag import ETA_REFERENCE, L2_REFERENCE
+from hpcpredict.learn.predictor import (
+    DEFAULT_ETA,
+    DEFAULT_L2,
+    DEFAULT_LOSS_UNIT_S,
+    DEFAULT_NEGATIVE,
+    NegativeRule,
+)
 from hpcpredict.predictors import (
     Ave2Predictor,
     ClairvoyantPredictor,
@@ -26,9 +32,6 @@ from hpcpredict.workload import Workload
 
 PREDICTORS: tuple[str, ...] = ("requested", "clairvoyant", "ave2", "learned")
 
-DEFAULT_ETA = ETA_REFERENCE
-DEFAULT_L2 = L2_REFERENCE
-
 
 @dataclass(frozen=True)
 class RunSpec:
@@ -41,6 +44,8 @@ class RunSpec:
     eta: float = DEFAULT_ETA
     l2: float = DEFAULT_L2
     decide_on_correction: bool = False
+    negative: NegativeRule = DEFAULT_NEGATIVE
+    loss_unit_s: float = DEFAULT_LOSS_UNIT_S
 
     def __post_init__(self) -> None:
         if self.scheduler not in SCHEDULERS:
@@ -56,6 +61,10 @@ class RunSpec:
             raise ValueError(f"eta must be > 0, got {self.eta}")
         if not self.l2 >= 0:
             raise ValueError(f"lambda (l2) must be >= 0, got {self.l2}")
+        if self.negative not in ("clip", "abs"):
+            raise ValueError(f"negative must be 'clip' or 'abs', got {self.negative!r}")
+        if not self.loss_unit_s > 0:
+            raise ValueError(f"the loss unit must be > 0 seconds, got {self.loss_unit_s}")
 
     @property
     def label(self) -> str:
@@ -68,7 +77,7 @@ class RunSpec:
     def to_dict(self) -> dict[str, object]:
         settings = asdict(self)
         if self.predictor != "learned":  # learning constants mean nothing for the others
-            for key in ("loss", "eta", "l2"):
+            for key in ("loss", "eta", "l2", "negative", "loss_unit_s"):
                 settings.pop(key)
         return settings
 
@@ -87,7 +96,12 @@ def build_predictor(spec: RunSpec, workload: Workload) -> Predictor:
     if spec.predictor == "ave2":
         return Ave2Predictor()
     return LearnedPredictor(
-        spec.loss, eta=spec.eta, l2=spec.l2, context=feature_context(workload)
+        spec.loss,
+        eta=spec.eta,
+        l2=spec.l2,
+        negative=spec.negative,
+        loss_unit_s=spec.loss_unit_s,
+        context=feature_context(workload),
     )
 
 

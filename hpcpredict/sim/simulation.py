@@ -156,7 +156,10 @@ def simulate(
             prediction_s[index] = new_prediction
             if new_prediction < run_s[index]:
                 events.push(start_s[index] + new_prediction, PREDICTION_OVER, index)
-            if decide_on_correction:
+            # Deciding now while another prediction runs out at this same instant would count
+            # that job's processors as free (it is predicted to end now) before its correction:
+            # wait for the last correction of the instant.
+            if decide_on_correction and events.peek() != (now_s, PREDICTION_OVER):
                 reservation = scheduler.schedule(now_s, waiting, profile, start)
                 remember(reservation)
             else:
