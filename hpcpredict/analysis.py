@@ -9,9 +9,11 @@ them next to the AVEbsld each predictor produced.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -65,6 +67,27 @@ def _ecdf(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return ordered, np.arange(1, len(ordered) + 1) / len(ordered)
 
 
+@contextmanager
+def _figure(path: Path, title: str, ylabel: str) -> Iterator[Any]:
+    """One axes to draw on; titled, gridded, legended and saved as PNG on exit."""
+    import matplotlib
+
+    matplotlib.use("Agg")  # files only: works on a headless server
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7.5, 4.5))
+    try:
+        yield ax
+        ax.set_title(title)
+        ax.set_ylabel(ylabel)
+        ax.grid(True, alpha=0.3)
+        ax.legend()
+        fig.tight_layout()
+        fig.savefig(path, dpi=120)
+    finally:
+        plt.close(fig)
+
+
 def plot_ecdfs(
     named: Sequence[tuple[str, SimulationResult]], out_dir: Path, title: str
 ) -> list[Path]:
@@ -72,44 +95,28 @@ def plot_ecdfs(
 
     The second one also draws the true runtimes, so a predictor's distance to them shows.
     """
-    import matplotlib
-
-    matplotlib.use("Agg")  # files only: works on a headless server
-    import matplotlib.pyplot as plt
-
     out_dir.mkdir(parents=True, exist_ok=True)
     columns = [(name, job_arrays(result)) for name, result in named]
 
     errors_png = out_dir / "prediction_error_ecdf.png"
-    fig, ax = plt.subplots(figsize=(7.5, 4.5))
-    for name, column in columns:
-        x, y = _ecdf((column["initial_prediction_s"] - column["run_s"]).astype(np.float64))
-        ax.plot(x, y, label=name, drawstyle="steps-post")
-    ax.set_xscale("symlog", linthresh=60)
-    ax.axvline(0, color="grey", linewidth=0.8)
-    ax.set_xlabel("prediction - runtime (s, symlog; < 0 is under-prediction)")
-    ax.set_ylabel("fraction of jobs")
-    ax.set_title(f"{title}: prediction errors")
-    ax.grid(True, alpha=0.3)
-    ax.legend()
-    fig.tight_layout()
-    fig.savefig(errors_png, dpi=120)
-    plt.close(fig)
+    errors = [
+        (name, (column["initial_prediction_s"] - column["run_s"]).astype(np.float64))
+        for name, column in columns
+    ]
+    with _figure(errors_png, f"{title}: prediction errors", "fraction of jobs") as ax:
+        for name, values in errors:
+            ax.plot(*_ecdf(values), label=name, drawstyle="steps-post")
+        ax.set_xscale("symlog", linthresh=60)
+        ax.axvline(0, color="grey", linewidth=0.8)
+        ax.set_xlabel("prediction - runtime (s, symlog; < 0 is under-prediction)")
 
     values_png = out_dir / "predicted_value_ecdf.png"
-    fig, ax = plt.subplots(figsize=(7.5, 4.5))
-    for name, column in columns:
-        x, y = _ecdf(column["initial_prediction_s"].astype(np.float64))
-        ax.plot(x, y, label=name, drawstyle="steps-post")
-    x, y = _ecdf(columns[0][1]["run_s"].astype(np.float64))
-    ax.plot(x, y, label="actual runtime", color="black", linestyle="--", drawstyle="steps-post")
-    ax.set_xscale("log")
-    ax.set_xlabel("seconds (log)")
-    ax.set_ylabel("fraction of jobs")
-    ax.set_title(f"{title}: predicted values")
-    ax.grid(True, alpha=0.3)
-    ax.legend()
-    fig.tight_layout()
-    fig.savefig(values_png, dpi=120)
-    plt.close(fig)
+    with _figure(values_png, f"{title}: predicted values", "fraction of jobs") as ax:
+        for name, column in columns:
+            ax.plot(*_ecdf(column["initial_prediction_s"].astype(np.float64)), label=name,
+                    drawstyle="steps-post")
+        ax.plot(*_ecdf(columns[0][1]["run_s"].astype(np.float64)), label="actual runtime",
+                color="black", linestyle="--", drawstyle="steps-post")
+        ax.set_xscale("log")
+        ax.set_xlabel("seconds (log)")
     return [errors_png, values_png]

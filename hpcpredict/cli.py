@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import sys
@@ -12,6 +13,7 @@ from pathlib import Path
 import click
 from tqdm import tqdm
 
+from hpcpredict.learn import parse_loss
 from hpcpredict.sim.corrections import CORRECTIONS
 from hpcpredict.sim.metrics import compute_metrics, metrics_table
 from hpcpredict.sim.output import write_jobs_csv, write_result_swf
@@ -406,7 +408,8 @@ def predict_eval(
     for spec in specs:
         with _bar(len(workload.jobs), "job", spec.label) as update:
             results.append(run(workload, spec, progress=update))
-    stats = [prediction_stats(result, loss) for result in results]
+    scored_loss = dataclasses.replace(parse_loss(loss), unit_s=loss_unit_s)  # as it was learned
+    stats = [prediction_stats(result, scored_loss) for result in results]
     ave_bsld = [compute_metrics(result).ave_bsld for result in results]
     names = [spec.label.split(" + ")[1] for spec in specs]
     pngs: list[Path] = []
@@ -433,7 +436,7 @@ def predict_eval(
     rows = (
         ("MAE (s)", lambda st: f"{st.mae_s:,.0f}"),
         ("median |error| (s)", lambda st: f"{st.median_abs_error_s:,.0f}"),
-        (f"mean loss ({loss})", lambda st: f"{st.mean_loss:.3g}"),
+        (f"mean loss ({loss}, unit {loss_unit_s:g} s)", lambda st: f"{st.mean_loss:.3g}"),
         ("under-predicted", lambda st: f"{st.under_prediction_rate:.1%}"),
         ("exact", lambda st: f"{st.exact_rate:.1%}"),
         ("mean predicted/run", lambda st: f"{st.mean_prediction_over_run:.2f}"),

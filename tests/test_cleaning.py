@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from conftest import KTH_LOG, SAMPLE_LOG, shared_log
+from conftest import KTH_LOG, SAMPLE_LOG, make_record, shared_log
 from hpcpredict.cleaning import RULES, CleaningReport, RuleCount, clean
 from hpcpredict.jobs import Job, JobRequest
 from hpcpredict.swf import SwfRecord, read_swf
@@ -19,30 +19,11 @@ RULE_NAMES = tuple(name for name, _ in RULES)
 
 def rec(**overrides: int | float) -> SwfRecord:
     """A record that every rule keeps unchanged (with max_procs_header >= 4); override by name."""
-    values: dict[str, int | float] = {
-        "job_id": 1,
-        "submit_s": 100,
-        "wait_s": 5,
-        "run_s": 600,
-        "allocated_procs": 4,
-        "avg_cpu_s": -1.0,
-        "used_memory_kb": -1.0,
-        "requested_procs": 4,
-        "requested_time_s": 3600,
-        "requested_memory_kb": -1.0,
-        "status": 1,
-        "user_id": 7,
-        "group_id": 3,
-        "executable_id": 11,
-        "queue_id": 2,
-        "partition_id": 1,
-        "preceding_job_id": -1,
-        "think_time_s": -1,
-    }
-    unknown = set(overrides) - set(values)
-    assert not unknown, unknown
-    values.update(overrides)
-    return SwfRecord(**values)  # type: ignore[arg-type]
+    fields: dict[str, int | float] = dict(
+        submit_s=100, wait_s=5, run_s=600, executable_id=11, queue_id=2, partition_id=1
+    )
+    fields.update(overrides)
+    return make_record(**fields)
 
 
 def activity(report: CleaningReport) -> dict[str, tuple[int, int]]:

@@ -16,7 +16,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from conftest import KTH_LOG, SAMPLE_LOG, shared_log
+from conftest import KTH_LOG, SAMPLE_LOG, make_record, shared_log
 from hpcpredict.swf import (
     FIELD_COUNT,
     SWF_FIELDS,
@@ -58,30 +58,7 @@ HEADER = (
 
 def record(**overrides: int | float) -> SwfRecord:
     """A valid record with sensible defaults; override any field by name."""
-    values: dict[str, int | float] = {
-        "job_id": 1,
-        "submit_s": 0,
-        "wait_s": 10,
-        "run_s": 100,
-        "allocated_procs": 4,
-        "avg_cpu_s": -1.0,
-        "used_memory_kb": -1.0,
-        "requested_procs": 4,
-        "requested_time_s": 3600,
-        "requested_memory_kb": -1.0,
-        "status": 1,
-        "user_id": 7,
-        "group_id": 3,
-        "executable_id": -1,
-        "queue_id": -1,
-        "partition_id": -1,
-        "preceding_job_id": -1,
-        "think_time_s": -1,
-    }
-    unknown = set(overrides) - set(values)
-    assert not unknown, unknown
-    values.update(overrides)
-    return SwfRecord(**values)  # type: ignore[arg-type]
+    return make_record(**overrides)
 
 
 def job_line(**overrides: object) -> str:
