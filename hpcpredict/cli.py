@@ -6,6 +6,7 @@ import dataclasses
 import json
 import os
 import sys
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -453,6 +454,120 @@ def predict_eval(
         f"  {b:>{w}.2f}" for b, w in zip(ave_bsld, widths)))
     for png in pngs:
         click.echo(f"wrote {png}")
+
+
+# ---------------------------------------------------------------------------- campaigns
+_campaign_argument = click.argument(
+    "campaign_file", type=click.Path(exists=True, dir_okay=False, path_type=Path)
+)
+_db_option = click.option(
+    "--db",
+    "database_url",
+    default=None,
+    help="SQLAlchemy URL of the result store. Default: sqlite:///<campaign file>.sqlite.",
+)
+
+
+def _load_campaign(campaign_file: Path):  # -> Campaign (imported lazily: SQLAlchemy is heavy)
+    from hpcpredict.sim.campaign import CampaignError, load_campaign
+
+    try:
+        return load_campaign(campaign_file)
+    except CampaignError as error:
+        raise click.ClickException(str(error)) from None
+
+
+@main.command()
+@_campaign_argument
+@click.option(
+    "--jobs", "-j", type=click.IntRange(min=1), default=None,
+    help="Simulations run at once. Default: one per core (local) or per Dask worker.",
+)
+@click.option(
+    "--executor", type=click.Choice(["local", "dask"]), default="local", show_default=True,
+    help="local: processes on this machine. dask: a Dask cluster (--scheduler-address) or, "
+    "without an address, a LocalCluster of --jobs workers.",
+)
+@click.option("--scheduler-address", default=None, help="Dask scheduler, e.g. tcp://host:8786.")
+@_db_option
+@click.option("--dry-run", is_flag=True, help="Only say how many runs are done and to do.")
+def campaign(
+    campaign_file: Path,
+    jobs: int | None,
+    executor: str,
+    scheduler_address: str | None,
+    database_url: str | None,
+    dry_run: bool,
+) -> None:
+    """Run every simulation of CAMPAIGN_FILE (TOML, see sim/) that is not stored yet.
+
+    Results go to a database as each run finishes, so an interrupted campaign resumes where it
+    stopped and never recomputes a finished run. Logs must exist where the file says.
+    """
+    from hpcpredict.sim.campaign import execute
+    from hpcpredict.sim.campaign_store import CampaignStore
+
+    definition = _load_campaign(campaign_file)
+    missing = [log.path for log in definition.logs if not Path(log.path).is_file()]
+    if missing:
+        raise click.ClickException(f"{campaign_file}: log not found: {', '.join(missing)}")
+    store = CampaignStore(database_url or definition.default_database_url)
+    done = store.done_keys()
+    todo = [cell for cell in definition.cells if cell.key not in done]
+    click.echo(
+        f"{definition.name}: {len(definition.cells):,} runs, {len(definition.cells) - len(todo):,} "
+        f"already stored, {len(todo):,} to run ({store.url})",
+        err=True,
+    )
+    if dry_run or not todo:
+        store.close()
+        return
+    started = time.perf_counter()
+    with tqdm(total=len(todo), unit="run", desc=definition.name, file=sys.stderr,
+              disable=not _show_progress()) as bar:
+
+        def on_result(cell, result) -> None:  # type: ignore[no-untyped-def]
+            store.add(definition.name, cell, result)
+            bar.update(1)
+
+        try:
+            execute(todo, executor=executor, jobs=jobs, scheduler_address=scheduler_address,
+                    on_result=on_result)
+        finally:
+            store.close()
+    click.echo(f"{len(todo):,} runs in {time.perf_counter() - started:.0f} s", err=True)
+
+
+@main.command("campaign-report")
+@_campaign_argument
+@_db_option
+@click.option(
+    "--out", "out_dir", type=click.Path(file_okay=False, path_type=Path), default=None,
+    help="Folder for report.md, the CSV tables and the PNG plots. Default: "
+    "sim/results/<campaign name>/ next to the campaign file.",
+)
+def campaign_report(campaign_file: Path, database_url: str | None, out_dir: Path | None) -> None:
+    """Tables, leave-one-log-out selection, correlations and plots of a campaign's stored runs.
+
+    Works on a partial campaign too (only the stored runs are reported); leave-one-log-out uses
+    the triples stored on every log.
+    """
+    from hpcpredict.sim.campaign_report import write_report
+    from hpcpredict.sim.campaign_store import CampaignStore
+
+    definition = _load_campaign(campaign_file)
+    store = CampaignStore(database_url or definition.default_database_url)
+    try:
+        runs = store.frame(cell.key for cell in definition.cells)
+    finally:
+        store.close()
+    if runs.empty:
+        raise click.ClickException(f"{campaign_file}: no stored run yet (run `hpcpredict campaign`)")
+    target = out_dir or definition.path.parent / "results" / definition.name
+    paths = write_report(runs, target, f"Campaign {definition.name}")
+    click.echo(f"{len(runs):,} of {len(definition.cells):,} runs reported")
+    for path in paths:
+        click.echo(f"wrote {path}")
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -1,0 +1,284 @@
+"""Campaigns: a grid of simulations defined in TOML, run in parallel, stored so they resume.
+
+A campaign file names logs, baseline configurations and a grid of learned configurations
+(losses x corrections x schedulers x learning constants); `cells` expands it into one `Cell` per
+(log, configuration). Each cell has a stable `key` (a hash of the log and the configuration, not
+of the file), so a run finished once is never run again, even after the file is edited to add
+cells. `run_campaign` sends the cells not yet in the store to an executor — local processes by
+default, a Dask cluster when asked — and the driver alone writes each finished run to the store,
+one transaction per run: a campaign killed at any point loses only the runs in flight.
+
+File format (paths relative to the file)::
+
+    name = "smoke"
+    [[logs]]
+    name = "KTH-SP2"
+    path = "../swf/KTH-SP2-sample.swf"
+    procs = 100                       # optional: default MaxProcs from the header
+    [[baselines]]
+    label = "EASY++"
+    scheduler = "easy-sjbf"
+    predictor = "ave2"
+    correction = "incremental"
+    [learned]
+    losses = "all"                    # or a list: ["eloss", "over=linear,under=square,weight=constant"]
+    corrections = ["incremental"]
+    schedulers = ["easy-sjbf"]
+    eta = [5000.0]                    # optional lists; defaults: the learner's defaults
+    lambda = [4e9]
+    loss_unit_s = [3600.0]
+    negative = ["abs"]
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import json
+import os
+import tomllib
+from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+from dataclasses import asdict, dataclass
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+from hpcpredict.learn import all_losses, parse_loss
+from hpcpredict.sim.metrics import compute_metrics
+from hpcpredict.sim.runner import RunSpec, run
+from hpcpredict.workload import Workload, load_workload
+
+
+class CampaignError(ValueError):
+    """The campaign file is not valid: says which file and which entry."""
+
+
+@dataclass(frozen=True)
+class LogEntry:
+    name: str
+    path: str  # absolute
+    procs: int | None = None
+
+
+@dataclass(frozen=True)
+class Cell:
+    """One simulation of a campaign: a log and a configuration."""
+
+    log: LogEntry
+    label: str
+    spec: RunSpec
+
+    @property
+    def key(self) -> str:
+        """Stable identity: the log's name and machine size and every setting of the spec."""
+        identity = {"log": self.log.name, "procs": self.log.procs, **self.spec.to_dict()}
+        return hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()[:32]
+
+
+@dataclass(frozen=True)
+class Campaign:
+    name: str
+    path: Path
+    logs: tuple[LogEntry, ...]
+    cells: tuple[Cell, ...]
+
+    @property
+    def default_database_url(self) -> str:
+        """SQLite next to the campaign file: sim/paper.toml -> sim/paper.sqlite."""
+        return f"sqlite:///{self.path.with_suffix('.sqlite')}"
+
+
+def load_campaign(path: str | os.PathLike[str]) -> Campaign:
+    """Parse and validate a campaign file; every error names the file and the entry."""
+    path = Path(path).resolve()
+    try:
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+    except tomllib.TOMLDecodeError as error:
+        raise CampaignError(f"{path}: not valid TOML: {error}") from None
+    name = str(data.get("name", path.stem))
+    logs = tuple(_log_entry(path, index, entry) for index, entry in enumerate(data.get("logs", [])))
+    if not logs:
+        raise CampaignError(f"{path}: no [[logs]] entry")
+    if len({log.name for log in logs}) != len(logs):
+        raise CampaignError(f"{path}: two [[logs]] entries have the same name")
+    configurations = [
+        _baseline(path, index, entry) for index, entry in enumerate(data.get("baselines", []))
+    ]
+    if "learned" in data:
+        configurations.extend(_learned_grid(path, data["learned"]))
+    if not configurations:
+        raise CampaignError(f"{path}: neither [[baselines]] nor [learned]: nothing to run")
+    labels = [label for label, _ in configurations]
+    if len(set(labels)) != len(labels):
+        raise CampaignError(f"{path}: two configurations have the same label")
+    cells = tuple(Cell(log, label, spec) for log in logs for label, spec in configurations)
+    return Campaign(name=name, path=path, logs=logs, cells=cells)
+
+
+def _log_entry(path: Path, index: int, entry: dict[str, Any]) -> LogEntry:
+    where = f"{path}: [[logs]] entry {index + 1}"
+    if "path" not in entry:
+        raise CampaignError(f"{where}: missing 'path'")
+    log_path = (path.parent / entry["path"]).resolve()
+    procs = entry.get("procs")
+    if procs is not None and (not isinstance(procs, int) or procs < 1):
+        raise CampaignError(f"{where}: procs must be a positive integer, got {procs!r}")
+    name = str(entry.get("name", log_path.name))
+    return LogEntry(name=name, path=str(log_path), procs=procs)
+
+
+def _spec(where: str, **settings: Any) -> RunSpec:
+    try:
+        return RunSpec(**settings)
+    except (TypeError, ValueError) as error:
+        raise CampaignError(f"{where}: {error}") from None
+
+
+def _baseline(path: Path, index: int, entry: dict[str, Any]) -> tuple[str, RunSpec]:
+    where = f"{path}: [[baselines]] entry {index + 1}"
+    entry = dict(entry)
+    label = entry.pop("label", None)
+    if "lambda" in entry:
+        entry["l2"] = entry.pop("lambda")
+    spec = _spec(where, **entry)
+    return (str(label) if label else spec.label), spec
+
+
+def _learned_grid(path: Path, entry: dict[str, Any]) -> Iterator[tuple[str, RunSpec]]:
+    where = f"{path}: [learned]"
+    losses = entry.get("losses", ["eloss"])
+    if losses == "all":
+        losses = [loss.name for loss in all_losses()]
+    try:
+        losses = [parse_loss(loss).name for loss in losses]
+    except ValueError as error:
+        raise CampaignError(f"{where}: {error}") from None
+    defaults = RunSpec()
+    axes = {
+        "loss": losses,
+        "correction": entry.get("corrections", [defaults.correction]),
+        "scheduler": entry.get("schedulers", [defaults.scheduler]),
+        "eta": entry.get("eta", [defaults.eta]),
+        "l2": entry.get("lambda", [defaults.l2]),
+        "loss_unit_s": entry.get("loss_unit_s", [defaults.loss_unit_s]),
+        "negative": entry.get("negative", [defaults.negative]),
+    }
+    unknown = set(entry) - {"losses", "corrections", "schedulers", "eta", "lambda",
+                            "loss_unit_s", "negative"}
+    if unknown:
+        raise CampaignError(f"{where}: unknown keys {sorted(unknown)}")
+    for key, values in axes.items():
+        if not isinstance(values, list) or not values:
+            raise CampaignError(f"{where}: {key} must be a non-empty list")
+    for values in itertools.product(*axes.values()):
+        settings = dict(zip(axes, values))
+        spec = _spec(where, predictor="learned", **settings)
+        label = (
+            f"learned {spec.loss} + {spec.correction} + {spec.scheduler}"
+            f" (eta={spec.eta:g}, lambda={spec.l2:g}, unit={spec.loss_unit_s:g}s, {spec.negative})"
+        )
+        yield label, spec
+
+
+# ---------------------------------------------------------------------------- running cells
+@dataclass(frozen=True)
+class CellResult:
+    key: str
+    metrics: dict[str, float | int]
+    wall_time_s: float
+    host: str
+
+
+@lru_cache(maxsize=2)  # a worker runs many cells of one log in a row: load it once
+def _workload(path: str, procs: int | None) -> Workload:
+    return load_workload(path, machine_procs=procs)
+
+
+def run_cell(cell: Cell) -> CellResult:
+    """Simulate one cell; runs in a worker process (local or Dask), touches no store."""
+    workload = _workload(cell.log.path, cell.log.procs)
+    result = run(workload, cell.spec)
+    return CellResult(
+        key=cell.key,
+        metrics=compute_metrics(result).to_dict(),
+        wall_time_s=result.wall_time_s,
+        host=os.uname().nodename,
+    )
+
+
+Submit = Callable[[Cell], Any]  # a Future of CellResult (concurrent.futures or Dask)
+WaitAny = Callable[[list[Any]], Iterable[Any]]  # the futures done among those given, >= 1
+
+
+def execute(
+    cells: Iterable[Cell],
+    *,
+    executor: str = "local",
+    jobs: int | None = None,
+    scheduler_address: str | None = None,
+    on_result: Callable[[Cell, CellResult], None],
+) -> None:
+    """Run `cells` and hand each result to `on_result` in the calling process, as they finish.
+
+    Cells are submitted in order (log by log), so a worker's cache keeps one log loaded. At most
+    twice the number of workers are in flight: a kill loses little and memory stays flat.
+    """
+    pending = list(cells)
+    if not pending:
+        return
+    if executor == "local":
+        workers = jobs or os.cpu_count() or 1
+        with ProcessPoolExecutor(max_workers=workers) as pool:
+            _drain(pending, lambda cell: pool.submit(run_cell, cell), _wait_local, 2 * workers,
+                   on_result)
+        return
+    if executor != "dask":
+        raise ValueError(f"unknown executor {executor!r}: local or dask")
+    from distributed import Client, LocalCluster
+
+    def submit(client: Any) -> Submit:
+        return lambda cell: client.submit(run_cell, cell, key=f"cell-{cell.key}", pure=False)
+
+    if scheduler_address:
+        with Client(scheduler_address) as client:
+            workers = max(1, sum(client.nthreads().values()))
+            _drain(pending, submit(client), _wait_dask, 2 * workers, on_result)
+        return
+    workers = jobs or os.cpu_count() or 1
+    with LocalCluster(
+        n_workers=workers, threads_per_worker=1, processes=True, dashboard_address=None
+    ) as cluster, Client(cluster) as client:
+        _drain(pending, submit(client), _wait_dask, 2 * workers, on_result)
+
+
+def _wait_local(futures: list[Future[CellResult]]) -> Iterable[Future[CellResult]]:
+    return wait(futures, return_when=FIRST_COMPLETED).done
+
+
+def _wait_dask(futures: list[Any]) -> Iterable[Any]:
+    from distributed import wait as dask_wait
+
+    return dask_wait(futures, return_when="FIRST_COMPLETED").done
+
+
+def _drain(
+    cells: list[Cell],
+    submit: Submit,
+    wait_any: WaitAny,
+    in_flight: int,
+    on_result: Callable[[Cell, CellResult], None],
+) -> None:
+    queue = iter(cells)
+    running: dict[Any, Cell] = {submit(cell): cell for cell in itertools.islice(queue, in_flight)}
+    while running:
+        for future in wait_any(list(running)):
+            cell = running.pop(future)
+            on_result(cell, future.result())
+            for next_cell in itertools.islice(queue, 1):
+                running[submit(next_cell)] = next_cell
+
+
+def describe(cell: Cell) -> dict[str, Any]:
+    """The columns a stored run carries besides its metrics."""
+    return {"log": cell.log.name, "label": cell.label, **asdict(cell.spec)}

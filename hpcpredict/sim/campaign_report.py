@@ -1,0 +1,203 @@
+"""Campaign reports: the reference's Table 2.6/2.7 kind, leave-one-log-out, correlations, plots.
+
+Everything here is a pure function of the stored runs (`CampaignStore.frame()`): a *triple* is
+one learned configuration (loss x correction x backfilling, with its learning constants), a
+*baseline* any non-learned run, identified by its label.
+
+Leave-one-log-out is the honest way to pick a configuration for a log nobody has seen yet: for
+each log, choose the triple with the lowest summed AVEbsld over the *other* logs, then score it
+on the held-out one. A triple that only shines on the log it is scored on cannot be chosen.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+BASELINE_ORDER = ("EASY", "EASY-SJBF", "EASY++", "clairvoyant EASY", "clairvoyant EASY-SJBF")
+
+
+def learned_table(runs: pd.DataFrame) -> pd.DataFrame:
+    """AVEbsld of every learned triple (rows) on every log (columns)."""
+    learned = runs[runs["predictor"] == "learned"]
+    return learned.pivot_table(index="label", columns="log", values="ave_bsld", aggfunc="first")
+
+
+def baseline_table(runs: pd.DataFrame) -> pd.DataFrame:
+    """AVEbsld of every baseline (rows, known ones first) on every log (columns)."""
+    baselines = runs[runs["predictor"] != "learned"]
+    table = baselines.pivot_table(index="label", columns="log", values="ave_bsld", aggfunc="first")
+    order = [b for b in BASELINE_ORDER if b in table.index]
+    order += sorted(label for label in table.index if label not in order)
+    return table.loc[order]
+
+
+@dataclass(frozen=True)
+class LooChoice:
+    held_out: str
+    triple: str
+    score_on_others: float  # summed AVEbsld on the other logs
+    ave_bsld: float  # on the held-out log
+    rank: int  # 1 = the best triple on the held-out log
+    of: int  # how many triples were ranked
+    best_on_held_out: float
+
+
+def leave_one_log_out(table: pd.DataFrame) -> list[LooChoice]:
+    """For each log (column), the triple with the best summed AVEbsld on the other logs.
+
+    Only triples with a result on every log compete; ties go to the first label in sorted
+    order, so the choice is deterministic.
+    """
+    complete = table.dropna().sort_index()
+    if complete.shape[1] < 2:
+        raise ValueError("leave-one-log-out needs results on at least two logs")
+    choices = []
+    for log in complete.columns:
+        others = complete.drop(columns=log).sum(axis=1)
+        triple = str(others.idxmin())  # first minimum in sorted label order
+        held = complete[log]
+        choices.append(
+            LooChoice(
+                held_out=str(log),
+                triple=triple,
+                score_on_others=float(others[triple]),
+                ave_bsld=float(held[triple]),
+                rank=int((held < held[triple]).sum()) + 1,
+                of=len(held),
+                best_on_held_out=float(held.min()),
+            )
+        )
+    return choices
+
+
+def log_correlations(table: pd.DataFrame) -> pd.DataFrame:
+    """Pearson correlation of triples' AVEbsld between each pair of logs."""
+    return table.dropna().corr(method="pearson")
+
+
+def write_report(runs: pd.DataFrame, out_dir: Path, title: str) -> list[Path]:
+    """Markdown, CSV and PNG files of the campaign's report into `out_dir`; returns the paths."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    learned = learned_table(runs)
+    baselines = baseline_table(runs)
+    logs = sorted(set(runs["log"]), key=list(runs["log"]).index)
+    written: list[Path] = []
+
+    def save_csv(frame: pd.DataFrame, name: str) -> None:
+        path = out_dir / name
+        frame.to_csv(path)
+        written.append(path)
+
+    save_csv(runs.set_index("key"), "runs.csv")
+    save_csv(baselines, "baselines.csv")
+    save_csv(learned, "learned.csv")
+    lines = [f"# {title}", ""]
+    lines += [f"{len(runs):,} runs on {len(logs)} logs; total simulation time "
+              f"{runs['wall_time_s'].sum() / 3600:.2f} h (one core each).", ""]
+    lines += ["## Baselines and learned triples per log (AVEbsld)", ""]
+    per_log = pd.DataFrame(index=[*baselines.index, "best learned", "worst learned", "best triple",
+                                  "worst triple"], columns=logs, dtype=object)
+    for log in logs:
+        for label in baselines.index:
+            per_log.loc[label, log] = _fmt(baselines.loc[label].get(log))
+        if log in learned.columns and learned[log].notna().any():
+            column = learned[log].dropna()
+            per_log.loc["best learned", log] = _fmt(column.min())
+            per_log.loc["worst learned", log] = _fmt(column.max())
+            per_log.loc["best triple", log] = str(column.idxmin())
+            per_log.loc["worst triple", log] = str(column.idxmax())
+    save_csv(per_log, "per_log.csv")
+    lines += [_markdown(per_log), ""]
+
+    if learned.shape[1] >= 2 and not learned.dropna().empty:
+        choices = leave_one_log_out(learned[[log for log in logs if log in learned.columns]])
+        loo = pd.DataFrame([choice.__dict__ for choice in choices]).set_index("held_out")
+        for baseline in ("EASY", "EASY++"):
+            if baseline in baselines.index:
+                loo[f"vs {baseline}"] = [
+                    f"{c.ave_bsld / baselines.loc[baseline, c.held_out] - 1:+.1%}" for c in choices
+                ]
+        save_csv(loo, "loo.csv")
+        lines += ["## Leave-one-log-out selection", "",
+                  "For each log, the triple with the lowest summed AVEbsld on the other logs, "
+                  "scored on that log.", "", _markdown(loo), ""]
+        correlation = log_correlations(learned)
+        save_csv(correlation, "correlation.csv")
+        lines += ["## Pearson correlation of triples' AVEbsld between logs", "",
+                  _markdown(correlation.round(3)), ""]
+    written += _plots(learned, baselines, logs, out_dir)
+    lines += [f"![{path.stem}]({path.name})" for path in written if path.suffix == ".png"]
+    report = out_dir / "report.md"
+    report.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return [report, *written]
+
+
+def _fmt(value: object) -> str:
+    return "" if value is None or (isinstance(value, float) and np.isnan(value)) else f"{value:.2f}"
+
+
+def _markdown(frame: pd.DataFrame) -> str:
+    """A GitHub table without the optional `tabulate` dependency."""
+    header = ["", *map(str, frame.columns)]
+    rows = [[str(index), *(_cell(value) for value in row)] for index, row in frame.iterrows()]
+    out = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    out += ["| " + " | ".join(row) + " |" for row in rows]
+    return "\n".join(out)
+
+
+def _cell(value: object) -> str:
+    if isinstance(value, float):
+        return "" if np.isnan(value) else f"{value:.4g}"
+    return str(value)
+
+
+def _plots(learned: pd.DataFrame, baselines: pd.DataFrame, logs: list[str], out_dir: Path) -> list[Path]:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    paths = []
+    present = [log for log in logs if log in learned.columns]
+    if present:
+        fig, axes = plt.subplots(1, len(present), figsize=(5 * len(present), 4), squeeze=False)
+        for ax, log in zip(axes[0], present):
+            values = np.sort(learned[log].dropna().to_numpy())
+            ax.plot(np.arange(1, len(values) + 1), values, marker=".", linestyle="none",
+                    label="learned triples")
+            for label, style in (("EASY", "--"), ("EASY++", ":"), ("clairvoyant EASY-SJBF", "-.")):
+                if label in baselines.index and log in baselines.columns:
+                    ax.axhline(baselines.loc[label, log], linestyle=style, color="grey",
+                               label=label)
+            ax.set_yscale("log")
+            ax.set_title(log)
+            ax.set_xlabel("triples, sorted")
+            ax.set_ylabel("AVEbsld")
+            ax.grid(True, alpha=0.3)
+            ax.legend(fontsize=8)
+        fig.tight_layout()
+        path = out_dir / "triples_per_log.png"
+        fig.savefig(path, dpi=110)
+        plt.close(fig)
+        paths.append(path)
+    complete = learned.dropna()
+    if len(present) >= 2 and not complete.empty:
+        pairs = [(a, b) for i, a in enumerate(present) for b in present[i + 1:]]
+        fig, axes = plt.subplots(1, len(pairs), figsize=(4.5 * len(pairs), 4), squeeze=False)
+        for ax, (a, b) in zip(axes[0], pairs):
+            ax.scatter(complete[a], complete[b], s=10)
+            r = complete[a].corr(complete[b])
+            ax.set_xlabel(f"{a} AVEbsld")
+            ax.set_ylabel(f"{b} AVEbsld")
+            ax.set_title(f"Pearson r = {r:.2f}")
+            ax.grid(True, alpha=0.3)
+        fig.tight_layout()
+        path = out_dir / "triples_between_logs.png"
+        fig.savefig(path, dpi=110)
+        plt.close(fig)
+        paths.append(path)
+    return paths
