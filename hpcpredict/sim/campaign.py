@@ -32,6 +32,7 @@ File format (paths relative to the file)::
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import itertools
 import json
@@ -97,6 +98,10 @@ def load_campaign(path: str | os.PathLike[str]) -> Campaign:
     except tomllib.TOMLDecodeError as error:
         raise CampaignError(f"{path}: not valid TOML: {error}") from None
     name = str(data.get("name", path.stem))
+    if not isinstance(data.get("logs", []), list):
+        raise CampaignError(f"{path}: logs must be written [[logs]] (a list of tables)")
+    if not isinstance(data.get("learned", {}), dict):
+        raise CampaignError(f"{path}: learned must be written [learned] (one table)")
     logs = tuple(_log_entry(path, index, entry) for index, entry in enumerate(data.get("logs", [])))
     if not logs:
         raise CampaignError(f"{path}: no [[logs]] entry")
@@ -113,6 +118,8 @@ def load_campaign(path: str | os.PathLike[str]) -> Campaign:
     if len(set(labels)) != len(labels):
         raise CampaignError(f"{path}: two configurations have the same label")
     cells = tuple(Cell(log, label, spec) for log in logs for label, spec in configurations)
+    if len({cell.key for cell in cells}) != len(cells):
+        raise CampaignError(f"{path}: two configurations are the same simulation")
     return Campaign(name=name, path=path, logs=logs, cells=cells)
 
 
@@ -122,16 +129,23 @@ def _log_entry(path: Path, index: int, entry: dict[str, Any]) -> LogEntry:
         raise CampaignError(f"{where}: missing 'path'")
     log_path = (path.parent / entry["path"]).resolve()
     procs = entry.get("procs")
-    if procs is not None and (not isinstance(procs, int) or procs < 1):
+    if procs is not None and (not isinstance(procs, int) or isinstance(procs, bool) or procs < 1):
         raise CampaignError(f"{where}: procs must be a positive integer, got {procs!r}")
     name = str(entry.get("name", log_path.name))
     return LogEntry(name=name, path=str(log_path), procs=procs)
 
 
 def _spec(where: str, **settings: Any) -> RunSpec:
+    """A validated RunSpec in canonical form (floats as floats, the loss by its full name), so
+    that one simulation always has one key however the file spells it."""
+    settings = {
+        key: float(value) if key in ("eta", "l2", "loss_unit_s") and type(value) is int else value
+        for key, value in settings.items()
+    }
     try:
-        return RunSpec(**settings)
-    except (TypeError, ValueError) as error:
+        spec = RunSpec(**settings)
+        return dataclasses.replace(spec, loss=parse_loss(spec.loss).name)
+    except (TypeError, ValueError, AttributeError) as error:
         raise CampaignError(f"{where}: {error}") from None
 
 
@@ -152,7 +166,7 @@ def _learned_grid(path: Path, entry: dict[str, Any]) -> Iterator[tuple[str, RunS
         losses = [loss.name for loss in all_losses()]
     try:
         losses = [parse_loss(loss).name for loss in losses]
-    except ValueError as error:
+    except (ValueError, AttributeError) as error:
         raise CampaignError(f"{where}: {error}") from None
     defaults = RunSpec()
     axes = {
