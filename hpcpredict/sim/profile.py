@@ -25,7 +25,9 @@ class RunningProfile:
     def __init__(self, total_procs: int) -> None:
         self.total_procs = total_procs
         self.used_procs = 0
-        self._by_end: list[tuple[int, int]] = []  # (predicted_end_s, job index), sorted
+        # (predicted_end_s, job index, procs), sorted; procs rides along so that the scans of
+        # free_now and reservation (the hot loops of a replay) need no dict lookup.
+        self._by_end: list[tuple[int, int, int]] = []
         self._procs: dict[int, int] = {}
 
     def __len__(self) -> int:
@@ -36,7 +38,7 @@ class RunningProfile:
         free = self.free_now(now_s)
         if procs > free:
             raise AssertionError(f"over-allocation at {now_s}: job {job} needs {procs}, {free} free")
-        insort(self._by_end, (predicted_end_s, job))
+        insort(self._by_end, (predicted_end_s, job, procs))
         self._procs[job] = procs
         self.used_procs += procs
 
@@ -47,12 +49,13 @@ class RunningProfile:
     def move(self, job: int, old_end_s: int, new_end_s: int) -> None:
         """A correction pushed the job's predicted end later."""
         self._delete(job, old_end_s)
-        insort(self._by_end, (new_end_s, job))
+        insort(self._by_end, (new_end_s, job, self._procs[job]))
 
     def _delete(self, job: int, predicted_end_s: int) -> None:
         by_end = self._by_end
-        position = bisect_left(by_end, (predicted_end_s, job))
-        if position == len(by_end) or by_end[position] != (predicted_end_s, job):
+        entry = (predicted_end_s, job, self._procs.get(job, -1))
+        position = bisect_left(by_end, entry)
+        if position == len(by_end) or by_end[position] != entry:
             raise KeyError(f"job {job} with predicted end {predicted_end_s} is not running")
         del by_end[position]
 
@@ -63,11 +66,10 @@ class RunningProfile:
     def free_now(self, now_s: int) -> int:
         """Processors free for a start at `now_s` (jobs predicted to end now count as free)."""
         free = self.total_procs - self.used_procs
-        procs = self._procs
-        for end_s, job in self._by_end:
+        for end_s, _, procs in self._by_end:
             if end_s > now_s:
                 break
-            free += procs[job]
+            free += procs
         return free
 
     def reservation(self, needed_procs: int, now_s: int) -> tuple[int, int]:
@@ -78,14 +80,16 @@ class RunningProfile:
         count, not only the one that first makes room (the reference's time slices do the same).
         """
         free = self.total_procs - self.used_procs
-        procs = self._procs
         shadow_s = -1
-        for end_s, job in self._by_end:
-            if shadow_s >= 0 and end_s != shadow_s:
-                break
-            free += procs[job]
-            if shadow_s < 0 and free >= needed_procs and end_s > now_s:
-                shadow_s = end_s
+        for end_s, _, procs in self._by_end:
+            if shadow_s >= 0:
+                if end_s != shadow_s:
+                    break
+                free += procs
+            else:
+                free += procs
+                if free >= needed_procs and end_s > now_s:
+                    shadow_s = end_s
         if shadow_s < 0:
             raise AssertionError(
                 f"a job of {needed_procs} processors can never run on {self.total_procs}"
