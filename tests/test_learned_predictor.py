@@ -275,3 +275,14 @@ def test_clone_is_fresh_with_the_same_hyperparameters() -> None:
     assert not np.any(clone.nag.state.w)
     replay(clone, make_stream(50, seed=4))
     np.testing.assert_array_equal(predictor.nag.state.w, w_before)
+
+
+def test_discard_forgets_a_job_without_learning() -> None:
+    predictor = LearnedPredictor()
+    request = job(1, 0, requested_s=3600)
+    predictor.predict(request, 0)
+    assert predictor.discard(1) is True and predictor.discard(1) is False
+    w = predictor.nag.state.w.copy()
+    predictor.job_ended(request, 100, 100)  # unseen now: learned only through learn_unseen
+    assert predictor.nag.state.t == 1
+    np.testing.assert_array_equal(LearnedPredictor().nag.state.w, w)

@@ -150,6 +150,15 @@ class LearnedPredictor:
         if request.job_id not in self._pending_phi:
             self._observe(request, now_s)
 
+    def discard(self, job_id: int) -> bool:
+        """Forget the submission features kept for `job_id` without learning from the job.
+
+        For a job whose runtime must not be trained on (cancelled before running, or killed at a
+        limit we lowered); True if there was something to forget. Its user history is left to
+        the caller (`features.job_ended` adds a completed job).
+        """
+        return self._pending_phi.pop(job_id, None) is not None
+
     def raw_prediction(self, request: JobRequest) -> float:
         """f = w . Phi(x_j) before clipping, for a job already predicted or observed."""
         return float(np.dot(self.nag.state.w, self._pending_phi[request.job_id]))

@@ -1,0 +1,167 @@
+"""Per-user error statistics of the daemon's predictions, computed from its store (issue 6).
+
+What ``hpcpredict errors`` prints: for each user, how far hpcpredict's predictions were from the
+runtimes, next to the two answers a site would have had without it — the user's own request
+(what plain EASY plans with) and AVE2 (Tsafrir et al., the mean of the user's last two
+runtimes). Computed from the ``jobs``, ``predictions`` and ``corrections`` tables on demand
+rather than maintained as counters: they are exact for any user and period asked, and there is
+no second copy of the truth to keep consistent.
+
+Which jobs count: those that ended with ``run_s > 0`` and received a prediction at submission
+(jobs the daemon never saw submitted have no prediction to judge). The prediction judged is the
+first one given, the one the scheduler acted on. ``run_s`` is the runtime as reported, even for
+a job killed at a lowered limit: its error is then a lower bound, but leaving it out would hide
+exactly the errors that cost users the most. ``since_s`` keeps jobs that ended at or after it;
+the AVE2 history still includes every earlier job, so its prediction is the one AVE2 would have
+given live.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+from sqlalchemy import func, select
+
+from hpcpredict.daemon.store import CorrectionRow, JobRow, PredictionRow, Store
+from hpcpredict.jobs import JobRequest
+from hpcpredict.predictors import Ave2Predictor
+
+ERROR_COLUMNS: tuple[str, ...] = (
+    "user_id",
+    "count",  # jobs judged
+    "mae_s",  # mean |prediction - runtime|
+    "median_ae_s",  # median |prediction - runtime|
+    "under_rate",  # share of jobs predicted shorter than they ran
+    "mean_ratio",  # mean prediction / runtime
+    "corrections",  # limit changes of the jobs judged
+    "requested_mae_s",  # mean |request - runtime|
+    "ave2_mae_s",  # mean |AVE2 - runtime|
+)
+
+# method.md §10: at the same instant a submission is handled before a termination, so a job
+# ending when another is submitted is not yet in the history the submission sees.
+_SUBMISSION, _TERMINATION = 0, 1
+
+
+@dataclass(frozen=True, slots=True)
+class _Job:
+    request: JobRequest
+    end_s: int | None
+    run_s: int | None
+
+
+def user_error_statistics(
+    store: Store, *, user_id: int | None = None, since_s: int | None = None
+) -> pd.DataFrame:
+    """One row per user (sorted by id), columns `ERROR_COLUMNS`; see the module doc.
+
+    `since_s` is Unix seconds (the CLI converts ``--since DATE``).
+    """
+    jobs = _load_jobs(store, user_id)
+    first_prediction = _first_predictions(store, user_id)
+    corrections = _corrections_per_job(store, user_id)
+    ave2_s = _ave2_predictions(jobs)
+
+    records = []
+    for job in jobs:
+        job_id = job.request.job_id
+        if job.run_s is None or job.run_s <= 0 or job_id not in first_prediction:
+            continue
+        assert job.end_s is not None
+        if since_s is not None and job.end_s < since_s:
+            continue
+        records.append(
+            (
+                job.request.user_id,
+                first_prediction[job_id],
+                job.run_s,
+                job.request.requested_s,
+                ave2_s[job_id],
+                corrections.get(job_id, 0),
+            )
+        )
+    judged = pd.DataFrame.from_records(
+        records,
+        columns=["user_id", "predicted_s", "run_s", "requested_s", "ave2_s", "corrections"],
+    )
+    if judged.empty:
+        return pd.DataFrame({name: pd.Series(dtype=_dtype(name)) for name in ERROR_COLUMNS})
+
+    run = judged["run_s"].astype(np.float64)
+    judged["abs_error_s"] = (judged["predicted_s"] - run).abs()
+    judged["under"] = judged["predicted_s"] < run
+    judged["ratio"] = judged["predicted_s"] / run
+    judged["requested_abs_error_s"] = (judged["requested_s"] - run).abs()
+    judged["ave2_abs_error_s"] = (judged["ave2_s"] - run).abs()
+    table = judged.groupby("user_id", sort=True).agg(
+        count=("abs_error_s", "size"),
+        mae_s=("abs_error_s", "mean"),
+        median_ae_s=("abs_error_s", "median"),
+        under_rate=("under", "mean"),
+        mean_ratio=("ratio", "mean"),
+        corrections=("corrections", "sum"),
+        requested_mae_s=("requested_abs_error_s", "mean"),
+        ave2_mae_s=("ave2_abs_error_s", "mean"),
+    )
+    return table.reset_index()[list(ERROR_COLUMNS)]
+
+
+def _ave2_predictions(jobs: list[_Job]) -> dict[int, int]:
+    """AVE2's prediction for each job at its submission, by replaying submissions and ends.
+
+    Uses `Ave2Predictor` itself (one implementation of AVE2): its history is each user's
+    completed jobs in end order. Jobs that never ran (``run_s <= 0``) stay out of the history,
+    as they stay out of the learner's.
+    """
+    events: list[tuple[int, int, int, _Job]] = []
+    for job in jobs:
+        events.append((job.request.submit_s, _SUBMISSION, job.request.job_id, job))
+        if job.end_s is not None and job.run_s is not None and job.run_s > 0:
+            events.append((job.end_s, _TERMINATION, job.request.job_id, job))
+    events.sort(key=lambda event: event[:3])
+    ave2 = Ave2Predictor()
+    predictions: dict[int, int] = {}
+    for time_s, kind, job_id, job in events:
+        if kind == _SUBMISSION:
+            predictions[job_id] = ave2.predict(job.request, time_s)
+        else:
+            assert job.run_s is not None
+            ave2.job_ended(job.request, job.run_s, time_s)
+    return predictions
+
+
+def _load_jobs(store: Store, user_id: int | None) -> list[_Job]:
+    statement = select(JobRow).order_by(JobRow.job_id)
+    if user_id is not None:
+        statement = statement.where(JobRow.user_id == user_id)
+    with store.session() as session:
+        return [_Job(row.to_request(), row.end_s, row.run_s) for row in session.scalars(statement)]
+
+
+def _first_predictions(store: Store, user_id: int | None) -> dict[int, int]:
+    first_ids = select(func.min(PredictionRow.id)).group_by(PredictionRow.job_id)
+    statement = select(PredictionRow.job_id, PredictionRow.predicted_s).where(
+        PredictionRow.id.in_(first_ids)
+    )
+    if user_id is not None:
+        statement = statement.join(JobRow, JobRow.job_id == PredictionRow.job_id).where(
+            JobRow.user_id == user_id
+        )
+    with store.session() as session:
+        return {job_id: predicted_s for job_id, predicted_s in session.execute(statement)}
+
+
+def _corrections_per_job(store: Store, user_id: int | None) -> dict[int, int]:
+    statement = select(CorrectionRow.job_id, func.count()).group_by(CorrectionRow.job_id)
+    if user_id is not None:
+        statement = statement.join(JobRow, JobRow.job_id == CorrectionRow.job_id).where(
+            JobRow.user_id == user_id
+        )
+    with store.session() as session:
+        return {job_id: count for job_id, count in session.execute(statement)}
+
+
+def _dtype(column: str) -> str:
+    return "int64" if column in ("user_id", "count", "corrections") else "float64"

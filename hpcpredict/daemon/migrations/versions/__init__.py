@@ -1,0 +1,1 @@
+"""Alembic revisions of the daemon's store (see the parent package)."""

@@ -1,0 +1,509 @@
+"""`PredictionService`: the daemon's core, one learner kept in step with its store.
+
+The four events of a job (submitted, started, ended, limit changed) each go through one
+transaction that, in this order:
+
+1. appends the event to the log (write-ahead; its unique idempotency key makes a resent event a
+   no-op before anything else happens),
+2. applies it to the in-memory learner (`hpcpredict.daemon.learning.apply_event`),
+3. updates the projections (``jobs``, ``predictions``, ``corrections``),
+4. every ``checkpoint_every`` events, stores the learner's state with the sequence number of
+   that event,
+
+and commits. A crash before the commit loses the event whole (the sender retries it; ingestion is
+idempotent); after it, the event is in the log and will be replayed. So at any instant the
+learner equals "last checkpoint + events after it", which is exactly what `PredictionService`
+rebuilds when it is constructed: restart loses nothing learned, and replay is bit for bit.
+
+If applying an event or committing fails after the learner was touched, the in-memory learner no
+longer matches the store; it is rebuilt from the store before the error is re-raised (and the
+service refuses to work if even that fails, rather than predict from a model nobody can
+reproduce).
+
+Answers are given from memory; the service is single-threaded by design (one writer, design.md
+"Daemon and store"): a front end serialises calls, e.g. one thread draining a queue.
+"""
+
+from __future__ import annotations
+
+import io
+import logging
+import operator
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, fields
+from typing import Any
+
+import numpy as np
+from sqlalchemy import delete, select
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.orm import Session
+
+from hpcpredict.daemon.events import EventKind, dump_payload, idempotency_key, request_to_json
+from hpcpredict.daemon.learning import Applied, LearnRule, apply_event
+from hpcpredict.daemon.store import (
+    CheckpointRow,
+    CorrectionRow,
+    EventRow,
+    JobRow,
+    PredictionRow,
+    Store,
+    now_wall_s,
+)
+from hpcpredict.jobs import JobRequest
+from hpcpredict.learn.predictor import LearnedPredictor
+from hpcpredict.predictors import clip_prediction
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_CHECKPOINT_EVERY = 1000  # events; a restart replays at most this many (~25 µs each)
+DEFAULT_KEEP_CHECKPOINTS = 2  # the newest, and the one before for an operator to inspect
+
+
+class UnknownJobError(LookupError):
+    """An event for a job id the daemon never recorded, without the request needed to record it.
+
+    The front end should answer with this message: the sender (the SLURM adapter) knows the
+    job's user, processors and limit, and can resend the event with ``request=``.
+    """
+
+
+class ServiceBrokenError(RuntimeError):
+    """The in-memory learner could not be rebuilt from the store after a failed event."""
+
+
+@dataclass(frozen=True, slots=True)
+class EventOutcome:
+    """What an event did. ``applied`` is False for a duplicate or a stale event (``note`` says
+    which): nothing was stored and the learner did not change."""
+
+    applied: bool
+    note: str
+    seq: int | None = None
+    rule: LearnRule | None = None
+    learned: bool = False
+
+
+class _DuplicateEvent(Exception):
+    """Raised inside a transaction when the log already holds the event's idempotency key."""
+
+
+class PredictionService:
+    """Predictions at submission, learning at completion, with a store that survives restarts.
+
+    Constructing the service restores the newest checkpoint and replays the events logged after
+    it, so a service is always in step with its store (a fresh store gives a fresh learner).
+    `open` also upgrades the schema first: what the daemon calls on start.
+
+    `predictor_factory` builds an untrained learner with the site's hyperparameters (the daemon
+    passes ``FeatureContext(0, site_time_zone)``, its times being Unix seconds); a checkpoint
+    made with other hyperparameters is refused by `LearnedPredictor.load_state_dict`.
+    """
+
+    def __init__(
+        self,
+        store: Store,
+        predictor_factory: Callable[[], LearnedPredictor] = LearnedPredictor,
+        *,
+        checkpoint_every: int = DEFAULT_CHECKPOINT_EVERY,
+        keep_checkpoints: int = DEFAULT_KEEP_CHECKPOINTS,
+    ) -> None:
+        if checkpoint_every < 1:
+            raise ValueError(f"checkpoint_every must be >= 1 event, got {checkpoint_every}")
+        if keep_checkpoints < 1:
+            raise ValueError(f"keep_checkpoints must be >= 1, got {keep_checkpoints}")
+        self.store = store
+        self.checkpoint_every = checkpoint_every
+        self.keep_checkpoints = keep_checkpoints
+        self._factory = predictor_factory
+        self._broken: BaseException | None = None
+        self._touched = False
+        self._restore()
+
+    @classmethod
+    def open(
+        cls,
+        store: Store,
+        predictor_factory: Callable[[], LearnedPredictor] = LearnedPredictor,
+        *,
+        checkpoint_every: int = DEFAULT_CHECKPOINT_EVERY,
+        keep_checkpoints: int = DEFAULT_KEEP_CHECKPOINTS,
+    ) -> PredictionService:
+        """Upgrade the store's schema, restore the last checkpoint, replay what follows it."""
+        store.upgrade()
+        return cls(
+            store,
+            predictor_factory,
+            checkpoint_every=checkpoint_every,
+            keep_checkpoints=keep_checkpoints,
+        )
+
+    # ------------------------------------------------------------------ state
+    @property
+    def last_event_seq(self) -> int:
+        """Sequence number of the last event the learner includes (0: none)."""
+        return self._last_seq
+
+    @property
+    def replayed_events(self) -> int:
+        """How many logged events the last restore replayed after its checkpoint."""
+        return self._replayed
+
+    def state_dict(self) -> dict[str, np.ndarray]:
+        """The learner's `state_dict()` (a copy): what checkpoints hold and tests compare."""
+        return self._predictor.state_dict()
+
+    def _restore(self) -> None:
+        """Learner = newest checkpoint + the events logged after it, applied in order."""
+        predictor = self._factory()
+        checkpoint = self.store.latest_checkpoint()
+        after_seq = 0
+        if checkpoint is not None:
+            predictor.load_state_dict(state_from_npz(checkpoint.state_npz))
+            after_seq = checkpoint.last_event_seq
+        replayed = 0
+        last_seq = after_seq
+        for stored in self.store.events_after(after_seq):
+            apply_event(predictor, EventKind(stored.kind), stored.payload)
+            replayed += 1
+            last_seq = stored.seq
+        self._predictor = predictor
+        self._checkpoint_seq = after_seq
+        self._last_seq = last_seq
+        self._replayed = replayed
+        self._since_checkpoint = replayed
+        if replayed:
+            logger.info("restored checkpoint at event %d, replayed %d events", after_seq, replayed)
+
+    # ------------------------------------------------------------------ the four events
+    def submitted(self, job: JobRequest, now_s: int) -> int:
+        """The prediction for `job`, in whole seconds in [1, job.requested_s].
+
+        Asking again for a job already recorded logs nothing and counts nothing twice: a job the
+        learner still holds is predicted again from its features as first submitted (with
+        today's weights); a job that has ended gets its first prediction back; a job first
+        seen at its start (no prediction on record) gets its request.
+        """
+        job = _whole_request(job)
+        now_s = operator.index(now_s)
+        try:
+            with self._transaction() as session:
+                row = session.get(JobRow, job.job_id)
+                if row is not None:
+                    return self._repeat_prediction(session, row, job, now_s)
+                payload = {"job": request_to_json(job), "now_s": now_s}
+                seq, applied = self._ingest(
+                    session, EventKind.SUBMITTED, job.job_id, payload, now_s
+                )
+                session.add(JobRow.from_request(job, status="submitted", observed=True))
+                session.flush()  # the job before its prediction (foreign key)
+                assert applied.prediction_s is not None
+                prediction_s = applied.prediction_s
+                self._record_prediction(session, job.job_id, prediction_s, now_s)
+                self._after_event(session, seq)
+        except _DuplicateEvent:  # logged but no job row: only if someone deleted it by hand
+            return job.requested_s
+        self._committed(seq)
+        return prediction_s
+
+    def started(
+        self, job_id: int, now_s: int, *, request: JobRequest | None = None
+    ) -> EventOutcome:
+        """A job began running (the learner's running-jobs features need it).
+
+        A job the daemon never saw is recorded from `request` (without one: `UnknownJobError`);
+        its submission features are then approximated at its end (the learner's
+        ``learn_unseen``). A second start, or a start after the end, changes nothing.
+        """
+        job_id = operator.index(job_id)
+        now_s = operator.index(now_s)
+        try:
+            with self._transaction() as session:
+                row, is_new = self._job_or_new(session, job_id, request, "started")
+                if row.status == "running":
+                    return EventOutcome(False, f"job {job_id} already started: ignored")
+                if row.status == "ended":
+                    return EventOutcome(False, f"job {job_id} already ended: start ignored")
+                payload = {"job": request_to_json(row.to_request()), "now_s": now_s}
+                seq, _ = self._ingest(session, EventKind.STARTED, job_id, payload, now_s)
+                if is_new:
+                    session.add(row)
+                row.status = "running"
+                row.start_s = now_s
+                self._after_event(session, seq)
+        except _DuplicateEvent:
+            return EventOutcome(False, f"job {job_id}: start already logged")
+        self._committed(seq)
+        return EventOutcome(True, "started", seq)
+
+    def ended(
+        self,
+        job_id: int,
+        run_s: int,
+        end_s: int,
+        final_state: str,
+        killed_at_lowered_limit: bool = False,
+        *,
+        request: JobRequest | None = None,
+    ) -> EventOutcome:
+        """A job ended after `run_s` seconds: learn from it, exactly once.
+
+        `final_state` is the scheduler's word for the end (SLURM: COMPLETED, TIMEOUT, ...);
+        `killed_at_lowered_limit` says the job was killed at a time limit hpcpredict had lowered
+        below the request: its runtime is then only a lower bound, and
+        `hpcpredict.daemon.learning` decides whether it is trained on (the outcome's ``rule``
+        says which rule applied, ``learned`` whether the learner took a step). A second `ended`
+        for the same job is a no-op and says so. A job never seen is recorded from `request`
+        (without one: `UnknownJobError`) and learned through the learner's ``learn_unseen``.
+        """
+        job_id = operator.index(job_id)
+        run_s = operator.index(run_s)
+        end_s = operator.index(end_s)
+        try:
+            with self._transaction() as session:
+                row, is_new = self._job_or_new(session, job_id, request, "ended")
+                if row.status == "ended":
+                    return EventOutcome(
+                        False,
+                        f"job {job_id} already ended: not learned twice",
+                        rule=None if row.learn_rule is None else LearnRule(row.learn_rule),
+                        learned=bool(row.learned),
+                    )
+                payload = {
+                    "job": request_to_json(row.to_request()),
+                    "run_s": run_s,
+                    "end_s": end_s,
+                    "final_state": final_state,
+                    "killed_at_lowered_limit": bool(killed_at_lowered_limit),
+                    "observed": row.observed,
+                    "first_prediction_s": None if is_new else _first_prediction(session, job_id),
+                }
+                seq, applied = self._ingest(session, EventKind.ENDED, job_id, payload, end_s)
+                if is_new:
+                    session.add(row)
+                row.status = "ended"
+                row.end_s = end_s
+                row.run_s = run_s
+                row.final_state = final_state
+                row.killed_at_lowered_limit = bool(killed_at_lowered_limit)
+                row.learned = applied.learned
+                row.learn_rule = None if applied.rule is None else applied.rule.value
+                self._after_event(session, seq)
+        except _DuplicateEvent:
+            return EventOutcome(False, f"job {job_id}: end already logged, not learned twice")
+        self._committed(seq)
+        return EventOutcome(True, "ended", seq, applied.rule, applied.learned)
+
+    def limit_changed(self, job_id: int, new_limit_s: int, now_s: int) -> EventOutcome:
+        """A job's time limit was set to `new_limit_s` (the corrector raised it, or an admin).
+
+        Recorded as a correction; the learner does not read limits, but the log keeps the
+        event so that the store's history is complete. Setting the limit it already has, or
+        changing the limit of a job that has ended, changes nothing.
+        """
+        job_id = operator.index(job_id)
+        new_limit_s = operator.index(new_limit_s)
+        now_s = operator.index(now_s)
+        try:
+            with self._transaction() as session:
+                row, _ = self._job_or_new(session, job_id, None, "limit_changed")
+                if row.status == "ended":
+                    return EventOutcome(False, f"job {job_id} already ended: limit change ignored")
+                old_limit_s = row.requested_s if row.limit_s is None else row.limit_s
+                if new_limit_s == old_limit_s:
+                    return EventOutcome(False, f"job {job_id} already has limit {new_limit_s} s")
+                payload = {
+                    "job": request_to_json(row.to_request()),
+                    "old_limit_s": old_limit_s,
+                    "new_limit_s": new_limit_s,
+                    "now_s": now_s,
+                }
+                seq, _ = self._ingest(session, EventKind.LIMIT_CHANGED, job_id, payload, now_s)
+                session.add(
+                    CorrectionRow(
+                        job_id=job_id,
+                        old_limit_s=old_limit_s,
+                        new_limit_s=new_limit_s,
+                        changed_at_s=now_s,
+                        event_seq=seq,
+                    )
+                )
+                row.limit_s = new_limit_s
+                self._after_event(session, seq)
+        except _DuplicateEvent:
+            return EventOutcome(False, f"job {job_id}: limit {new_limit_s} s already logged")
+        self._committed(seq)
+        return EventOutcome(True, "limit changed", seq)
+
+    # ------------------------------------------------------------------ checkpoints
+    def checkpoint(self) -> int | None:
+        """Checkpoint now (a clean shutdown); the event sequence number included, or None when
+        the newest checkpoint already includes every event."""
+        self._check_usable()
+        if self._last_seq == self._checkpoint_seq:
+            return None
+        with self.store.session() as session, session.begin():
+            self._write_checkpoint(session, self._last_seq)
+        self._checkpoint_seq = self._last_seq
+        self._since_checkpoint = 0
+        return self._last_seq
+
+    def close(self, *, checkpoint: bool = True) -> None:
+        """Checkpoint (unless told not to) so that the next start replays nothing."""
+        if checkpoint and self._broken is None:
+            self.checkpoint()
+
+    def _after_event(self, session: Session, seq: int) -> None:
+        """Inside the event's transaction: checkpoint if this event completes a period."""
+        if self._since_checkpoint + 1 >= self.checkpoint_every:
+            self._write_checkpoint(session, seq)
+
+    def _committed(self, seq: int) -> None:
+        """After the commit: the counters follow what is now durable."""
+        self._last_seq = seq
+        if self._since_checkpoint + 1 >= self.checkpoint_every:
+            self._checkpoint_seq = seq
+            self._since_checkpoint = 0
+        else:
+            self._since_checkpoint += 1
+
+    def _write_checkpoint(self, session: Session, seq: int) -> None:
+        session.add(
+            CheckpointRow(
+                created_at_s=now_wall_s(),
+                last_event_seq=seq,
+                state_npz=state_to_npz(self._predictor.state_dict()),
+            )
+        )
+        session.flush()
+        stale = select(CheckpointRow.id).order_by(CheckpointRow.last_event_seq.desc())
+        stale_ids = list(session.scalars(stale.offset(self.keep_checkpoints)))
+        if stale_ids:
+            session.execute(delete(CheckpointRow).where(CheckpointRow.id.in_(stale_ids)))
+
+    # ------------------------------------------------------------------ helpers
+    @contextmanager
+    def _transaction(self) -> Iterator[Session]:
+        """One event's transaction; rebuilds the learner from the store if it fails after the
+        learner was touched (the learner must always equal checkpoint + logged events)."""
+        self._check_usable()
+        self._touched = False
+        session = self.store.session()
+        try:
+            with session.begin():
+                yield session
+        except BaseException:
+            if self._touched:
+                self._recover()
+            raise
+        finally:
+            session.close()
+
+    def _recover(self) -> None:
+        try:
+            self._restore()
+        except Exception as error:  # noqa: BLE001 - any failure: refuse to serve, say why
+            self._broken = error
+            logger.error("cannot rebuild the learner from the store: %s", error)
+
+    def _check_usable(self) -> None:
+        if self._broken is not None:
+            raise ServiceBrokenError(
+                "the learner could not be rebuilt from the store after a failed event "
+                f"({self._broken}); restart the daemon (PredictionService.open)"
+            )
+
+    def _ingest(
+        self,
+        session: Session,
+        kind: EventKind,
+        job_id: int,
+        payload: dict[str, Any],
+        occurred_at_s: int,
+    ) -> tuple[int, Applied]:
+        """Append the event (write-ahead), then apply it to the learner."""
+        row = EventRow(
+            kind=kind.value,
+            job_id=job_id,
+            payload_json=dump_payload(payload),
+            occurred_at_s=occurred_at_s,
+            recorded_at_s=now_wall_s(),
+            idempotency_key=idempotency_key(kind, job_id, payload.get("new_limit_s")),
+        )
+        session.add(row)
+        try:
+            session.flush()
+        except IntegrityError as error:
+            # The unique key, not a lookup first: it also holds against a second writer.
+            raise _DuplicateEvent() from error
+        self._touched = True
+        return row.seq, apply_event(self._predictor, kind, payload)
+
+    def _job_or_new(
+        self, session: Session, job_id: int, request: JobRequest | None, event: str
+    ) -> tuple[JobRow, bool]:
+        """The job's row, or a new (not yet added) row built from `request`."""
+        row = session.get(JobRow, job_id)
+        if row is not None:
+            return row, False
+        if request is None:
+            raise UnknownJobError(
+                f"{event} for job {job_id}, which was never submitted to hpcpredict: "
+                "resend it with the job's request to record it"
+            )
+        request = _whole_request(request)
+        if request.job_id != job_id:
+            raise ValueError(f"{event} for job {job_id} with the request of job {request.job_id}")
+        return JobRow.from_request(request, status="submitted", observed=False), True
+
+    def _repeat_prediction(self, session: Session, row: JobRow, job: JobRequest, now_s: int) -> int:
+        if row.observed and row.status != "ended":
+            # Read-only for a job the learner holds (LearnedPredictor.predict): not an event.
+            prediction_s = clip_prediction(
+                self._predictor.predict(row.to_request(), now_s), job.requested_s
+            )
+            self._record_prediction(session, row.job_id, prediction_s, now_s)
+            return prediction_s
+        first = _first_prediction(session, row.job_id)
+        return clip_prediction(row.requested_s if first is None else first, job.requested_s)
+
+    def _record_prediction(
+        self, session: Session, job_id: int, prediction_s: int, now_s: int
+    ) -> None:
+        session.add(
+            PredictionRow(
+                job_id=job_id,
+                predicted_s=prediction_s,
+                predicted_at_s=now_s,
+                model_t=self._predictor.nag.state.t,
+            )
+        )
+
+
+def _first_prediction(session: Session, job_id: int) -> int | None:
+    """The prediction given at submission (what the scheduler acted on)."""
+    return session.scalar(
+        select(PredictionRow.predicted_s)
+        .where(PredictionRow.job_id == job_id)
+        .order_by(PredictionRow.id)
+        .limit(1)
+    )
+
+
+def _whole_request(request: JobRequest) -> JobRequest:
+    """`request` with plain Python ints (numpy ints do not go into JSON or every driver)."""
+    return JobRequest(
+        **{field.name: operator.index(getattr(request, field.name)) for field in fields(request)}
+    )
+
+
+def state_to_npz(state: dict[str, np.ndarray]) -> bytes:
+    """A learner's `state_dict()` as .npz bytes (uncompressed: exact and fast)."""
+    buffer = io.BytesIO()
+    np.savez(buffer, **state)  # type: ignore[arg-type]
+    return buffer.getvalue()
+
+
+def state_from_npz(blob: bytes) -> dict[str, np.ndarray]:
+    with np.load(io.BytesIO(blob), allow_pickle=False) as data:
+        return dict(data)

@@ -1,0 +1,329 @@
+"""What the daemon keeps on disk: SQLAlchemy 2 models, and `Store`, the engine behind them.
+
+Five tables (design.md, "Storage"):
+
+* ``events`` — the append-only log of everything the daemon applied to its model, in order
+  (``seq``). It is the source of truth: the other tables are projections of it, and the model is
+  a checkpoint plus the events after it. ``idempotency_key`` is unique, so an event sent twice
+  (a retried RPC, a SLURM history replayed at start-up) is stored once and learned once, even if
+  a bug got past the service's own checks. It deliberately has no foreign key to ``jobs``: the
+  log must be writable first (write-ahead), before the row it describes exists.
+* ``jobs`` — one row per job id: its request, its lifecycle and how it ended.
+* ``predictions`` — every prediction answered (a job asked twice has two rows).
+* ``corrections`` — every change of a job's time limit reported to the daemon.
+* ``checkpoints`` — the learner's state as .npz bytes, with the sequence number of the last
+  event it includes.
+
+One schema for SQLite (the embedded default, a file under the state directory) and PostgreSQL
+(production): only portable types, times as integer Unix seconds (``BigInteger``: 2038 is close
+enough to matter), constraint names fixed by a naming convention so that migrations can refer to
+them on both backends (Alembic, "The Importance of Naming Constraints"). The schema is created and
+upgraded only by the Alembic migrations shipped in `hpcpredict.daemon.migrations`
+(`Store.upgrade`), never by ``create_all``: a daemon started on last year's database must upgrade
+it, not half-create it.
+
+Nothing here runs at import: an engine exists only inside a `Store` built from a URL.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from sqlalchemy import (
+    BigInteger,
+    Boolean,
+    CheckConstraint,
+    Float,
+    ForeignKey,
+    Integer,
+    LargeBinary,
+    MetaData,
+    String,
+    Text,
+    create_engine,
+    event,
+    select,
+)
+from sqlalchemy.engine import Engine
+from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column
+
+from hpcpredict.daemon.events import EventKind
+from hpcpredict.jobs import JobRequest
+
+if TYPE_CHECKING:  # Alembic is imported only by the methods that use it
+    from alembic.config import Config
+
+MIGRATIONS_DIR = Path(__file__).resolve().parent / "migrations"
+
+# Alembic, "The Importance of Naming Constraints": named constraints can be dropped or altered by
+# a later migration on PostgreSQL and recreated by batch mode on SQLite.
+NAMING_CONVENTION = {
+    "ix": "ix_%(column_0_label)s",
+    "uq": "uq_%(table_name)s_%(column_0_name)s",
+    "ck": "ck_%(table_name)s_%(constraint_name)s",
+    "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+    "pk": "pk_%(table_name)s",
+}
+
+# SQLite only makes an INTEGER PRIMARY KEY an auto-incrementing rowid; PostgreSQL gets BIGSERIAL.
+_BIG_ID = BigInteger().with_variant(Integer(), "sqlite")
+
+EVENT_KINDS = tuple(kind.value for kind in EventKind)
+JOB_STATUSES = ("submitted", "running", "ended")
+
+
+def _one_of(column: str, values: tuple[str, ...]) -> str:
+    """SQL for a CHECK that `column` holds one of `values` (portable: no native ENUM)."""
+    return f"{column} IN ({', '.join(repr(v) for v in values)})"
+
+
+class Base(DeclarativeBase):
+    metadata = MetaData(naming_convention=NAMING_CONVENTION)
+
+
+class JobRow(Base):
+    """A job as the daemon knows it. Request fields never change after the row is created."""
+
+    __tablename__ = "jobs"
+    __table_args__ = (CheckConstraint(_one_of("status", JOB_STATUSES), name="status"),)
+
+    job_id: Mapped[int] = mapped_column(BigInteger, primary_key=True, autoincrement=False)
+    user_id: Mapped[int] = mapped_column(Integer, index=True)
+    group_id: Mapped[int] = mapped_column(Integer)
+    procs: Mapped[int] = mapped_column(Integer)
+    requested_s: Mapped[int] = mapped_column(BigInteger)
+    executable_id: Mapped[int] = mapped_column(Integer)
+    queue_id: Mapped[int] = mapped_column(Integer)
+    partition_id: Mapped[int] = mapped_column(Integer)
+    submit_s: Mapped[int] = mapped_column(BigInteger)
+    start_s: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
+    end_s: Mapped[int | None] = mapped_column(BigInteger, nullable=True, index=True)
+    run_s: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
+    # Lifecycle as seen by the daemon: submitted -> running -> ended (running may be skipped).
+    status: Mapped[str] = mapped_column(String(16))
+    # The scheduler's word for how the job ended (SLURM: COMPLETED, TIMEOUT, CANCELLED, ...).
+    final_state: Mapped[str | None] = mapped_column(String(32), nullable=True)
+    # Time limit in force as last reported through `limit_changed`; None: as submitted.
+    limit_s: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
+    # True when the learner saw the submission (so it holds the job's features from then).
+    observed: Mapped[bool] = mapped_column(Boolean)
+    killed_at_lowered_limit: Mapped[bool | None] = mapped_column(Boolean, nullable=True)
+    learned: Mapped[bool | None] = mapped_column(Boolean, nullable=True)
+    # Which rule of `hpcpredict.daemon.learning.decide` applied at the end, and so why.
+    learn_rule: Mapped[str | None] = mapped_column(String(32), nullable=True)
+
+    @classmethod
+    def from_request(cls, request: JobRequest, *, status: str, observed: bool) -> JobRow:
+        return cls(
+            job_id=request.job_id,
+            user_id=request.user_id,
+            group_id=request.group_id,
+            procs=request.procs,
+            requested_s=request.requested_s,
+            executable_id=request.executable_id,
+            queue_id=request.queue_id,
+            partition_id=request.partition_id,
+            submit_s=request.submit_s,
+            status=status,
+            observed=observed,
+        )
+
+    def to_request(self) -> JobRequest:
+        return JobRequest(
+            job_id=self.job_id,
+            submit_s=self.submit_s,
+            procs=self.procs,
+            requested_s=self.requested_s,
+            user_id=self.user_id,
+            group_id=self.group_id,
+            executable_id=self.executable_id,
+            queue_id=self.queue_id,
+            partition_id=self.partition_id,
+        )
+
+
+class PredictionRow(Base):
+    """One prediction answered; ``model_t`` is the learner's step count when it was made."""
+
+    __tablename__ = "predictions"
+
+    id: Mapped[int] = mapped_column(_BIG_ID, primary_key=True, autoincrement=True)
+    job_id: Mapped[int] = mapped_column(BigInteger, ForeignKey("jobs.job_id"), index=True)
+    predicted_s: Mapped[int] = mapped_column(BigInteger)
+    predicted_at_s: Mapped[int] = mapped_column(BigInteger)
+    model_t: Mapped[int] = mapped_column(BigInteger)
+
+
+class CorrectionRow(Base):
+    """A job's time limit changed from ``old_limit_s`` to ``new_limit_s`` at ``changed_at_s``."""
+
+    __tablename__ = "corrections"
+
+    id: Mapped[int] = mapped_column(_BIG_ID, primary_key=True, autoincrement=True)
+    job_id: Mapped[int] = mapped_column(BigInteger, ForeignKey("jobs.job_id"), index=True)
+    old_limit_s: Mapped[int] = mapped_column(BigInteger)
+    new_limit_s: Mapped[int] = mapped_column(BigInteger)
+    changed_at_s: Mapped[int] = mapped_column(BigInteger)
+    event_seq: Mapped[int] = mapped_column(BigInteger)
+
+
+class EventRow(Base):
+    """One applied event. ``payload_json`` holds everything replaying it needs (see events.py)."""
+
+    __tablename__ = "events"
+    __table_args__ = (CheckConstraint(_one_of("kind", EVENT_KINDS), name="kind"),)
+
+    seq: Mapped[int] = mapped_column(_BIG_ID, primary_key=True, autoincrement=True)
+    kind: Mapped[str] = mapped_column(String(16))
+    job_id: Mapped[int] = mapped_column(BigInteger, index=True)
+    payload_json: Mapped[str] = mapped_column(Text)
+    occurred_at_s: Mapped[int] = mapped_column(BigInteger)
+    recorded_at_s: Mapped[float] = mapped_column(Float)
+    idempotency_key: Mapped[str] = mapped_column(String(200), unique=True)
+
+
+class CheckpointRow(Base):
+    """The learner's `state_dict()` as .npz bytes, including events up to ``last_event_seq``."""
+
+    __tablename__ = "checkpoints"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    created_at_s: Mapped[float] = mapped_column(Float)
+    last_event_seq: Mapped[int] = mapped_column(BigInteger, unique=True)
+    state_npz: Mapped[bytes] = mapped_column(LargeBinary)
+
+
+@dataclass(frozen=True, slots=True)
+class StoredEvent:
+    """An event read back from the log, as plain data (ORM rows never reach the learner)."""
+
+    seq: int
+    kind: str
+    job_id: int
+    payload: dict[str, Any]
+    occurred_at_s: int
+
+
+@dataclass(frozen=True, slots=True)
+class StoredCheckpoint:
+    id: int
+    created_at_s: float
+    last_event_seq: int
+    state_npz: bytes
+
+
+class Store:
+    """The daemon's database, opened from a SQLAlchemy URL.
+
+    ``sqlite:///path/state.db`` (the default the CLI builds under the state directory) or
+    ``postgresql+psycopg://...``. The schema is not touched until `upgrade` is called: opening a
+    store is cheap and side-effect free, which is what read-only commands (``hpcpredict errors``)
+    need.
+    """
+
+    def __init__(self, url: str, *, echo: bool = False) -> None:
+        self.url = url
+        self.engine: Engine = create_engine(url, echo=echo)
+        if self.engine.dialect.name == "sqlite":
+            event.listen(self.engine, "connect", _configure_sqlite_connection)
+
+    def close(self) -> None:
+        self.engine.dispose()
+
+    def session(self) -> Session:
+        return Session(self.engine)
+
+    # ------------------------------------------------------------------ schema
+    def alembic_config(self) -> Config:
+        """An Alembic `Config` built in code (no alembic.ini): the migrations of this package.
+
+        Also what a developer passes to ``alembic.command.revision(..., autogenerate=True)``.
+        The URL is handed over as a connection (see `upgrade`), never written into the config,
+        whose ConfigParser would choke on the '%' of a URL-encoded password.
+        """
+        from alembic.config import Config  # imported here: `hpcpredict errors` does not need it
+
+        config = Config()
+        config.set_main_option("script_location", str(MIGRATIONS_DIR))
+        return config
+
+    def upgrade(self, revision: str = "head") -> None:
+        """Bring the schema to `revision` (Alembic ``upgrade``), creating it on an empty database."""
+        from alembic import command
+
+        config = self.alembic_config()
+        with self.engine.begin() as connection:
+            config.attributes["connection"] = connection
+            command.upgrade(config, revision)
+
+    def current_revision(self) -> str | None:
+        """The Alembic revision the database is at (None: never upgraded)."""
+        from alembic.migration import MigrationContext
+
+        with self.engine.connect() as connection:
+            return MigrationContext.configure(connection).get_current_revision()
+
+    def schema_drift(self) -> list[Any]:
+        """Differences between the database and these models (Alembic ``compare_metadata``).
+
+        Empty after `upgrade` when the migrations create exactly the models' schema: the test
+        that keeps a model change from shipping without its migration.
+        """
+        from alembic.autogenerate import compare_metadata
+        from alembic.migration import MigrationContext
+
+        with self.engine.connect() as connection:
+            context = MigrationContext.configure(connection, opts={"compare_type": True})
+            return list(compare_metadata(context, Base.metadata))
+
+    # ------------------------------------------------------------------ reading the log
+    def latest_checkpoint(self) -> StoredCheckpoint | None:
+        """The checkpoint covering the most events, or None."""
+        with self.session() as session:
+            row = session.scalars(
+                select(CheckpointRow).order_by(CheckpointRow.last_event_seq.desc()).limit(1)
+            ).first()
+            if row is None:
+                return None
+            return StoredCheckpoint(row.id, row.created_at_s, row.last_event_seq, row.state_npz)
+
+    def events_after(self, seq: int) -> Iterator[StoredEvent]:
+        """Events with a sequence number above `seq`, in order (what a restart replays)."""
+        with self.session() as session:
+            rows = session.scalars(
+                select(EventRow).where(EventRow.seq > seq).order_by(EventRow.seq)
+            )
+            for row in rows:
+                yield StoredEvent(
+                    row.seq, row.kind, row.job_id, json.loads(row.payload_json), row.occurred_at_s
+                )
+
+    def last_event_seq(self) -> int:
+        """Sequence number of the last event stored, 0 when the log is empty."""
+        with self.session() as session:
+            last = session.scalar(select(EventRow.seq).order_by(EventRow.seq.desc()).limit(1))
+            return 0 if last is None else int(last)
+
+
+def now_wall_s() -> float:
+    """Wall-clock time for ``recorded_at_s`` / ``created_at_s`` (bookkeeping, never learned)."""
+    return time.time()
+
+
+def _configure_sqlite_connection(dbapi_connection: Any, _record: Any) -> None:
+    """Per-connection SQLite settings; registered on this engine only, never globally.
+
+    * foreign_keys: SQLite ignores FOREIGN KEY clauses unless asked, PostgreSQL always checks
+      them; the same code must fail the same way on both.
+    * busy_timeout: a reader (``hpcpredict errors``) holding the file must make the daemon wait
+      a little, not fail with "database is locked".
+    """
+    cursor = dbapi_connection.cursor()
+    cursor.execute("PRAGMA foreign_keys=ON")
+    cursor.execute("PRAGMA busy_timeout=5000")
+    cursor.close()
