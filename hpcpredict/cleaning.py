@@ -228,7 +228,7 @@ def _job(record: SwfRecord, procs: int, run_s: int) -> Job:
         queue_id=record.queue_id,
         partition_id=record.partition_id,
     )
-    return Job(request=request, run_s=run_s, status=record.status)
+    return Job(request=request, run_s=run_s, status=record.status, wait_s=int(record.wait_s))
 
 
 def _submit_time(job: Job) -> int:

@@ -34,6 +34,10 @@ class Job:
     request: JobRequest
     run_s: int
     status: int = -1
+    # How long the job waited on the machine that produced the log (SWF field 3; -1 unknown).
+    # The simulator ignores it (it schedules the job itself); replaying a history as it
+    # happened (``hpcpredict train``) needs it for the start events.
+    wait_s: int = -1
 
     @property
     def job_id(self) -> int:

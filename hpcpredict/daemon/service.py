@@ -145,6 +145,11 @@ class PredictionService:
         return self._last_seq
 
     @property
+    def model_updates(self) -> int:
+        """How many learning steps the model has taken (NAG's t)."""
+        return int(self._predictor.nag.state.t)
+
+    @property
     def replayed_events(self) -> int:
         """How many logged events the last restore replayed after its checkpoint."""
         return self._replayed
@@ -176,8 +181,25 @@ class PredictionService:
             logger.info("restored checkpoint at event %d, replayed %d events", after_seq, replayed)
 
     # ------------------------------------------------------------------ the four events
-    def submitted(self, job: JobRequest, now_s: int) -> int:
+    def peek(self, job: JobRequest, now_s: int) -> int:
+        """The prediction `submitted` would give now, recording nothing (no event, no row).
+
+        What SLURM's ``job_submit`` plugin asks: the job has no id yet. The submission is
+        recorded when the job is reported with its id (`submitted` with ``given_prediction_s``).
+        """
+        self._check_usable()
+        job = _whole_request(job)
+        return clip_prediction(self._predictor.peek(job, operator.index(now_s)), job.requested_s)
+
+    def submitted(
+        self, job: JobRequest, now_s: int, *, given_prediction_s: int | None = None
+    ) -> int:
         """The prediction for `job`, in whole seconds in [1, job.requested_s].
+
+        `given_prediction_s` is the prediction the scheduler already acted on, when it was
+        served before the job had an id (`peek`): it is the one recorded and returned, while
+        the learner observes the submission as usual (its features, kept for learning at the
+        end, are the same either way).
 
         Asking again for a job already recorded logs nothing and counts nothing twice: a job the
         learner still holds is predicted again from its features as first submitted (with
@@ -186,6 +208,10 @@ class PredictionService:
         """
         job = _whole_request(job)
         now_s = operator.index(now_s)
+        if given_prediction_s is not None:
+            given_prediction_s = clip_prediction(
+                operator.index(given_prediction_s), job.requested_s
+            )
         try:
             with self._transaction() as session:
                 row = session.get(JobRow, job.job_id)
@@ -198,7 +224,9 @@ class PredictionService:
                 session.add(JobRow.from_request(job, status="submitted", observed=True))
                 session.flush()  # the job before its prediction (foreign key)
                 assert applied.prediction_s is not None
-                prediction_s = applied.prediction_s
+                prediction_s = (
+                    applied.prediction_s if given_prediction_s is None else given_prediction_s
+                )
                 self._record_prediction(session, job.job_id, prediction_s, now_s)
                 self._after_event(session, seq)
         except _DuplicateEvent:  # logged but no job row: only if someone deleted it by hand
@@ -334,6 +362,36 @@ class PredictionService:
             return EventOutcome(False, f"job {job_id}: limit {new_limit_s} s already logged")
         self._committed(seq)
         return EventOutcome(True, "limit changed", seq)
+
+    # ------------------------------------------------------------------ bootstrap
+    def bootstrap(self, predictor: LearnedPredictor, *, replace: bool = False) -> None:
+        """Start the daemon's model from `predictor` (warmed on a history: ``hpcpredict train``).
+
+        Stored as the checkpoint "before event 1". Allowed only while no event has been logged:
+        after that, the model is the log's, and replacing it would silently drop what the log
+        taught (or, replayed on top, teach those jobs twice). A store that already holds a
+        bootstrap checkpoint is refused unless `replace`. The predictor must have the
+        hyperparameters of this service's factory (the daemon rebuilds it with them).
+        """
+        self._check_usable()
+        if self.store.last_event_seq() > 0:
+            raise ValueError(
+                f"the store already holds {self.store.last_event_seq()} live events; a history "
+                "can only bootstrap a daemon that has not learned anything live yet "
+                "(use a new database)"
+            )
+        if self.store.latest_checkpoint() is not None and not replace:
+            raise ValueError("the store already holds a bootstrapped model (replace it with --replace)")
+        state = predictor.state_dict()
+        self._factory().load_state_dict(state)  # refuses other hyperparameters, before writing
+        with self.store.session() as session, session.begin():
+            session.execute(delete(CheckpointRow))
+            session.add(
+                CheckpointRow(
+                    created_at_s=now_wall_s(), last_event_seq=0, state_npz=state_to_npz(state)
+                )
+            )
+        self._restore()
 
     # ------------------------------------------------------------------ checkpoints
     def checkpoint(self) -> int | None:

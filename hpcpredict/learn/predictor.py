@@ -159,6 +159,18 @@ class LearnedPredictor:
         """
         return self._pending_phi.pop(job_id, None) is not None
 
+    def peek(self, request: JobRequest, now_s: int) -> int:
+        """What `predict` would answer, without recording anything.
+
+        For a job the scheduler has not numbered yet (SLURM's ``job_submit`` runs before the
+        job has an id): the prediction is served now, and the submission is recorded later,
+        when the job is reported with its id. A job already predicted reuses its features.
+        """
+        phi = self._pending_phi.get(request.job_id)
+        if phi is None:
+            phi = self._expansion.expand(self.features.compute(request, now_s, self._x))
+        return self._to_seconds(float(self.nag.state.w.dot(phi)), request.requested_s)
+
     def raw_prediction(self, request: JobRequest) -> float:
         """f = w . Phi(x_j) before clipping, for a job already predicted or observed."""
         return float(np.dot(self.nag.state.w, self._pending_phi[request.job_id]))

@@ -1,0 +1,180 @@
+"""``hpcpredict serve`` and ``hpcpredict train``: the daemon's commands (thin, like cli.py).
+
+Both read the same configuration (`hpcpredict.daemon.config`): `train` must build the model with
+the learner constants `serve` will run it with, or the daemon refuses the checkpoint.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from pathlib import Path
+
+import click
+
+from hpcpredict.daemon.config import ConfigError, DaemonConfig, load_config, parse_mode
+
+_config_option = click.option(
+    "--config",
+    "config_path",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    default=None,
+    help="TOML configuration ([daemon] and [learner] sections; see docs/daemon.md). "
+    "Command-line options override it.",
+)
+_db_option = click.option(
+    "--db",
+    "db_url",
+    default=None,
+    help="Database URL: sqlite:///path/file.db (default: hpcpredict.db under "
+    "$HPCPREDICT_STATE_DIR or ~/.local/state/hpcpredict) or postgresql+psycopg://user@host/db.",
+)
+
+
+def _config(config_path: Path | None, **overrides: object) -> DaemonConfig:
+    try:
+        return load_config(config_path).with_overrides(**overrides)
+    except ConfigError as error:
+        raise click.ClickException(str(error)) from None
+
+
+def _open_service(config: DaemonConfig):  # -> PredictionService (SQLAlchemy imported lazily)
+    from sqlalchemy.exc import SQLAlchemyError
+
+    from hpcpredict.daemon.service import PredictionService
+    from hpcpredict.daemon.store import Store
+
+    if config.db.startswith("sqlite:///"):
+        Path(config.db.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
+    try:
+        store = Store(config.db)
+        return PredictionService.open(
+            store, config.predictor_factory, checkpoint_every=config.checkpoint_every
+        )
+    except (SQLAlchemyError, ValueError) as error:
+        raise click.ClickException(f"{config.db}: {error}") from None
+
+
+@click.command()
+@_config_option
+@_db_option
+@click.option("--socket", "socket_path", default=None, help="Unix socket for the SLURM plugin "
+              "(default: hpcpredict.sock in the state directory).")
+@click.option("--socket-mode", default=None, help="Octal permissions of the socket (default 0600: "
+              "only this user, i.e. slurmctld's SlurmUser, may ask).")
+@click.option("--socket-group", default=None, help="Group given to the socket (with --socket-mode 0660).")
+@click.option("--http", default=None, help="HOST:PORT of the admin JSON API (default "
+              "127.0.0.1:8765; '' disables it).")
+@click.option("--time-zone", default=None, help="The site's IANA time zone (time-of-day features).")
+@click.option("--checkpoint-every", type=click.IntRange(min=1), default=None,
+              help="Events between model checkpoints (a restart replays at most this many).")
+@click.option("--log-level", type=click.Choice(["debug", "info", "warning", "error"]),
+              default="info", show_default=True)
+def serve(
+    config_path: Path | None,
+    db_url: str | None,
+    socket_path: str | None,
+    socket_mode: str | None,
+    socket_group: str | None,
+    http: str | None,
+    time_zone: str | None,
+    checkpoint_every: int | None,
+    log_level: str,
+) -> None:
+    """Run the prediction daemon until SIGTERM or Ctrl-C.
+
+    It answers the SLURM plugin on a Unix socket (line protocol, docs/protocol.md), learns from
+    every job reported to it, records jobs, predictions and corrections in the database, and
+    serves an admin JSON API (/health, /metrics, /errors, /users/UID/errors, /predictions,
+    POST /predict). On start it restores the last checkpoint and replays the events logged after
+    it, so a restart — even after kill -9 — loses nothing learned.
+    """
+    from hpcpredict.daemon.server import Daemon, DaemonError
+
+    logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.getLogger("alembic").setLevel(max(logging.WARNING, logging.getLogger().level))
+    try:
+        mode = None if socket_mode is None else parse_mode(socket_mode, where="--socket-mode")
+    except ConfigError as error:
+        raise click.ClickException(str(error)) from None
+    config = _config(
+        config_path,
+        db=db_url,
+        socket=socket_path,
+        socket_mode=mode,
+        socket_group=socket_group,
+        http=http,
+        time_zone=time_zone,
+        checkpoint_every=checkpoint_every,
+    )
+    service = _open_service(config)
+    if service.replayed_events:
+        click.echo(f"replayed {service.replayed_events:,} events after the last checkpoint", err=True)
+    try:
+        Daemon(config, service).run()
+    except DaemonError as error:
+        service.store.close()
+        raise click.ClickException(str(error)) from None
+    service.store.close()
+
+
+@click.command()
+@click.argument("log", type=click.Path(exists=True, dir_okay=False, readable=True, path_type=Path))
+@_config_option
+@_db_option
+@click.option("--procs", type=click.IntRange(min=1), default=None,
+              help="Machine size, if the log's header has no MaxProcs (used by the cleaning rules).")
+@click.option("--lenient", is_flag=True, help="Skip malformed job lines instead of stopping.")
+@click.option("--replace", is_flag=True, help="Replace a model bootstrapped earlier (allowed only "
+              "while the daemon has learned nothing live).")
+@click.option("--time-zone", default=None, help="The site's IANA time zone (as for serve).")
+def train(
+    log: Path,
+    config_path: Path | None,
+    db_url: str | None,
+    procs: int | None,
+    lenient: bool,
+    replace: bool,
+    time_zone: str | None,
+) -> None:
+    """Warm the daemon's model and user histories on an SWF history before going live.
+
+    The log is replayed as it happened (each job starts at submission + its SWF wait) through
+    the same learner the daemon runs, and the result is stored as the daemon's starting
+    checkpoint. Times are shifted by the log's UnixStartTime, so user ids must be the site's
+    Unix uids (what `hpcpredict slurm-convert` writes) for the histories to meet the live jobs.
+    """
+    from hpcpredict.cli import _bar, _load
+    from hpcpredict.learn.history import replay_history
+
+    config = _config(config_path, db=db_url, time_zone=time_zone)
+    workload = _load(log, procs, lenient)
+    offset_s = workload.header.unix_start_time or 0
+    if not offset_s:
+        click.echo(f"{log}: no UnixStartTime in the header: times are taken as Unix seconds", err=True)
+    service = _open_service(config)
+    try:
+        predictor = config.predictor_factory()
+        started = time.perf_counter()
+        with _bar(len(workload.jobs), "job", f"training on {log.name}") as update:
+            done = 0
+
+            def progress(count: int) -> None:
+                nonlocal done
+                done += count
+                update(done)
+
+            replay = replay_history(workload.jobs, predictor, offset_s=offset_s, progress=progress)
+        try:
+            service.bootstrap(predictor, replace=replace)
+        except ValueError as error:
+            raise click.ClickException(f"{config.db}: {error}") from None
+    finally:
+        service.store.close()
+    click.echo(
+        f"trained on {replay.jobs:,} jobs of {len(predictor.features.users):,} users in "
+        f"{time.perf_counter() - started:.1f} s: {predictor.nag.state.t:,} learning steps"
+    )
+    if replay.unknown_wait:
+        click.echo(f"{replay.unknown_wait:,} jobs had no wait time and were started at submission", err=True)
+    click.echo(f"model stored in {config.db}")

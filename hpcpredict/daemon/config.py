@@ -1,0 +1,158 @@
+"""The daemon's configuration: one TOML file, every key optional, command-line flags on top.
+
+    # /etc/hpcpredict/daemon.toml
+    [daemon]
+    db = "sqlite:////var/lib/hpcpredict/hpcpredict.db"   # or postgresql+psycopg://...
+    socket = "/run/hpcpredict/hpcpredict.sock"
+    socket_mode = "0600"          # who may ask: the daemon's user (slurmctld's SlurmUser) only
+    socket_group = ""             # with socket_mode "0660": a group allowed to ask as well
+    http = "127.0.0.1:8765"       # "" disables the admin API
+    checkpoint_every = 1000       # events between model checkpoints
+    time_zone = "Europe/Paris"    # the site's; time-of-day features follow it (default: UTC)
+
+    [learner]                     # must be the same for `train` and `serve`
+    loss = "eloss"
+    eta = 5000.0
+    l2 = 4e9
+    negative = "abs"
+    loss_unit_s = 3600.0
+
+The learner section matters beyond start-up: a checkpoint records the hyperparameters it was made
+with and a daemon started with others refuses it (`LearnedPredictor.load_state_dict`), rather
+than continue a model under constants it was not trained with.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from hpcpredict.daemon.paths import default_db_url, state_dir
+from hpcpredict.features import FeatureContext
+from hpcpredict.learn.predictor import (
+    DEFAULT_ETA,
+    DEFAULT_L2,
+    DEFAULT_LOSS_UNIT_S,
+    DEFAULT_NEGATIVE,
+    LearnedPredictor,
+)
+
+DEFAULT_HTTP = "127.0.0.1:8765"
+
+
+class ConfigError(ValueError):
+    """A configuration file or value that cannot be used; the message names the key."""
+
+
+@dataclass(frozen=True)
+class LearnerConfig:
+    loss: str = "eloss"
+    eta: float = DEFAULT_ETA
+    l2: float = DEFAULT_L2
+    negative: str = DEFAULT_NEGATIVE
+    loss_unit_s: float = DEFAULT_LOSS_UNIT_S
+
+    def build(self, time_zone: str | None) -> LearnedPredictor:
+        """An untrained learner whose clock is Unix seconds read in the site's time zone."""
+        return LearnedPredictor(
+            self.loss,
+            eta=self.eta,
+            l2=self.l2,
+            negative=self.negative,  # type: ignore[arg-type]
+            loss_unit_s=self.loss_unit_s,
+            context=FeatureContext(0, time_zone),
+        )
+
+
+@dataclass(frozen=True)
+class DaemonConfig:
+    db: str = field(default_factory=default_db_url)
+    socket: str = field(default_factory=lambda: str(state_dir() / "hpcpredict.sock"))
+    socket_mode: int = 0o600
+    socket_group: str = ""
+    http: str = DEFAULT_HTTP
+    checkpoint_every: int = 1000
+    time_zone: str | None = None
+    learner: LearnerConfig = field(default_factory=LearnerConfig)
+
+    def predictor_factory(self) -> LearnedPredictor:
+        return self.learner.build(self.time_zone)
+
+    def with_overrides(self, **overrides: Any) -> DaemonConfig:
+        """A copy with the given keys replaced; None means "not given" and keeps the value."""
+        given = {key: value for key, value in overrides.items() if value is not None}
+        return _checked(dataclasses.replace(self, **given))
+
+
+_DAEMON_KEYS = {"db", "socket", "socket_mode", "socket_group", "http", "checkpoint_every", "time_zone"}
+_LEARNER_KEYS = {f.name for f in dataclasses.fields(LearnerConfig)}
+
+
+def load_config(path: str | os.PathLike[str] | None) -> DaemonConfig:
+    """The configuration in `path` (TOML), or the defaults when `path` is None."""
+    if path is None:
+        return DaemonConfig()
+    path = Path(path)
+    try:
+        with path.open("rb") as stream:
+            data = tomllib.load(stream)
+    except OSError as error:
+        raise ConfigError(f"{path}: cannot read the configuration ({error.strerror})") from error
+    except tomllib.TOMLDecodeError as error:
+        raise ConfigError(f"{path}: not valid TOML ({error})") from error
+    unknown_sections = set(data) - {"daemon", "learner"}
+    if unknown_sections:
+        raise ConfigError(f"{path}: unknown section(s) {sorted(unknown_sections)}; expected [daemon], [learner]")
+    daemon = dict(data.get("daemon", {}))
+    learner = dict(data.get("learner", {}))
+    for section, keys, allowed in (("daemon", daemon, _DAEMON_KEYS), ("learner", learner, _LEARNER_KEYS)):
+        unknown = set(keys) - allowed
+        if unknown:
+            raise ConfigError(f"{path}: unknown key(s) {sorted(unknown)} in [{section}]; known: {sorted(allowed)}")
+    if "socket_mode" in daemon:
+        daemon["socket_mode"] = parse_mode(daemon["socket_mode"], where=f"{path}: [daemon] socket_mode")
+    try:
+        config = DaemonConfig(**daemon, learner=LearnerConfig(**learner))
+    except TypeError as error:
+        raise ConfigError(f"{path}: {error}") from error
+    try:
+        return _checked(config)
+    except ConfigError as error:
+        raise ConfigError(f"{path}: {error}") from error
+
+
+def parse_mode(value: object, *, where: str = "socket mode") -> int:
+    """An octal file mode given as "0660" / "660" (TOML has no octal strings users remember)."""
+    try:
+        mode = int(str(value), 8)
+    except ValueError:
+        raise ConfigError(f"{where}: expected an octal mode such as \"0600\", got {value!r}") from None
+    if not 0 <= mode <= 0o777:
+        raise ConfigError(f"{where}: {value!r} is not a file mode")
+    return mode
+
+
+def parse_host_port(value: str) -> tuple[str, int]:
+    """ "HOST:PORT" (IPv6 in brackets) -> (host, port)."""
+    host, sep, port = value.rpartition(":")
+    if not sep or not host or not port.isdigit() or not 0 <= int(port) <= 65535:
+        raise ConfigError(f"http: expected HOST:PORT such as {DEFAULT_HTTP}, got {value!r}")
+    return host.strip("[]"), int(port)
+
+
+def _checked(config: DaemonConfig) -> DaemonConfig:
+    if config.checkpoint_every < 1:
+        raise ConfigError(f"checkpoint_every must be >= 1, got {config.checkpoint_every}")
+    if config.http:
+        parse_host_port(config.http)
+    try:
+        config.predictor_factory()
+    except (ValueError, TypeError, KeyError) as error:  # bad loss name, negative rule, zone
+        raise ConfigError(f"learner: {error}") from error
+    except Exception as error:  # zoneinfo raises its own error types for unknown zones
+        raise ConfigError(f"time_zone {config.time_zone!r}: {error}") from error
+    return config

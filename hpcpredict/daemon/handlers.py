@@ -1,0 +1,164 @@
+"""What each protocol verb does to the `PredictionService`: shared by the socket and HTTP fronts.
+
+Every answer is built here, errors included, so that whatever arrives — garbage, a huge line, an
+unknown user, a missing field, an event for a job never seen — the front end writes one answer
+line and goes on serving. Only `ServiceBrokenError` (the learner could not be rebuilt from the
+store) makes the service refuse work; it answers ``unavailable`` until restarted.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from hpcpredict.daemon.metrics import Metrics
+from hpcpredict.daemon.protocol import (
+    PROTOCOL_VERSION,
+    ProtocolError,
+    Request,
+    format_error,
+    format_ok,
+    get_flag,
+    get_int,
+    has_request,
+    job_request,
+    parse_request,
+)
+from hpcpredict.daemon.service import PredictionService, ServiceBrokenError, UnknownJobError
+
+logger = logging.getLogger(__name__)
+
+ANONYMOUS_JOB_ID = -1  # PREDICT: SLURM has not numbered the job yet
+
+
+class Handlers:
+    """Verb -> service call; `clock` gives Unix seconds (injectable for replayed streams)."""
+
+    def __init__(
+        self,
+        service: PredictionService,
+        *,
+        metrics: Metrics | None = None,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.service = service
+        self.metrics = Metrics() if metrics is None else metrics
+        self.clock = clock
+        self._verbs: dict[str, Callable[[Mapping[str, Any]], dict[str, object]]] = {
+            "PING": self.ping,
+            "PREDICT": self.predict,
+            "SUBMIT": self.submit,
+            "START": self.start,
+            "END": self.end,
+            "LIMIT": self.limit,
+        }
+
+    # ------------------------------------------------------------------ front doors
+    def handle_line(self, line: bytes) -> bytes:
+        """One request line (no newline) -> one answer line; never raises."""
+        began = time.perf_counter()
+        verb = "?"
+        try:
+            request = parse_request(line)
+            verb = request.verb
+            answer = format_ok(self.call(request))
+            outcome = "ok"
+        except ProtocolError as error:
+            answer, outcome = format_error(error.code, str(error)), error.code
+        except Exception as error:  # noqa: BLE001 - a parser bug must not cost the connection
+            logger.exception("internal error parsing %r", line[:200])
+            answer, outcome = format_error("internal", f"{type(error).__name__}: {error}"), "internal"
+        self.metrics.observe(verb, outcome, time.perf_counter() - began)
+        return answer
+
+    def call(self, request: Request) -> dict[str, object]:
+        """Run a parsed request; every failure becomes a `ProtocolError` with a clear code."""
+        try:
+            return self._verbs[request.verb](request.fields)
+        except ProtocolError:
+            raise
+        except UnknownJobError as error:
+            raise ProtocolError("unknown_job", str(error)) from error
+        except ServiceBrokenError as error:
+            raise ProtocolError("unavailable", str(error)) from error
+        except (ValueError, TypeError, OverflowError) as error:
+            raise ProtocolError("bad_request", str(error)) from error
+        except Exception as error:  # noqa: BLE001 - the daemon must outlive any one request
+            logger.exception("internal error on %s", request.verb)
+            raise ProtocolError("internal", f"{type(error).__name__}: {error}") from error
+
+    # ------------------------------------------------------------------ verbs
+    def ping(self, fields: Mapping[str, Any]) -> dict[str, object]:
+        return {
+            "version": PROTOCOL_VERSION,
+            "model_t": self.service.model_updates,
+            "events": self.service.last_event_seq,
+        }
+
+    def predict(self, fields: Mapping[str, Any]) -> dict[str, object]:
+        now_s = self._now()
+        job = job_request(fields, job_id=ANONYMOUS_JOB_ID, now_s=now_s)
+        return {"prediction": self.service.peek(job, now_s), "time_limit": job.requested_s}
+
+    def submit(self, fields: Mapping[str, Any]) -> dict[str, object]:
+        now_s = self._now()
+        job = job_request(fields, job_id=get_int(fields, "job", minimum=0), now_s=now_s)
+        given = fields.get("predicted")
+        prediction = self.service.submitted(
+            job,
+            job.submit_s,
+            given_prediction_s=None if given in (None, "") else get_int(fields, "predicted", minimum=1),
+        )
+        return {"prediction": prediction}
+
+    def start(self, fields: Mapping[str, Any]) -> dict[str, object]:
+        now_s = self._now()
+        job_id = get_int(fields, "job", minimum=0)
+        outcome = self.service.started(
+            job_id,
+            get_int(fields, "start", default=now_s, minimum=0),
+            request=self._optional_request(fields, job_id, now_s),
+        )
+        return {"applied": outcome.applied, "note": outcome.note}
+
+    def end(self, fields: Mapping[str, Any]) -> dict[str, object]:
+        now_s = self._now()
+        job_id = get_int(fields, "job", minimum=0)
+        end_s = get_int(fields, "end", default=now_s, minimum=0)
+        if fields.get("run") in (None, "") and fields.get("start") not in (None, ""):
+            run_s = max(0, end_s - get_int(fields, "start", minimum=0))
+        else:
+            run_s = get_int(fields, "run", minimum=0)
+        outcome = self.service.ended(
+            job_id,
+            run_s,
+            end_s,
+            str(fields.get("state") or "COMPLETED"),
+            get_flag(fields, "lowered_kill"),
+            request=self._optional_request(fields, job_id, now_s),
+        )
+        return {
+            "applied": outcome.applied,
+            "learned": outcome.learned,
+            "rule": "" if outcome.rule is None else outcome.rule.value,
+            "note": outcome.note,
+        }
+
+    def limit(self, fields: Mapping[str, Any]) -> dict[str, object]:
+        now_s = self._now()
+        outcome = self.service.limit_changed(
+            get_int(fields, "job", minimum=0),
+            get_int(fields, "time_limit", minimum=1),
+            get_int(fields, "at", default=now_s, minimum=0),
+        )
+        return {"applied": outcome.applied, "note": outcome.note}
+
+    # ------------------------------------------------------------------ helpers
+    def _now(self) -> int:
+        return int(self.clock())
+
+    @staticmethod
+    def _optional_request(fields: Mapping[str, Any], job_id: int, now_s: int):  # -> JobRequest | None
+        return job_request(fields, job_id=job_id, now_s=now_s) if has_request(fields) else None

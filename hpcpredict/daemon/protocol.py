@@ -1,0 +1,172 @@
+"""The line protocol of the daemon's Unix socket (docs/protocol.md), as pure functions.
+
+One request is one line, ``VERB key=value key=value ...``; one answer is one line, ``OK
+key=value ...`` or ``ERR code message``. Values are percent-encoded (RFC 3986) only where they
+hold a space, ``=``, ``%`` or a control character, so a Lua client builds a request with
+``string.format`` and reads the answer with one ``string.match``. Everything here is pure (bytes
+in, values out) so that the socket server, the HTTP API and the tests share one parser.
+"""
+
+from __future__ import annotations
+
+import operator
+import pwd
+import re
+import zlib
+from collections.abc import Mapping
+from dataclasses import dataclass
+from urllib.parse import quote, unquote
+
+from hpcpredict.jobs import JobRequest
+
+PROTOCOL_VERSION = 1
+MAX_LINE_BYTES = 4096  # a request longer than this is refused (and the connection closed)
+VERBS = ("PING", "PREDICT", "SUBMIT", "START", "END", "LIMIT")
+
+_KEY = re.compile(r"[a-z_][a-z0-9_]*\Z")
+# Largest value an integer field may take: SQL BIGINT, and far beyond any real time or count.
+_MAX_INT = 2**63 - 1
+
+
+class ProtocolError(ValueError):
+    """A request that cannot be served; `code` is the machine-readable part of the answer."""
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+@dataclass(frozen=True, slots=True)
+class Request:
+    verb: str
+    fields: dict[str, str]
+
+
+def parse_request(line: bytes) -> Request:
+    """``VERB k=v ...`` (without its newline) -> `Request`; `ProtocolError` says what is wrong."""
+    if len(line) > MAX_LINE_BYTES:
+        raise ProtocolError("too_long", f"request longer than {MAX_LINE_BYTES} bytes")
+    try:
+        text = line.decode("ascii")
+    except UnicodeDecodeError:
+        raise ProtocolError(
+            "bad_request", "requests are ASCII; percent-encode other characters"
+        ) from None
+    words = text.split()
+    if not words:
+        raise ProtocolError("bad_request", "empty request; expected VERB key=value ...")
+    verb = words[0].upper()
+    if verb not in VERBS:
+        raise ProtocolError("unknown_verb", f"unknown verb {words[0]!r}; known: {' '.join(VERBS)}")
+    fields: dict[str, str] = {}
+    for word in words[1:]:
+        key, sep, value = word.partition("=")
+        if not sep or not _KEY.match(key):
+            raise ProtocolError("bad_request", f"expected key=value, got {word!r}")
+        if key in fields:
+            raise ProtocolError("bad_request", f"key {key!r} given twice")
+        try:
+            fields[key] = unquote(value, errors="strict") if "%" in value else value
+        except UnicodeDecodeError:
+            raise ProtocolError("bad_request", f"{key}: percent-encoding is not UTF-8") from None
+    return Request(verb, fields)
+
+
+def format_ok(values: Mapping[str, object]) -> bytes:
+    """``OK k=v ...\n``: booleans as 1/0, text percent-encoded where needed."""
+    return format_request("OK", values)
+
+
+def format_request(verb: str, fields: Mapping[str, object]) -> bytes:
+    """``VERB k=v ...\n`` (what a client sends; booleans as 1/0, None fields left out)."""
+    parts = [verb]
+    for key, value in fields.items():
+        if value is None:
+            continue
+        if isinstance(value, bool):
+            value = int(value)
+        parts.append(f"{key}={_encode(str(value))}")
+    return (" ".join(parts) + "\n").encode("ascii")
+
+
+def format_error(code: str, message: str) -> bytes:
+    """``ERR code message\\n``; the message is plain text on the rest of the line."""
+    flat = " ".join(message.split())  # no newline may end the answer early
+    return f"ERR {code} {flat}\n".encode("ascii", "replace")
+
+
+def _encode(value: str) -> str:
+    return quote(value, safe="!$&'()*+,;/:?@[]^_`{|}~-.") if value else ""
+
+
+# ---------------------------------------------------------------------------- field readers
+def get_int(
+    fields: Mapping[str, object], key: str, *, default: int | None = None, minimum: int | None = None
+) -> int:
+    """An integer field (JSON numbers and decimal text both accepted), within range."""
+    raw = fields.get(key)
+    if raw is None or raw == "":
+        if default is None:
+            raise ProtocolError("missing_field", f"missing field {key!r}")
+        return default
+    if isinstance(raw, bool):
+        raise ProtocolError("bad_request", f"{key}: expected an integer, got {raw!r}")
+    try:
+        value = operator.index(raw) if isinstance(raw, int) else int(str(raw), 10)
+    except (TypeError, ValueError):
+        raise ProtocolError("bad_request", f"{key}: expected an integer, got {raw!r}") from None
+    if abs(value) > _MAX_INT:
+        raise ProtocolError("bad_request", f"{key}: {value} is out of range")
+    if minimum is not None and value < minimum:
+        raise ProtocolError("bad_request", f"{key}: must be >= {minimum}, got {value}")
+    return value
+
+
+def get_flag(fields: Mapping[str, object], key: str) -> bool:
+    raw = fields.get(key, 0)
+    if raw in (0, 1, "0", "1", False, True):
+        return bool(int(raw))  # type: ignore[arg-type]
+    raise ProtocolError("bad_request", f"{key}: expected 0 or 1, got {raw!r}")
+
+
+def label_id(name: str) -> int:
+    """A stable non-negative id for a partition or job name (CRC-32, 31 bits).
+
+    The learner reads neither (method.md §2), so the id only has to be stable across restarts
+    and hosts, which a hash is without a registry to keep in step.
+    """
+    return zlib.crc32(name.encode("utf-8")) & 0x7FFFFFFF
+
+
+def resolve_uid(fields: Mapping[str, object]) -> int:
+    """``uid`` if given, else ``user`` looked up in the password database."""
+    if fields.get("uid") not in (None, ""):
+        return get_int(fields, "uid", minimum=0)
+    name = fields.get("user")
+    if not name:
+        raise ProtocolError("missing_field", "missing field 'uid' (or 'user')")
+    try:
+        return pwd.getpwnam(str(name)).pw_uid
+    except KeyError:
+        raise ProtocolError("unknown_user", f"no such user {name!r}; send 'uid' instead") from None
+
+
+def job_request(fields: Mapping[str, object], *, job_id: int, now_s: int) -> JobRequest:
+    """The `JobRequest` described by PREDICT/SUBMIT fields (docs/protocol.md)."""
+    partition = fields.get("partition")
+    name = fields.get("name")
+    return JobRequest(
+        job_id=job_id,
+        submit_s=get_int(fields, "submit", default=now_s, minimum=0),
+        procs=get_int(fields, "procs", minimum=1),
+        requested_s=get_int(fields, "time_limit", minimum=1),
+        user_id=resolve_uid(fields),
+        group_id=get_int(fields, "gid", default=-1, minimum=-1),
+        executable_id=label_id(str(name)) if name else -1,
+        partition_id=label_id(str(partition)) if partition else -1,
+    )
+
+
+def has_request(fields: Mapping[str, object]) -> bool:
+    """True when START/END/LIMIT fields carry a job description (for a job never seen)."""
+    return any(fields.get(key) not in (None, "") for key in ("procs", "time_limit"))

@@ -1,0 +1,347 @@
+"""``hpcpredict serve``: the Unix socket for the SLURM plugin and the HTTP JSON API for admins.
+
+One thread owns the `PredictionService` (it is single-threaded by design, service.py): the
+asyncio event loop, which also serves the socket. The HTTP API runs in its own thread (the
+standard library's threading server, enough for an admin console) and hands every call that
+touches the service to the loop (`_on_loop`); read-only views of the database (errors, recent
+predictions) run in the HTTP thread on their own connections.
+
+Security: the socket is created with a umask that keeps it private from the first instant, then
+given `DaemonConfig.socket_mode` (0600: only the daemon's own user, i.e. slurmctld's SlurmUser,
+may connect) and optionally a group. The HTTP API binds to 127.0.0.1 unless told otherwise.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import contextlib
+import grp
+import json
+import logging
+import os
+import signal
+import socket
+import stat
+import threading
+import time
+from collections.abc import Callable
+from http import HTTPStatus
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any, TypeVar
+from urllib.parse import parse_qs, urlsplit
+
+from sqlalchemy import select
+
+from hpcpredict.daemon.config import DaemonConfig, parse_host_port
+from hpcpredict.daemon.handlers import Handlers
+from hpcpredict.daemon.protocol import MAX_LINE_BYTES, PROTOCOL_VERSION, ProtocolError, format_error
+from hpcpredict.daemon.service import PredictionService
+from hpcpredict.daemon.store import JobRow, PredictionRow
+
+logger = logging.getLogger(__name__)
+
+IDLE_TIMEOUT_S = 60.0  # a socket client silent this long is disconnected
+MAX_HTTP_BODY_BYTES = 64 * 1024
+_T = TypeVar("_T")
+
+
+class DaemonError(RuntimeError):
+    """The daemon cannot start as configured (socket in use, bad path...)."""
+
+
+class Daemon:
+    """The running daemon: `run()` serves until `stop()` (or SIGTERM/SIGINT)."""
+
+    def __init__(self, config: DaemonConfig, service: PredictionService) -> None:
+        self.config = config
+        self.service = service
+        self.handlers = Handlers(service)
+        self.started_at = time.time()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._stop: asyncio.Event | None = None
+        self._http: ThreadingHTTPServer | None = None
+        self.http_address: tuple[str, int] | None = None
+        self.ready = threading.Event()  # set once both endpoints accept connections
+
+    # ------------------------------------------------------------------ life cycle
+    def run(self, *, install_signal_handlers: bool = True) -> None:
+        asyncio.run(self._main(install_signal_handlers))
+
+    def stop(self) -> None:
+        """Ask a running daemon to stop (from any thread)."""
+        loop, stop = self._loop, self._stop
+        if loop is not None and stop is not None:
+            with contextlib.suppress(RuntimeError):  # already stopped: the loop is closed
+                loop.call_soon_threadsafe(stop.set)
+
+    async def _main(self, install_signal_handlers: bool) -> None:
+        self._loop = asyncio.get_running_loop()
+        self._stop = asyncio.Event()
+        if install_signal_handlers:
+            for signum in (signal.SIGTERM, signal.SIGINT):
+                self._loop.add_signal_handler(signum, self._stop.set)
+        path = Path(self.config.socket)
+        server = await self._start_socket(path)
+        try:
+            if self.config.http:
+                self._start_http()
+            logger.info(
+                "serving on %s%s (model: %d updates, event %d)",
+                path,
+                f" and http://{self.http_address[0]}:{self.http_address[1]}" if self.http_address else "",
+                self.service.model_updates,
+                self.service.last_event_seq,
+            )
+            self.ready.set()
+            await self._stop.wait()
+        finally:
+            server.close()
+            await server.wait_closed()
+            if self._http is not None:
+                self._http.shutdown()
+                self._http.server_close()
+            with contextlib.suppress(FileNotFoundError):
+                path.unlink()
+            self.service.close()  # checkpoint: the next start replays nothing
+            logger.info("stopped")
+
+    # ------------------------------------------------------------------ the socket
+    async def _start_socket(self, path: Path) -> asyncio.AbstractServer:
+        _clear_stale_socket(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        previous = os.umask(0o177)  # private from the first instant; chmod below widens it
+        try:
+            server = await asyncio.start_unix_server(
+                self._client, path=str(path), limit=MAX_LINE_BYTES + 2
+            )
+        finally:
+            os.umask(previous)
+        os.chmod(path, self.config.socket_mode)
+        if self.config.socket_group:
+            try:
+                os.chown(path, -1, grp.getgrnam(self.config.socket_group).gr_gid)
+            except KeyError:
+                server.close()
+                raise DaemonError(f"socket_group: no such group {self.config.socket_group!r}") from None
+        return server
+
+    async def _client(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.handlers.metrics.connections += 1
+        try:
+            while True:
+                try:
+                    line = await asyncio.wait_for(reader.readuntil(b"\n"), IDLE_TIMEOUT_S)
+                except asyncio.LimitOverrunError:
+                    writer.write(format_error("too_long", f"request longer than {MAX_LINE_BYTES} bytes"))
+                    self.handlers.metrics.observe("?", "too_long", 0.0)
+                    break
+                except asyncio.IncompleteReadError as error:
+                    if error.partial.strip():  # a last request without its newline
+                        writer.write(self.handlers.handle_line(error.partial.strip()))
+                    break
+                except TimeoutError:
+                    break
+                writer.write(self.handlers.handle_line(line.rstrip(b"\r\n")))
+                await writer.drain()
+        except (ConnectionError, BrokenPipeError):
+            pass  # the client went away: nothing to answer
+        finally:
+            with contextlib.suppress(ConnectionError, BrokenPipeError):
+                await writer.drain()
+            writer.close()
+            with contextlib.suppress(ConnectionError, BrokenPipeError):
+                await writer.wait_closed()
+
+    # ------------------------------------------------------------------ the HTTP API
+    def _start_http(self) -> None:
+        host, port = parse_host_port(self.config.http)
+        daemon = self
+
+        class Handler(_ApiHandler):
+            api = daemon
+
+        try:
+            self._http = ThreadingHTTPServer((host, port), Handler)
+        except OSError as error:
+            raise DaemonError(f"http: cannot listen on {host}:{port} ({error.strerror})") from error
+        self._http.daemon_threads = True
+        self.http_address = self._http.server_address[:2]  # type: ignore[assignment]
+        threading.Thread(target=self._http.serve_forever, name="hpcpredict-http", daemon=True).start()
+
+    def on_loop(self, function: Callable[[], _T], timeout_s: float = 10.0) -> _T:
+        """Run `function` on the event loop's thread (the service's owner) and wait for it."""
+        assert self._loop is not None
+        future: concurrent.futures.Future[_T] = concurrent.futures.Future()
+
+        def call() -> None:
+            try:
+                future.set_result(function())
+            except BaseException as error:  # noqa: BLE001 - handed to the waiting thread
+                future.set_exception(error)
+
+        self._loop.call_soon_threadsafe(call)
+        return future.result(timeout_s)
+
+    def health(self) -> dict[str, object]:
+        return {
+            "status": "ok",
+            "protocol_version": PROTOCOL_VERSION,
+            "model_updates": self.service.model_updates,
+            "last_event_seq": self.service.last_event_seq,
+            "uptime_s": round(time.time() - self.started_at, 3),
+            "socket": self.config.socket,
+        }
+
+    def metrics_text(self) -> str:
+        return self.handlers.metrics.render(
+            {
+                "hpcpredict_model_updates": ("Learning steps taken by the model.", self.service.model_updates),
+                "hpcpredict_last_event_seq": ("Sequence number of the last event applied.", self.service.last_event_seq),
+                "hpcpredict_uptime_seconds": ("Seconds since the daemon started.", time.time() - self.started_at),
+            }
+        )
+
+    def recent_predictions(self, limit: int) -> list[dict[str, object]]:
+        statement = (
+            select(PredictionRow, JobRow)
+            .join(JobRow, JobRow.job_id == PredictionRow.job_id)
+            .order_by(PredictionRow.id.desc())
+            .limit(limit)
+        )
+        with self.service.store.session() as session:
+            return [
+                {
+                    "job_id": job.job_id,
+                    "user_id": job.user_id,
+                    "procs": job.procs,
+                    "requested_s": job.requested_s,
+                    "predicted_s": prediction.predicted_s,
+                    "predicted_at_s": prediction.predicted_at_s,
+                    "status": job.status,
+                    "run_s": job.run_s,
+                }
+                for prediction, job in session.execute(statement)
+            ]
+
+
+class _ApiHandler(BaseHTTPRequestHandler):
+    """JSON over HTTP: GET /health /metrics /errors /users/<uid>/errors /predictions,
+    POST /predict. Every failure is a JSON ``{"error": ..., "code": ...}`` with its status."""
+
+    api: Daemon
+    server_version = "hpcpredict"
+    protocol_version = "HTTP/1.1"
+
+    def do_GET(self) -> None:  # noqa: N802 - http.server's naming
+        self._dispatch("GET")
+
+    def do_POST(self) -> None:  # noqa: N802
+        self._dispatch("POST")
+
+    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - signature of the base
+        logger.debug("http %s - %s", self.address_string(), format % args)
+
+    def _dispatch(self, method: str) -> None:
+        url = urlsplit(self.path)
+        query = {key: values[-1] for key, values in parse_qs(url.query).items()}
+        parts = [part for part in url.path.split("/") if part]
+        try:
+            if method == "GET" and parts == ["health"]:
+                self._json(HTTPStatus.OK, self.api.on_loop(self.api.health))
+            elif method == "GET" and parts == ["metrics"]:
+                self._send(HTTPStatus.OK, self.api.on_loop(self.api.metrics_text).encode(), "text/plain; version=0.0.4")
+            elif method == "POST" and parts == ["predict"]:
+                fields = self._body_fields()
+                answer = self.api.on_loop(lambda: self.api.handlers.predict(fields))
+                self._json(HTTPStatus.OK, {"prediction_s": answer["prediction"], "time_limit_s": answer["time_limit"]})
+            elif method == "GET" and parts == ["errors"]:
+                self._json(HTTPStatus.OK, self._errors(None, query))
+            elif method == "GET" and len(parts) == 3 and parts[0] == "users" and parts[2] == "errors":
+                uid = _int_or_error(parts[1], "user id")
+                rows = self._errors(uid, query)
+                if not rows:
+                    raise _HttpError(HTTPStatus.NOT_FOUND, "unknown_user", f"no judged jobs for user {uid}")
+                self._json(HTTPStatus.OK, rows[0])
+            elif method == "GET" and parts == ["predictions"]:
+                limit = _int_or_error(query.get("limit", "50"), "limit")
+                if not 1 <= limit <= 1000:
+                    raise _HttpError(HTTPStatus.BAD_REQUEST, "bad_request", "limit must be in 1..1000")
+                self._json(HTTPStatus.OK, self.api.recent_predictions(limit))
+            else:
+                raise _HttpError(HTTPStatus.NOT_FOUND, "not_found", f"no endpoint {method} {url.path}")
+        except _HttpError as error:
+            self._json(error.status, {"error": error.message, "code": error.code})
+        except ProtocolError as error:
+            self._json(HTTPStatus.BAD_REQUEST, {"error": str(error), "code": error.code})
+        except Exception as error:  # noqa: BLE001 - one bad request must not kill the thread
+            logger.exception("http %s %s", method, self.path)
+            self._json(HTTPStatus.INTERNAL_SERVER_ERROR, {"error": f"{type(error).__name__}: {error}", "code": "internal"})
+
+    def _errors(self, uid: int | None, query: dict[str, str]) -> list[dict[str, object]]:
+        from hpcpredict.daemon.errors import user_error_statistics  # pandas: only when asked
+
+        since = query.get("since")
+        since_s = None if since is None else _int_or_error(since, "since (Unix seconds)")
+        frame = user_error_statistics(self.api.service.store, user_id=uid, since_s=since_s)
+        return json.loads(frame.to_json(orient="records"))
+
+    def _body_fields(self) -> dict[str, Any]:
+        length = _int_or_error(self.headers.get("Content-Length", "0"), "Content-Length")
+        if length > MAX_HTTP_BODY_BYTES:
+            self.close_connection = True
+            raise _HttpError(HTTPStatus.REQUEST_ENTITY_TOO_LARGE, "too_long", f"body over {MAX_HTTP_BODY_BYTES} bytes")
+        try:
+            body = json.loads(self.rfile.read(length) or b"null")
+        except (json.JSONDecodeError, UnicodeDecodeError) as error:
+            raise _HttpError(HTTPStatus.BAD_REQUEST, "bad_request", f"body is not JSON: {error}") from None
+        if not isinstance(body, dict):
+            raise _HttpError(HTTPStatus.BAD_REQUEST, "bad_request", "body must be a JSON object of job fields")
+        return body
+
+    def _json(self, status: int, value: object) -> None:
+        self._send(status, json.dumps(value, allow_nan=False, default=str).encode(), "application/json")
+
+    def _send(self, status: int, body: bytes, content_type: str) -> None:
+        self.send_response(status)
+        self.send_header("Content-Type", content_type)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+
+class _HttpError(Exception):
+    def __init__(self, status: int, code: str, message: str) -> None:
+        super().__init__(message)
+        self.status, self.code, self.message = status, code, message
+
+
+def _int_or_error(text: str, what: str) -> int:
+    try:
+        return int(text)
+    except ValueError:
+        raise _HttpError(HTTPStatus.BAD_REQUEST, "bad_request", f"{what}: expected an integer, got {text!r}") from None
+
+
+def _clear_stale_socket(path: Path) -> None:
+    """Remove a socket file left by a daemon that died; refuse if one is still answering."""
+    try:
+        mode = path.lstat().st_mode
+    except FileNotFoundError:
+        return
+    if not stat.S_ISSOCK(mode):
+        raise DaemonError(f"{path} exists and is not a socket: refusing to replace it")
+    probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    probe.settimeout(1.0)
+    try:
+        probe.connect(str(path))
+    except (ConnectionRefusedError, FileNotFoundError):
+        path.unlink(missing_ok=True)  # nobody listens: a leftover
+        return
+    except OSError:
+        path.unlink(missing_ok=True)
+        return
+    finally:
+        probe.close()
+    raise DaemonError(f"another daemon is already serving on {path}")

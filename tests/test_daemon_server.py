@@ -1,0 +1,271 @@
+"""`hpcpredict serve` in-process: the Unix socket and the HTTP API, for real (issue 6, part 4-6)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+import stat
+import tempfile
+import threading
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from hpcpredict.daemon.client import DaemonClient, DaemonReplyError
+from hpcpredict.daemon.config import DaemonConfig
+from hpcpredict.daemon.server import Daemon, DaemonError
+from hpcpredict.daemon.service import PredictionService
+from hpcpredict.daemon.store import Store
+
+
+class Running:
+    """A daemon serving in a thread of this process."""
+
+    def __init__(self, config: DaemonConfig) -> None:
+        self.config = config
+        self.store = Store(config.db)
+        self.service = PredictionService.open(self.store, config.predictor_factory, checkpoint_every=20)
+        self.daemon = Daemon(config, self.service)
+        self.error: BaseException | None = None
+        self.thread = threading.Thread(target=self._run)
+        self.thread.start()
+        if not self.daemon.ready.wait(15):
+            self.stop()
+            raise RuntimeError(f"daemon did not start: {self.error!r}")
+
+    def _run(self) -> None:
+        try:
+            self.daemon.run(install_signal_handlers=False)
+        except BaseException as error:  # noqa: BLE001 - reported by the test
+            self.error = error
+
+    @property
+    def url(self) -> str:
+        host, port = self.daemon.http_address
+        return f"http://{host}:{port}"
+
+    def client(self) -> DaemonClient:
+        return DaemonClient(self.config.socket)
+
+    def stop(self) -> None:
+        self.daemon.stop()
+        self.thread.join(15)
+        self.store.close()
+
+
+@pytest.fixture
+def short_dir() -> Iterator[Path]:
+    """Unix socket paths are limited to ~107 bytes: pytest's tmp_path can be longer."""
+    path = Path(tempfile.mkdtemp(prefix="hpd"))
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+@pytest.fixture
+def config(short_dir: Path) -> DaemonConfig:
+    return DaemonConfig(
+        db=f"sqlite:///{short_dir / 'state.db'}", socket=str(short_dir / "d.sock"), http="127.0.0.1:0"
+    )
+
+
+@pytest.fixture
+def running(config: DaemonConfig) -> Iterator[Running]:
+    daemon = Running(config)
+    yield daemon
+    daemon.stop()
+
+
+def http(running: Running, path: str, body: bytes | None = None) -> tuple[int, object]:
+    request = urllib.request.Request(running.url + path, data=body, method="POST" if body is not None else "GET")
+    try:
+        with urllib.request.urlopen(request, timeout=10) as response:
+            raw, status, kind = response.read(), response.status, response.headers["Content-Type"]
+    except urllib.error.HTTPError as error:
+        raw, status, kind = error.read(), error.code, error.headers["Content-Type"]
+    return status, json.loads(raw) if kind == "application/json" else raw.decode()
+
+
+# ---------------------------------------------------------------------------- the socket
+def test_socket_is_private_by_default_and_removed_at_stop(running: Running) -> None:
+    path = Path(running.config.socket)
+    assert stat.S_ISSOCK(path.stat().st_mode)
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    running.stop()
+    assert not path.exists()
+
+
+def test_socket_mode_is_configurable(config: DaemonConfig) -> None:
+    daemon = Running(replace(config, socket_mode=0o660))
+    try:
+        assert stat.S_IMODE(os.stat(config.socket).st_mode) == 0o660
+    finally:
+        daemon.stop()
+
+
+def test_a_job_through_the_socket_is_stored_and_learned(running: Running) -> None:
+    with running.client() as daemon:
+        predicted = int(daemon.request("PREDICT", uid=1000, procs=8, time_limit=3600)["prediction"])
+        assert 1 <= predicted <= 3600
+        daemon.request("SUBMIT", job=77, uid=1000, procs=8, time_limit=3600, submit=1000, predicted=predicted)
+        daemon.request("START", job=77, start=1010)
+        answer = daemon.request("END", job=77, start=1010, end=1610, state="COMPLETED")
+        assert answer["learned"] == "1"
+        assert daemon.request("PING")["model_t"] == "1"
+    status, rows = http(running, "/predictions?limit=5")
+    assert status == 200
+    assert rows == [
+        {"job_id": 77, "user_id": 1000, "procs": 8, "requested_s": 3600, "predicted_s": predicted,
+         "predicted_at_s": 1000, "status": "ended", "run_s": 600}
+    ]
+
+
+def test_bad_input_never_kills_the_daemon(running: Running) -> None:
+    path = running.config.socket
+    payloads = [
+        b"\x00\xff\xfe garbage\n",
+        b"PREDICT uid=1 procs=1 time_limit=" + b"9" * 5000 + b"\n",  # huge: answered, then closed
+        b"PREDICT user=no-such-user-hpcpredict procs=1 time_limit=60\n",
+        b"PREDICT uid=1\n",
+        b"PREDICT uid=1 procs=1 time_limit=60",  # no newline, then the client closes
+        b"START job=12345\n",
+    ]
+    codes = []
+    for payload in payloads:
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as raw:
+            raw.settimeout(5)
+            raw.connect(path)
+            raw.sendall(payload)
+            raw.shutdown(socket.SHUT_WR)
+            answer = b""
+            while chunk := raw.recv(65536):
+                answer += chunk
+        assert answer.count(b"\n") == 1, answer
+        codes.append(answer.split()[1] if answer.startswith(b"ERR") else b"OK")
+    assert codes == [b"bad_request", b"too_long", b"unknown_user", b"missing_field", b"OK", b"unknown_job"]
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as raw:  # a client that vanishes mid-line
+        raw.connect(path)
+        raw.sendall(b"PREDICT uid=1 pro")
+    with running.client() as daemon:
+        assert daemon.request("PING")["version"] == "1"
+
+
+def test_concurrent_clients_all_get_their_answers(running: Running) -> None:
+    def one_client(uid: int) -> list[int]:
+        with running.client() as daemon:
+            return [
+                int(daemon.request("PREDICT", uid=uid, procs=1 + i, time_limit=60 * (i + 1))["prediction"])
+                for i in range(50)
+            ]
+
+    with ThreadPoolExecutor(8) as pool:
+        results = list(pool.map(one_client, range(16)))
+    assert all(1 <= p <= 60 * (i + 1) for answers in results for i, p in enumerate(answers))
+    status, text = http(running, "/metrics")
+    assert status == 200
+    assert 'hpcpredict_requests_total{verb="PREDICT",outcome="ok"} 800' in text
+
+
+def test_a_second_daemon_on_the_same_socket_is_refused(running: Running) -> None:
+    second = Daemon(running.config, running.service)
+    with pytest.raises(DaemonError, match="already serving"):
+        second.run(install_signal_handlers=False)
+    with running.client() as daemon:  # the first one still serves
+        assert daemon.request("PING")["version"] == "1"
+
+
+def test_a_stale_socket_file_is_replaced(config: DaemonConfig) -> None:
+    stale = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    stale.bind(config.socket)  # bound, never listening: what a killed daemon leaves
+    stale.close()
+    daemon = Running(config)
+    try:
+        with daemon.client() as client:
+            assert client.request("PING")["version"] == "1"
+    finally:
+        daemon.stop()
+
+
+def test_a_regular_file_at_the_socket_path_is_not_replaced(config: DaemonConfig) -> None:
+    Path(config.socket).write_text("precious")
+    store = Store(config.db)
+    try:
+        service = PredictionService.open(store, config.predictor_factory)
+        with pytest.raises(DaemonError, match="not a socket"):
+            Daemon(config, service).run(install_signal_handlers=False)
+    finally:
+        store.close()
+    assert Path(config.socket).read_text() == "precious"
+
+
+def test_stop_checkpoints_so_a_restart_replays_nothing(config: DaemonConfig) -> None:
+    daemon = Running(config)
+    with daemon.client() as client:
+        client.request("SUBMIT", job=1, uid=5, procs=2, time_limit=600, submit=10)
+        client.request("START", job=1, start=20)
+        client.request("END", job=1, start=20, end=200)
+    state = daemon.service.state_dict()
+    daemon.stop()
+    store = Store(config.db)
+    try:
+        restarted = PredictionService.open(store, config.predictor_factory)
+        assert restarted.replayed_events == 0
+        assert restarted.last_event_seq == 3
+        assert all((restarted.state_dict()[k] == state[k]).all() for k in state)
+    finally:
+        store.close()
+
+
+# ---------------------------------------------------------------------------- HTTP
+def test_http_api(running: Running) -> None:
+    status, health = http(running, "/health")
+    assert status == 200 and health["status"] == "ok" and health["protocol_version"] == 1
+
+    status, answer = http(running, "/predict", json.dumps({"uid": 4, "procs": 2, "time_limit": 900}).encode())
+    assert status == 200 and 1 <= answer["prediction_s"] <= 900 and answer["time_limit_s"] == 900
+
+    with running.client() as daemon:
+        for job in range(1, 4):
+            daemon.request("SUBMIT", job=job, uid=4, procs=2, time_limit=900, submit=100 * job)
+            daemon.request("END", job=job, run=60 * job, end=100 * job + 60 * job)
+    status, rows = http(running, "/errors")
+    assert status == 200 and [row["user_id"] for row in rows] == [4] and rows[0]["count"] == 3
+    status, row = http(running, "/users/4/errors")
+    assert status == 200 and row["count"] == 3 and row["requested_mae_s"] == pytest.approx(900 - 120)
+
+
+@pytest.mark.parametrize(
+    ("path", "body", "status", "code"),
+    [
+        ("/nowhere", None, 404, "not_found"),
+        ("/users/someone/errors", None, 400, "bad_request"),
+        ("/users/99/errors", None, 404, "unknown_user"),
+        ("/predictions?limit=0", None, 400, "bad_request"),
+        ("/predict", b"{not json", 400, "bad_request"),
+        ("/predict", b"[1, 2]", 400, "bad_request"),
+        ("/predict", json.dumps({"uid": 1, "procs": 1}).encode(), 400, "missing_field"),
+        ("/predict", json.dumps({"user": "no-such-user-hpcpredict", "procs": 1, "time_limit": 5}).encode(), 400, "unknown_user"),
+        ("/predict", b" " * (65 * 1024), 413, "too_long"),
+    ],
+)
+def test_http_errors_are_json_and_clear(running: Running, path: str, body: bytes | None, status: int, code: str) -> None:
+    got_status, answer = http(running, path, body)
+    assert (got_status, answer["code"]) == (status, code)
+    assert answer["error"]
+    assert http(running, "/health")[0] == 200  # still serving
+
+
+def test_http_binds_loopback_by_default() -> None:
+    assert DaemonConfig().http.startswith("127.0.0.1:")
+
+
+def test_client_reports_daemon_errors(running: Running) -> None:
+    with running.client() as daemon, pytest.raises(DaemonReplyError) as caught:
+        daemon.request("PREDICT", uid=1, procs=1)
+    assert caught.value.code == "missing_field" and "time_limit" in caught.value.message
