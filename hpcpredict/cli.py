@@ -570,5 +570,12 @@ def campaign_report(campaign_file: Path, database_url: str | None, out_dir: Path
         click.echo(f"wrote {path}")
 
 
+# ---------------------------------------------------------------------------- the daemon
+from hpcpredict.cli_daemon import serve, train  # noqa: E402 - after main, which they join
+
+main.add_command(serve)
+main.add_command(train)
+
+
 if __name__ == "__main__":  # pragma: no cover
     main()
