@@ -8,7 +8,6 @@ answered one, so that the idempotency of every event kind is exercised as well.
 
 from __future__ import annotations
 
-import os
 import shutil
 import signal
 import subprocess

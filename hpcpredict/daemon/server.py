@@ -111,10 +111,11 @@ class Daemon:
     async def _start_socket(self, path: Path) -> asyncio.AbstractServer:
         _clear_stale_socket(path)
         path.parent.mkdir(parents=True, exist_ok=True)
+        loop = asyncio.get_running_loop()
         previous = os.umask(0o177)  # private from the first instant; chmod below widens it
         try:
-            server = await asyncio.start_unix_server(
-                self._client, path=str(path), limit=MAX_LINE_BYTES + 2
+            server = await loop.create_unix_server(
+                lambda: _LineProtocol(self.handlers, loop), path=str(path)
             )
         finally:
             os.umask(previous)
@@ -126,33 +127,6 @@ class Daemon:
                 server.close()
                 raise DaemonError(f"socket_group: no such group {self.config.socket_group!r}") from None
         return server
-
-    async def _client(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        self.handlers.metrics.connections += 1
-        try:
-            while True:
-                try:
-                    line = await asyncio.wait_for(reader.readuntil(b"\n"), IDLE_TIMEOUT_S)
-                except asyncio.LimitOverrunError:
-                    writer.write(format_error("too_long", f"request longer than {MAX_LINE_BYTES} bytes"))
-                    self.handlers.metrics.observe("?", "too_long", 0.0)
-                    break
-                except asyncio.IncompleteReadError as error:
-                    if error.partial.strip():  # a last request without its newline
-                        writer.write(self.handlers.handle_line(error.partial.strip()))
-                    break
-                except TimeoutError:
-                    break
-                writer.write(self.handlers.handle_line(line.rstrip(b"\r\n")))
-                await writer.drain()
-        except (ConnectionError, BrokenPipeError):
-            pass  # the client went away: nothing to answer
-        finally:
-            with contextlib.suppress(ConnectionError, BrokenPipeError):
-                await writer.drain()
-            writer.close()
-            with contextlib.suppress(ConnectionError, BrokenPipeError):
-                await writer.wait_closed()
 
     # ------------------------------------------------------------------ the HTTP API
     def _start_http(self) -> None:
@@ -224,6 +198,76 @@ class Daemon:
                 }
                 for prediction, job in session.execute(statement)
             ]
+
+
+class _LineProtocol(asyncio.Protocol):
+    """One socket connection: lines in, one answer line each, in order.
+
+    A `Protocol` rather than asyncio streams: no task per connection and no timer task per
+    line, which is what the plugin's connect-ask-close pattern pays for at every ``sbatch``.
+    A client that stops reading its answers is paused (flow control), one that sends nothing
+    for `IDLE_TIMEOUT_S` is disconnected, and a line over `MAX_LINE_BYTES` is answered
+    ``too_long`` and the connection closed (it cannot be resynchronised).
+    """
+
+    def __init__(self, handlers: Handlers, loop: asyncio.AbstractEventLoop) -> None:
+        self.handlers = handlers
+        self.loop = loop
+        self.buffer = bytearray()
+        self.transport: asyncio.Transport | None = None
+        self.idle: asyncio.TimerHandle | None = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
+        self.handlers.metrics.connections += 1
+        self.idle = self.loop.call_later(IDLE_TIMEOUT_S, transport.close)
+
+    def data_received(self, data: bytes) -> None:
+        assert self.transport is not None
+        self.buffer += data
+        while True:
+            end = self.buffer.find(b"\n")
+            if end < 0:
+                if len(self.buffer) > MAX_LINE_BYTES:
+                    self._too_long()
+                return
+            if end > MAX_LINE_BYTES + 1:
+                self._too_long()
+                return
+            line = bytes(self.buffer[:end]).rstrip(b"\r")
+            del self.buffer[: end + 1]
+            self.transport.write(self.handlers.handle_line(line))
+            if self.transport.is_closing():
+                return
+            if self.idle is not None:
+                self.idle.cancel()
+                self.idle = self.loop.call_later(IDLE_TIMEOUT_S, self.transport.close)
+
+    def eof_received(self) -> bool:
+        assert self.transport is not None
+        if self.buffer.strip():  # a last request without its newline
+            self.transport.write(self.handlers.handle_line(bytes(self.buffer).strip()))
+            self.buffer.clear()
+        return False  # close once the answer is written
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if self.idle is not None:
+            self.idle.cancel()
+
+    def pause_writing(self) -> None:
+        assert self.transport is not None
+        self.transport.pause_reading()  # a client not reading its answers gets no new ones
+
+    def resume_writing(self) -> None:
+        assert self.transport is not None
+        self.transport.resume_reading()
+
+    def _too_long(self) -> None:
+        assert self.transport is not None
+        self.transport.write(format_error("too_long", f"request longer than {MAX_LINE_BYTES} bytes"))
+        self.handlers.metrics.observe("?", "too_long", 0.0)
+        self.buffer.clear()
+        self.transport.close()
 
 
 class _ApiHandler(BaseHTTPRequestHandler):
