@@ -1,0 +1,1 @@
+"""SLURM integration: the adapter to SLURM's commands, the live corrector, history export."""
