@@ -113,7 +113,7 @@ def main() -> None:
         subprocess.run([sys.executable, "-m", "hpcpredict.cli", "train", str(args.log), "--db", db], check=True)
         daemon = subprocess.Popen(
             [sys.executable, "-m", "hpcpredict.cli", "serve", "--db", db, "--socket", socket_path,
-             "--http", "", "--log-level", "warning"]
+             "--http", "", "--spool", str(directory / "jobcomp.spool"), "--log-level", "warning"]
         )
         deadline = time.monotonic() + 30
         while not os.path.exists(socket_path):

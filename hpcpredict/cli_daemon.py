@@ -65,6 +65,9 @@ def _open_service(config: DaemonConfig):  # -> PredictionService (SQLAlchemy imp
 @click.option("--socket-group", default=None, help="Group given to the socket (with --socket-mode 0660).")
 @click.option("--http", default=None, help="HOST:PORT of the admin JSON API (default "
               "127.0.0.1:8765; '' disables it).")
+@click.option("--spool", default=None, help="Completion reports jobcomp.lua wrote while the daemon "
+              "was unreachable; ingested at start and every 30 s (default: jobcomp.spool in the "
+              "state directory).")
 @click.option("--time-zone", default=None, help="The site's IANA time zone (time-of-day features).")
 @click.option("--checkpoint-every", type=click.IntRange(min=1), default=None,
               help="Events between model checkpoints (a restart replays at most this many).")
@@ -77,6 +80,7 @@ def serve(
     socket_mode: str | None,
     socket_group: str | None,
     http: str | None,
+    spool: str | None,
     time_zone: str | None,
     checkpoint_every: int | None,
     log_level: str,
@@ -104,6 +108,7 @@ def serve(
         socket_mode=mode,
         socket_group=socket_group,
         http=http,
+        spool=spool,
         time_zone=time_zone,
         checkpoint_every=checkpoint_every,
     )

@@ -52,7 +52,7 @@ class DaemonProcess:
         self.log = (directory / "daemon.log").open("ab")
         self.process = subprocess.Popen(
             [sys.executable, "-m", "hpcpredict.cli", "serve", "--db", self.db, "--socket", self.socket,
-             "--http", "", "--checkpoint-every", "100", "--log-level", "warning"],
+             "--http", "", "--spool", str(directory / "jobcomp.spool"), "--checkpoint-every", "100", "--log-level", "warning"],
             stdout=self.log, stderr=subprocess.STDOUT,
         )
         deadline = time.monotonic() + 30

@@ -71,7 +71,10 @@ def short_dir() -> Iterator[Path]:
 @pytest.fixture
 def config(short_dir: Path) -> DaemonConfig:
     return DaemonConfig(
-        db=f"sqlite:///{short_dir / 'state.db'}", socket=str(short_dir / "d.sock"), http="127.0.0.1:0"
+        db=f"sqlite:///{short_dir / 'state.db'}",
+        socket=str(short_dir / "d.sock"),
+        http="127.0.0.1:0",
+        spool=str(short_dir / "jobcomp.spool"),
     )
 
 
@@ -269,3 +272,35 @@ def test_client_reports_daemon_errors(running: Running) -> None:
     with running.client() as daemon, pytest.raises(DaemonReplyError) as caught:
         daemon.request("PREDICT", uid=1, procs=1)
     assert caught.value.code == "missing_field" and "time_limit" in caught.value.message
+
+
+def test_spooled_completion_reports_are_ingested_at_start(config: DaemonConfig, short_dir: Path) -> None:
+    spool = short_dir / "jobcomp.spool"
+    spool.write_bytes(
+        b"END job=5 uid=9 procs=2 time_limit=600 submit=100 start=110 end=410 state=COMPLETED\n"
+        b"END job=6 uid=9 procs=2 time_limit=600 submit=100 start=110 end=200 state=COMPLETED\n"
+        b"END job=5 uid=9 procs=2 time_limit=600 submit=100 start=110 end=410 state=COMPLETED\n"  # twice
+        b"END job=7 state=COMPLETED\n"  # refused: kept with its reason
+    )
+    daemon = Running(replace(config, spool=str(spool)))
+    try:
+        assert daemon.service.model_updates == 2  # jobs 5 and 6, once each
+        assert not spool.exists() and not (short_dir / "jobcomp.spool.ingesting").exists()
+        rejected = (short_dir / "jobcomp.spool.rejected").read_text()
+        assert "END job=7" in rejected and "missing_field" in rejected
+    finally:
+        daemon.stop()
+
+
+def test_an_interrupted_ingestion_is_finished_first(config: DaemonConfig, short_dir: Path) -> None:
+    spool = short_dir / "jobcomp.spool"
+    (short_dir / "jobcomp.spool.ingesting").write_bytes(
+        b"END job=5 uid=9 procs=2 time_limit=600 submit=100 start=110 end=410\n"
+    )
+    spool.write_bytes(b"END job=6 uid=9 procs=2 time_limit=600 submit=100 start=110 end=200\n")
+    daemon = Running(replace(config, spool=str(spool)))
+    try:
+        assert daemon.service.model_updates == 1  # the interrupted file now, the new one later
+        assert spool.exists() and not (short_dir / "jobcomp.spool.ingesting").exists()
+    finally:
+        daemon.stop()

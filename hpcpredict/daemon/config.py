@@ -7,6 +7,7 @@
     socket_mode = "0600"          # who may ask: the daemon's user (slurmctld's SlurmUser) only
     socket_group = ""             # with socket_mode "0660": a group allowed to ask as well
     http = "127.0.0.1:8765"       # "" disables the admin API
+    spool = "/var/spool/hpcpredict/jobcomp.spool"  # where jobcomp.lua spools when we are down
     checkpoint_every = 1000       # events between model checkpoints
     time_zone = "Europe/Paris"    # the site's; time-of-day features follow it (default: UTC)
 
@@ -75,6 +76,7 @@ class DaemonConfig:
     socket_mode: int = 0o600
     socket_group: str = ""
     http: str = DEFAULT_HTTP
+    spool: str = field(default_factory=lambda: str(state_dir() / "jobcomp.spool"))
     checkpoint_every: int = 1000
     time_zone: str | None = None
     learner: LearnerConfig = field(default_factory=LearnerConfig)
@@ -88,7 +90,9 @@ class DaemonConfig:
         return _checked(dataclasses.replace(self, **given))
 
 
-_DAEMON_KEYS = {"db", "socket", "socket_mode", "socket_group", "http", "checkpoint_every", "time_zone"}
+_DAEMON_KEYS = {
+    "db", "socket", "socket_mode", "socket_group", "http", "spool", "checkpoint_every", "time_zone"
+}
 _LEARNER_KEYS = {f.name for f in dataclasses.fields(LearnerConfig)}
 
 

@@ -38,11 +38,13 @@ from hpcpredict.daemon.config import DaemonConfig, parse_host_port
 from hpcpredict.daemon.handlers import Handlers
 from hpcpredict.daemon.protocol import MAX_LINE_BYTES, PROTOCOL_VERSION, ProtocolError, format_error
 from hpcpredict.daemon.service import PredictionService
+from hpcpredict.daemon.spool import ingest_spool
 from hpcpredict.daemon.store import JobRow, PredictionRow
 
 logger = logging.getLogger(__name__)
 
 IDLE_TIMEOUT_S = 60.0  # a socket client silent this long is disconnected
+SPOOL_INTERVAL_S = 30.0  # how often completion reports spooled meanwhile are ingested
 MAX_HTTP_BODY_BYTES = 64 * 1024
 _T = TypeVar("_T")
 
@@ -83,6 +85,7 @@ class Daemon:
             for signum in (signal.SIGTERM, signal.SIGINT):
                 self._loop.add_signal_handler(signum, self._stop.set)
         path = Path(self.config.socket)
+        self._ingest_spool()  # reports of jobs that ended while the daemon was down
         server = await self._start_socket(path)
         try:
             if self.config.http:
@@ -106,6 +109,15 @@ class Daemon:
                 path.unlink()
             self.service.close()  # checkpoint: the next start replays nothing
             logger.info("stopped")
+
+    def _ingest_spool(self) -> None:
+        """Apply the completion reports spooled by jobcomp.lua, then again every interval."""
+        try:
+            ingest_spool(self.config.spool, self.handlers.handle_line)
+        except OSError as error:
+            logger.error("cannot ingest the spool %s: %s", self.config.spool, error)
+        assert self._loop is not None
+        self._loop.call_later(SPOOL_INTERVAL_S, self._ingest_spool)
 
     # ------------------------------------------------------------------ the socket
     async def _start_socket(self, path: Path) -> asyncio.AbstractServer:
