@@ -1,0 +1,169 @@
+--[[
+hpcpredict job completion script for SLURM (JobCompType=jobcomp/lua; install beside slurm.conf
+as jobcomp.lua). Reports every finished job to the hpcpredict daemon so the model learns from its
+true runtime; when the daemon cannot be reached it appends the report to a spool file that the
+daemon ingests when it starts (and at every poll), so no finished job is lost.
+
+The report is one END line of the daemon's protocol (docs/protocol.md) carrying the whole job,
+so the daemon can learn from jobs it never saw submitted. The time limit reported is the user's
+original request when job_submit.lua marked the job (admin_comment), and the job is flagged
+lowered_kill=1 when SLURM killed it at a limit below that request (its runtime is then only a
+lower bound: hpcpredict/daemon/learning.py decides what is learned from it).
+
+Settings: hpcpredict_slurm.conf beside this script (same file as job_submit.lua):
+  socket=/run/hpcpredict/hpcpredict.sock
+  timeout_ms=300
+  spool=/var/spool/hpcpredict/jobcomp.spool
+]]
+
+local DEFAULTS = {
+	socket = "/run/hpcpredict/hpcpredict.sock",
+	timeout_ms = "300",
+	spool = "/var/spool/hpcpredict/jobcomp.spool",
+	mode = "lower",
+	enabled = "1",
+}
+local JOB_TIMEOUT = 6 -- enum job_states: 3 complete, 4 cancelled, 5 failed, 6 timeout, ...
+local STATE_NAMES = {
+	[3] = "COMPLETED", [4] = "CANCELLED", [5] = "FAILED", [6] = "TIMEOUT", [7] = "NODE_FAIL",
+	[8] = "PREEMPTED", [9] = "BOOT_FAIL", [10] = "DEADLINE", [11] = "OUT_OF_MEMORY",
+}
+
+local function read_settings()
+	local settings = {}
+	for key, value in pairs(DEFAULTS) do
+		settings[key] = value
+	end
+	local dir = debug.getinfo(1, "S").source:match("^@(.*/)") or "./"
+	local file = io.open(dir .. "hpcpredict_slurm.conf", "r")
+	if file then
+		for line in file:lines() do
+			local key, value = line:match("^%s*([%w_]+)%s*=%s*(.-)%s*$")
+			if key and DEFAULTS[key] then
+				settings[key] = value
+			end
+		end
+		file:close()
+	end
+	settings.timeout_s = (tonumber(settings.timeout_ms) or 300) / 1000
+	return settings
+end
+
+local SETTINGS = read_settings()
+local socket_ok, socket = pcall(require, "socket")
+local unix_ok = socket_ok and pcall(require, "socket.unix")
+
+local function number(value)
+	local n = tonumber(value)
+	if n == nil or n >= 4294967294 then -- NO_VAL / INFINITE
+		return nil
+	end
+	return n
+end
+
+local function encode(text)
+	return (tostring(text):gsub("[^%w%-%._~]", function(c)
+		return string.format("%%%02X", string.byte(c))
+	end))
+end
+
+local function report_line(job)
+	local state_code = (number(job.job_state) or 0) % 256
+	local start_s = number(job.start_time) or 0
+	local end_s = number(job.end_time) or 0
+	local run_s = 0
+	if start_s > 0 and end_s >= start_s then
+		run_s = end_s - start_s
+	end
+	local limit_s = (number(job.time_limit) or 0) * 60
+	local comment = job.admin_comment or ""
+	local request_s = tonumber(comment:match("hpcpredict:request_s=(%d+)"))
+	local lowered_kill = 0
+	if request_s and state_code == JOB_TIMEOUT and limit_s > 0 and limit_s < request_s then
+		lowered_kill = 1
+	end
+	local requested = request_s or limit_s
+	local line = string.format(
+		"END job=%d uid=%d procs=%d submit=%d start=%d end=%d run=%d state=%s lowered_kill=%d",
+		job.job_id, job.user_id, math.max(1, number(job.total_cpus) or 1),
+		number(job.submit_time) or start_s, start_s, end_s, run_s,
+		STATE_NAMES[state_code] or tostring(state_code), lowered_kill)
+	if requested > 0 then
+		line = line .. string.format(" time_limit=%d", requested)
+	end
+	if number(job.group_id) then
+		line = line .. string.format(" gid=%d", job.group_id)
+	end
+	if job.partition then
+		line = line .. " partition=" .. encode(job.partition)
+	end
+	local prediction_s = tonumber(comment:match("prediction_s=(%d+)"))
+	if prediction_s then
+		line = line .. string.format(" predicted=%d", prediction_s)
+	end
+	return line .. "\n"
+end
+
+local function send(line)
+	if not unix_ok then
+		return false, "luasocket with socket.unix is not installed"
+	end
+	local connection = socket.unix()
+	connection:settimeout(SETTINGS.timeout_s, "t")
+	local ok, err = connection:connect(SETTINGS.socket)
+	if ok then
+		ok, err = connection:send(line)
+	end
+	local answer
+	if ok then
+		answer, err = connection:receive("*l")
+	end
+	connection:close()
+	if not answer then
+		return false, tostring(err)
+	end
+	if answer:match("^OK") then
+		return true
+	end
+	if answer:match("^ERR bad_request") or answer:match("^ERR missing_field") then
+		return true, answer -- would be refused again from the spool: log it, do not keep it
+	end
+	return false, answer
+end
+
+local function spool(line)
+	local file, err = io.open(SETTINGS.spool, "a")
+	if not file then
+		return false, err
+	end
+	file:write(line)
+	file:close()
+	return true
+end
+
+local function report(job)
+	local line = report_line(job)
+	local sent, why = send(line)
+	if sent then
+		if why then
+			slurm.log_error("hpcpredict: job %d: daemon refused the report: %s", job.job_id, why)
+		end
+		return
+	end
+	local spooled, err = spool(line)
+	if spooled then
+		slurm.log_info("hpcpredict: job %d: daemon unreachable (%s), report spooled to %s", job.job_id, why, SETTINGS.spool)
+	else
+		slurm.log_error("hpcpredict: job %d: daemon unreachable (%s) and spool %s failed: %s", job.job_id, why, SETTINGS.spool, tostring(err))
+	end
+end
+
+function slurm_jobcomp_log_record(job)
+	local ok, err = pcall(report, job)
+	if not ok then
+		slurm.log_error("hpcpredict: job completion report failed: %s", tostring(err))
+	end
+	return slurm.SUCCESS
+end
+
+return slurm.SUCCESS
