@@ -154,6 +154,15 @@ class PredictionService:
         """How many logged events the last restore replayed after its checkpoint."""
         return self._replayed
 
+    def job_status(self, job_id: int) -> str | None:
+        """How far the store has `job_id` ("submitted", "running", "ended"), None if unknown.
+
+        Reads the store only (its own session), so another thread may call it: the SLURM
+        watcher asks it once per job after a restart, instead of resending what is recorded.
+        """
+        with self.store.session() as session:
+            return session.scalar(select(JobRow.status).where(JobRow.job_id == operator.index(job_id)))
+
     def state_dict(self) -> dict[str, np.ndarray]:
         """The learner's `state_dict()` (a copy): what checkpoints hold and tests compare."""
         return self._predictor.state_dict()

@@ -1,0 +1,214 @@
+"""The daemon's eye on SLURM: reports jobs' lives to the service and raises limits in time.
+
+Started by ``hpcpredict serve --slurm``, it polls SLURM every few seconds (one ``squeue --json``
+through the adapter) and, for every job the plugin marked (``admin_comment``, `tag.py`) or not:
+
+* reports what the service has not seen yet — SUBMITTED (with the prediction the plugin gave,
+  so the one recorded is the one SLURM acted on), STARTED, and ENDED for jobs SLURM still shows
+  finished (``jobcomp.lua`` reports every end as well; the service learns each job once);
+* corrects: a running job within `margin_s` of a limit below its request gets the limit the
+  INCREMENTAL policy gives (`corrector.py`), set with ``scontrol update`` and recorded as a
+  LIMIT event.
+
+Everything is derived from SLURM's state and the store's, nothing from memory that a restart
+would lose: after a restart the watcher asks the store how far each job got
+(`PredictionService.job_status`) and the corrector decides from the job's current limit, so
+nothing is reported twice and no limit is raised twice.
+
+A job first seen already running is submitted at its real submission time with the model of
+now (the daemon was down at its submission): its features are an approximation, as for any
+job the daemon learns without having seen its submission.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from hpcpredict.sim.corrections import CorrectionPolicy, IncrementalCorrection
+from hpcpredict.slurm.corrector import DEFAULT_MARGIN_S, corrected_limit_s
+from hpcpredict.slurm.tag import parse_tag
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_INTERVAL_S = 10.0
+FINAL_STATES = frozenset(
+    {"COMPLETED", "FAILED", "TIMEOUT", "CANCELLED", "NODE_FAIL", "PREEMPTED", "BOOT_FAIL",
+     "DEADLINE", "OUT_OF_MEMORY"}
+)
+_STAGE = {None: 0, "submitted": 1, "running": 2, "ended": 3}
+
+
+class WatchedJob(Protocol):
+    """What the watcher reads of a SLURM job (the adapter's `SlurmJob` provides it)."""
+
+    job_id: int
+    uid: int
+    gid: int
+    state: str
+    partition: str
+    name: str
+    cpus: int
+    submit_s: int
+    start_s: int | None
+    end_s: int | None
+    time_limit_s: int | None
+    admin_comment: str
+
+
+class SlurmJobs(Protocol):
+    def jobs(self) -> Sequence[WatchedJob]: ...
+
+    def set_time_limit(self, job_id: int, minutes: int) -> None: ...
+
+
+@dataclass
+class WatchReport:
+    polls: int = 0
+    reported: int = 0
+    corrections: int = 0
+    errors: int = 0
+    last_error: str = ""
+    corrected_jobs: list[int] = field(default_factory=list)
+
+
+class SlurmWatcher:
+    """`call(verb, fields)` runs a protocol request in the service's thread and returns its
+    answer (raising on ``ERR``); `job_status(job_id)` reads how far the store has the job."""
+
+    def __init__(
+        self,
+        slurm: SlurmJobs,
+        call: Callable[[str, dict[str, object]], dict[str, object]],
+        job_status: Callable[[int], str | None],
+        *,
+        margin_s: int = DEFAULT_MARGIN_S,
+        interval_s: float = DEFAULT_INTERVAL_S,
+        policy: CorrectionPolicy = IncrementalCorrection(),
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.slurm = slurm
+        self.call = call
+        self.job_status = job_status
+        self.margin_s = margin_s
+        self.interval_s = interval_s
+        self.policy = policy
+        self.clock = clock
+        self.report = WatchReport()
+        self._stages: dict[int, int] = {}
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    # ------------------------------------------------------------------ the loop
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._run, name="hpcpredict-slurm", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(self.interval_s + 30)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            self.poll()
+            self._stop.wait(self.interval_s)
+
+    def poll(self) -> WatchReport:
+        """One look at SLURM: report what is new, correct what is due."""
+        self.report.polls += 1
+        try:
+            jobs = self.slurm.jobs()
+        except Exception as error:  # noqa: BLE001 - SLURM down or slow: try again next poll
+            self._failed(f"cannot read SLURM's jobs: {error}")
+            return self.report
+        now_s = int(self.clock())
+        seen = set()
+        for job in jobs:
+            seen.add(job.job_id)
+            try:
+                self._report(job)
+                if job.state == "RUNNING":
+                    self._correct(job, now_s)
+            except Exception as error:  # noqa: BLE001 - one job must not stop the others
+                self._failed(f"job {job.job_id}: {error}")
+        for gone in set(self._stages) - seen:  # SLURM forgot it (MinJobAge): so can we
+            del self._stages[gone]
+        return self.report
+
+    # ------------------------------------------------------------------ reporting
+    def _report(self, job: WatchedJob) -> None:
+        stage = self._stages.get(job.job_id)
+        if stage is None:
+            stage = _STAGE[self.job_status(job.job_id)]
+        tag = parse_tag(job.admin_comment)
+        fields = self._job_fields(job, tag.request_s if tag else None)
+        ended = job.state in FINAL_STATES
+        if stage < 1 and not ended:
+            predicted = tag.prediction_s if tag else None
+            self.call("SUBMIT", {"job": job.job_id, **fields, "predicted": predicted})
+            stage = 1
+            self.report.reported += 1
+        if stage < 2 and job.start_s and not ended:
+            self.call("START", {"job": job.job_id, "start": job.start_s})
+            stage = 2
+            self.report.reported += 1
+        if stage < 3 and ended and job.end_s:
+            start_s = job.start_s or job.end_s
+            limit_s = job.time_limit_s
+            lowered_kill = bool(
+                tag and job.state == "TIMEOUT" and limit_s is not None and limit_s < tag.request_s
+            )
+            self.call(
+                "END",
+                {"job": job.job_id, **fields, "start": start_s, "end": job.end_s,
+                 "run": max(0, job.end_s - start_s) if job.start_s else 0,
+                 "state": job.state, "lowered_kill": lowered_kill},
+            )
+            stage = 3
+            self.report.reported += 1
+        self._stages[job.job_id] = stage
+
+    @staticmethod
+    def _job_fields(job: WatchedJob, request_s: int | None) -> dict[str, object]:
+        time_limit = request_s if request_s is not None else job.time_limit_s
+        return {
+            "uid": job.uid,
+            "gid": job.gid,
+            "procs": max(1, job.cpus),
+            "time_limit": time_limit if time_limit and time_limit > 0 else None,
+            "submit": job.submit_s,
+            "partition": job.partition or None,
+            "name": job.name or None,
+        }
+
+    # ------------------------------------------------------------------ correcting
+    def _correct(self, job: WatchedJob, now_s: int) -> None:
+        tag = parse_tag(job.admin_comment)
+        if tag is None or job.start_s is None or job.time_limit_s is None:
+            return  # not lowered by hpcpredict, or SLURM shows no limit: nothing to correct
+        limit_s = corrected_limit_s(
+            request_s=tag.request_s,
+            prediction_s=tag.prediction_s,
+            current_limit_s=job.time_limit_s,
+            elapsed_s=now_s - job.start_s,
+            margin_s=self.margin_s,
+            policy=self.policy,
+        )
+        if limit_s is None:
+            return
+        self.slurm.set_time_limit(job.job_id, limit_s // 60)
+        self.call("LIMIT", {"job": job.job_id, "time_limit": limit_s, "at": now_s})
+        self.report.corrections += 1
+        self.report.corrected_jobs.append(job.job_id)
+        logger.info("job %d: time limit %d -> %d s (elapsed %d s)", job.job_id, job.time_limit_s,
+                    limit_s, now_s - job.start_s)
+
+    def _failed(self, message: str) -> None:
+        self.report.errors += 1
+        self.report.last_error = message
+        logger.error("%s", message)
