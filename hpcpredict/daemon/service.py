@@ -385,7 +385,8 @@ class PredictionService:
         self._check_usable()
         if self.store.last_event_seq() > 0:
             raise ValueError(
-                f"the store already holds {self.store.last_event_seq()} live events; a history "
+                "the store already holds live events (the last is number "
+                f"{self.store.last_event_seq()}); a history "
                 "can only bootstrap a daemon that has not learned anything live yet "
                 "(use a new database)"
             )

@@ -173,7 +173,12 @@ class CorrectionRow(Base):
 
 
 class EventRow(Base):
-    """One applied event. ``payload_json`` holds everything replaying it needs (see events.py)."""
+    """One applied event. ``payload_json`` holds everything replaying it needs (see events.py).
+
+    ``seq`` increases with every event but is not a count: on PostgreSQL a number taken by a
+    transaction that rolled back (a duplicate event, a failed commit) is never handed out again
+    (sequences are not transactional), so the log may skip numbers. Only their order matters.
+    """
 
     __tablename__ = "events"
     __table_args__ = (CheckConstraint(_one_of("kind", EVENT_KINDS), name="kind"),)
