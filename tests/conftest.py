@@ -1,12 +1,19 @@
-"""Shared fixtures: the real logs of ../shared/swf (skipped cleanly where absent) and the sample."""
+"""Shared fixtures: the real logs of ../shared/swf (skipped cleanly where absent), the sample, and
+the daemon's databases (SQLite and PostgreSQL, see tests/pg_server.py)."""
 
 from __future__ import annotations
 
+import os
+import sqlite3
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from sqlalchemy.engine import make_url
 
+from hpcpredict.daemon.store import Store
 from hpcpredict.swf import SwfRecord
+from pg_server import PostgresServer, ServerUnavailable
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 SAMPLE_LOG = REPO_ROOT / "swf" / "KTH-SP2-sample.swf"
@@ -56,3 +63,86 @@ def make_record(**overrides: int | float) -> SwfRecord:
     assert not unknown, f"not SWF fields: {sorted(unknown)}"
     values.update(overrides)
     return SwfRecord(**values)  # type: ignore[arg-type]
+
+
+# ---------------------------------------------------------------------- databases of the daemon
+# The daemon's store runs on SQLite (embedded default) and PostgreSQL (production): every test
+# taking `store_url` or `store` runs on both, the same code asserting the same things.
+
+REQUIRE_SERVERS_VARIABLE = "HPCPREDICT_REQUIRE_SERVERS"  # "1" in CI: fail, never skip
+
+
+class SqliteDatabases:
+    """`PostgresServer`'s three verbs for SQLite: a file per database under pytest's tmp dir."""
+
+    def __init__(self, tmp_path_factory: pytest.TempPathFactory) -> None:
+        self._tmp_path_factory = tmp_path_factory
+
+    def create_database(self, template_url: str | None = None) -> str:
+        path = self._tmp_path_factory.mktemp("sqlite") / "state.db"
+        if template_url is not None:
+            # The backup API, not a file copy: right whatever is still in the -wal file.
+            source = sqlite3.connect(make_url(template_url).database)
+            target = sqlite3.connect(path)
+            try:
+                source.backup(target)
+            finally:
+                source.close()
+                target.close()
+        return f"sqlite:///{path}"
+
+    def drop_database(self, url: str) -> None:
+        """Nothing: pytest's tmp_path retention removes the files."""
+
+
+# What the `databases` fixture gives: either kind creates, copies and drops test databases.
+Databases = SqliteDatabases | PostgresServer
+
+
+@pytest.fixture(scope="session")
+def postgres_server() -> Iterator[PostgresServer]:
+    """A PostgreSQL server for the whole session (tests/pg_server.py), started on first use."""
+    try:
+        server = PostgresServer.from_environment()
+    except ServerUnavailable as error:
+        message = f"no PostgreSQL server for the store tests: {error}"
+        if os.environ.get(REQUIRE_SERVERS_VARIABLE) == "1":
+            pytest.fail(f"{message}\n({REQUIRE_SERVERS_VARIABLE}=1: failing, not skipping)")
+        pytest.skip(message)
+    yield server
+    server.stop()
+
+
+@pytest.fixture(
+    scope="session",
+    params=[
+        pytest.param("sqlite", id="sqlite"),
+        pytest.param("postgresql", id="postgresql", marks=pytest.mark.postgres),
+    ],
+)
+def databases(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Databases:
+    """Where test databases come from, once per backend. Session-scoped: pytest groups the
+    tests by backend, and PostgreSQL is started only when the first test needing it runs
+    (``-m "not postgres"`` never starts it)."""
+    if request.param == "sqlite":
+        return SqliteDatabases(tmp_path_factory)
+    return request.getfixturevalue("postgres_server")
+
+
+@pytest.fixture
+def store_url(databases: Databases) -> Iterator[str]:
+    """URL of a new, empty database of each backend, dropped after the test."""
+    url = databases.create_database()
+    yield url
+    databases.drop_database(url)
+
+
+@pytest.fixture
+def store(store_url: str) -> Iterator[Store]:
+    """A `Store` on `store_url`, upgraded to the newest schema."""
+    store = Store(store_url)
+    store.upgrade()
+    yield store
+    store.close()

@@ -1,9 +1,10 @@
-"""Per-user error statistics on a small history whose every number is worked out by hand."""
+"""Per-user error statistics on a small history whose every number is worked out by hand.
+
+Every test runs on SQLite and on PostgreSQL (the `store` fixture of tests/conftest.py): the
+statistics are computed from the same queries on both.
+"""
 
 from __future__ import annotations
-
-from collections.abc import Iterator
-from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -12,14 +13,6 @@ from hpcpredict.daemon.errors import ERROR_COLUMNS, user_error_statistics
 from hpcpredict.daemon.service import PredictionService
 from hpcpredict.daemon.store import CorrectionRow, JobRow, PredictionRow, Store
 from hpcpredict.jobs import JobRequest
-
-
-@pytest.fixture
-def store(tmp_path: Path) -> Iterator[Store]:
-    store = Store(f"sqlite:///{tmp_path}/state.db")
-    store.upgrade()
-    yield store
-    store.close()
 
 
 def add_job(

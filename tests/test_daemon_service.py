@@ -1,10 +1,14 @@
 """PredictionService: one transaction per event, idempotent ingestion, the learning rule,
-checkpoints, and a restart that is bit for bit an uninterrupted run (on the KTH-SP2 sample)."""
+checkpoints, and a restart that is bit for bit an uninterrupted run (on the KTH-SP2 sample).
+
+Every test taking `store`, `store_url` or `databases` (tests/conftest.py) runs on SQLite and on
+PostgreSQL. The crash here is a service dropped without a checkpoint; a real kill -9 of the
+daemon is tests/test_daemon_crash.py (SQLite, the daemon's default store).
+"""
 
 from __future__ import annotations
 
 import dataclasses
-import shutil
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
@@ -14,6 +18,7 @@ import numpy as np
 import pytest
 from sqlalchemy import func, select
 
+from conftest import Databases
 from hpcpredict.daemon.learning import LearnRule, decide
 from hpcpredict.daemon.service import EventOutcome, PredictionService, UnknownJobError
 from hpcpredict.daemon.store import (
@@ -37,14 +42,6 @@ T0 = 1_700_000_000  # Unix seconds, as the daemon sees them
 def stockholm_learner() -> LearnedPredictor:
     """The daemon's learner for the KTH site: Unix seconds read in the site's time zone."""
     return LearnedPredictor(context=FeatureContext(0, "Europe/Stockholm"))
-
-
-@pytest.fixture
-def store(tmp_path: Path) -> Iterator[Store]:
-    store = Store(f"sqlite:///{tmp_path}/state.db")
-    store.upgrade()
-    yield store
-    store.close()
 
 
 def job(
@@ -349,8 +346,12 @@ def test_a_failed_event_leaves_learner_and_store_in_step(
     assert_same_state(service.state_dict(), before)  # rebuilt from the store
     assert count(store, EventRow) == 3 and count(store, CheckpointRow) == 0
     outcome = service.ended(1, 600, T0 + 600, "COMPLETED")  # the sender retries
-    assert outcome.applied and outcome.learned and outcome.seq == 4
-    assert store.latest_checkpoint().last_event_seq == 4  # type: ignore[union-attr]
+    # 4 on SQLite; 5 on PostgreSQL, whose sequences never hand out a number twice, even one
+    # taken by a transaction that rolled back (store.py, EventRow).
+    assert outcome.applied and outcome.learned and outcome.seq in (4, 5)
+    assert [event.seq for event in store.events_after(0)] == [1, 2, 3, outcome.seq]
+    assert service.last_event_seq == outcome.seq
+    assert store.latest_checkpoint().last_event_seq == outcome.seq  # type: ignore[union-attr]
 
 
 # ---------------------------------------------------------------------- restart = no restart
@@ -428,7 +429,7 @@ CHECKPOINT_EVERY = 100
 
 @dataclasses.dataclass
 class Run:
-    database: Path
+    url: str
     results: list[int | EventOutcome]
     state: dict[str, np.ndarray]
 
@@ -439,14 +440,16 @@ def events() -> list[Event]:
 
 
 @pytest.fixture(scope="module")
-def uninterrupted(events: list[Event], tmp_path_factory: pytest.TempPathFactory) -> Run:
-    database = tmp_path_factory.mktemp("uninterrupted") / "state.db"
-    store = Store(f"sqlite:///{database}")
+def uninterrupted(events: list[Event], databases: Databases) -> Iterator[Run]:
+    """The sample stream sent to one service that never stops (once per backend)."""
+    url = databases.create_database()
+    store = Store(url)
     service = PredictionService.open(store, stockholm_learner, checkpoint_every=CHECKPOINT_EVERY)
     results = [send(service, event) for event in events]
     state = service.state_dict()
     store.close()
-    return Run(database, results, state)
+    yield Run(url, results, state)
+    databases.drop_database(url)
 
 
 def test_the_sample_stream_exercises_every_path(uninterrupted: Run) -> None:
@@ -460,22 +463,21 @@ def test_the_sample_stream_exercises_every_path(uninterrupted: Run) -> None:
     assert int(uninterrupted.state["nag/t"]) > 500
 
 
-def open_service(database: Path) -> tuple[Store, PredictionService]:
-    store = Store(f"sqlite:///{database}")
+def open_service(url: str) -> tuple[Store, PredictionService]:
+    store = Store(url)
     return store, PredictionService.open(
         store, stockholm_learner, checkpoint_every=CHECKPOINT_EVERY
     )
 
 
 def test_restart_replays_to_the_uninterrupted_model_bit_for_bit(
-    events: list[Event], uninterrupted: Run, tmp_path: Path
+    events: list[Event], uninterrupted: Run, store_url: str
 ) -> None:
-    database = tmp_path / "state.db"
     results: list[int | EventOutcome] = []
     # Two crashes: one between checkpoints (34 events to replay), one right after a checkpoint.
     segments = [(0, 1234, None), (1234, 1700, 34), (1700, N_EVENTS, 0)]
     for begin, end, expected_replay in segments:
-        store, service = open_service(database)
+        store, service = open_service(store_url)
         if expected_replay is not None:
             assert service.replayed_events == expected_replay
             assert service.last_event_seq == begin
@@ -484,18 +486,24 @@ def test_restart_replays_to_the_uninterrupted_model_bit_for_bit(
         del service
         store.close()
     assert results == uninterrupted.results
-    store, service = open_service(database)
+    store, service = open_service(store_url)
     assert service.replayed_events == 0  # 2000 is a multiple of 100: the last event checkpointed
     assert_same_state(service.state_dict(), uninterrupted.state)
     store.close()
 
 
+@pytest.fixture
+def copy_of_uninterrupted(uninterrupted: Run, databases: Databases) -> Iterator[str]:
+    """URL of a copy of the uninterrupted run's database (a file copy, or a template)."""
+    url = databases.create_database(template_url=uninterrupted.url)
+    yield url
+    databases.drop_database(url)
+
+
 def test_resending_ingested_events_changes_nothing(
-    events: list[Event], uninterrupted: Run, tmp_path: Path
+    events: list[Event], uninterrupted: Run, copy_of_uninterrupted: str
 ) -> None:
-    database = tmp_path / "state.db"
-    shutil.copyfile(uninterrupted.database, database)
-    store, service = open_service(database)
+    store, service = open_service(copy_of_uninterrupted)
     assert_same_state(service.state_dict(), uninterrupted.state)
     counts_before = {model: count(store, model) for model in (EventRow, JobRow, CheckpointRow)}
     ended = {event[2] for event in events if event[3] == "ended"}

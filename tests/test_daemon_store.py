@@ -1,21 +1,22 @@
 """The daemon's store: migrations create exactly the models' schema, constraints hold.
 
-Every test takes `store_url`: a SQLite file in tmp_path always, and also the PostgreSQL database
-named by ``HPCPREDICT_TEST_POSTGRES_URL`` when that variable is set (e.g.
-``postgresql+psycopg://hpcpredict@localhost/hpcpredict_test``; the database is emptied before and
-after each test, so give it one nobody else uses).
+Every test taking `store_url` or `store` (tests/conftest.py) runs twice: on a SQLite file, and
+on a fresh database of a real PostgreSQL server (tests/pg_server.py: a throwaway cluster from
+Debian's packages, or the server named by ``HPCPREDICT_TEST_POSTGRES_URL``).
 """
 
 from __future__ import annotations
 
 import io
-import os
-from collections.abc import Iterator
+import signal
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 from alembic import command
 from alembic.config import Config
-from sqlalchemy import create_engine, inspect, text
+from sqlalchemy import inspect
 from sqlalchemy.dialects import postgresql
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.schema import CreateIndex, CreateTable
@@ -30,45 +31,6 @@ from hpcpredict.daemon.store import (
     Store,
 )
 from hpcpredict.jobs import JobRequest
-
-POSTGRES_URL_VARIABLE = "HPCPREDICT_TEST_POSTGRES_URL"
-_TABLES = ("checkpoints", "events", "corrections", "predictions", "jobs", "alembic_version")
-
-
-def _backends() -> list[object]:
-    backends: list[object] = [pytest.param("sqlite", id="sqlite")]
-    if os.environ.get(POSTGRES_URL_VARIABLE):
-        backends.append(pytest.param("postgresql", id="postgresql"))
-    return backends
-
-
-def _empty_postgres(url: str) -> None:
-    engine = create_engine(url)
-    try:
-        with engine.begin() as connection:
-            for table in _TABLES:
-                connection.execute(text(f"DROP TABLE IF EXISTS {table} CASCADE"))
-    finally:
-        engine.dispose()
-
-
-@pytest.fixture(params=_backends())
-def store_url(request: pytest.FixtureRequest, tmp_path: os.PathLike[str]) -> Iterator[str]:
-    if request.param == "sqlite":
-        yield f"sqlite:///{tmp_path}/state.db"
-        return
-    url = os.environ[POSTGRES_URL_VARIABLE]
-    _empty_postgres(url)
-    yield url
-    _empty_postgres(url)
-
-
-@pytest.fixture
-def store(store_url: str) -> Iterator[Store]:
-    store = Store(store_url)
-    store.upgrade()
-    yield store
-    store.close()
 
 
 def make_request(job_id: int = 1, **overrides: int) -> JobRequest:
@@ -231,3 +193,35 @@ def test_empty_store_has_no_checkpoint_and_no_events(store: Store) -> None:
     assert store.latest_checkpoint() is None
     assert list(store.events_after(0)) == []
     assert store.last_event_seq() == 0
+
+
+# ---------------------------------------------------------------------- SQLite settings
+_COMMIT_THEN_DIE = """
+import os, signal, sys
+from hpcpredict.daemon.store import EventRow, Store
+store = Store(sys.argv[1])
+store.upgrade()
+with store.session() as session, session.begin():
+    session.add(EventRow(kind="submitted", job_id=1, payload_json="{}", occurred_at_s=0,
+                         recorded_at_s=0.0, idempotency_key="submitted:1"))
+os.kill(os.getpid(), signal.SIGKILL)  # no close, no WAL checkpoint: a crash right after commit
+"""
+
+
+def test_sqlite_commits_survive_kill_9_in_wal_mode(tmp_path: Path) -> None:
+    """WAL with synchronous=NORMAL (store.py) syncs at checkpoints only, yet a committed event
+    is never lost to a process crash: it is in the -wal file, which the next open reads."""
+    url = f"sqlite:///{tmp_path}/state.db"
+    child = subprocess.run(
+        [sys.executable, "-c", _COMMIT_THEN_DIE, url], check=False, timeout=120
+    )
+    assert child.returncode == -signal.SIGKILL
+    assert (tmp_path / "state.db-wal").stat().st_size > 0  # the commit is only in the WAL
+    store = Store(url)
+    try:
+        with store.engine.connect() as connection:
+            assert connection.exec_driver_sql("PRAGMA journal_mode").scalar() == "wal"
+            assert connection.exec_driver_sql("PRAGMA synchronous").scalar() == 1  # NORMAL
+        assert [event.job_id for event in store.events_after(0)] == [1]
+    finally:
+        store.close()
