@@ -56,8 +56,15 @@ local function read_settings()
 end
 
 local SETTINGS = read_settings()
-local socket_ok, socket = pcall(require, "socket")
-local unix_ok = socket_ok and pcall(require, "socket.unix")
+-- luasocket's Unix sockets: socket.unix() in 3.0, require("socket.unix").stream() in 3.1.
+local unix_ok, unix = pcall(require, "socket.unix")
+
+local function unix_stream()
+	if type(unix) == "table" and unix.stream then
+		return unix.stream()
+	end
+	return unix()
+end
 
 local function valid(value)
 	return value ~= nil and value ~= slurm.NO_VAL and value ~= slurm.NO_VAL16
@@ -85,7 +92,7 @@ local function ask_daemon(request)
 	if not unix_ok then
 		return nil, "luasocket with socket.unix is not installed"
 	end
-	local connection = socket.unix()
+	local connection = unix_stream()
 	connection:settimeout(SETTINGS.timeout_s, "t") -- total budget for the whole exchange
 	local ok, err = connection:connect(SETTINGS.socket)
 	if not ok then

@@ -50,8 +50,15 @@ local function read_settings()
 end
 
 local SETTINGS = read_settings()
-local socket_ok, socket = pcall(require, "socket")
-local unix_ok = socket_ok and pcall(require, "socket.unix")
+-- luasocket's Unix sockets: socket.unix() in 3.0, require("socket.unix").stream() in 3.1.
+local unix_ok, unix = pcall(require, "socket.unix")
+
+local function unix_stream()
+	if type(unix) == "table" and unix.stream then
+		return unix.stream()
+	end
+	return unix()
+end
 
 local function number(value)
 	local n = tonumber(value)
@@ -108,7 +115,7 @@ local function send(line)
 	if not unix_ok then
 		return false, "luasocket with socket.unix is not installed"
 	end
-	local connection = socket.unix()
+	local connection = unix_stream()
 	connection:settimeout(SETTINGS.timeout_s, "t")
 	local ok, err = connection:connect(SETTINGS.socket)
 	if ok then

@@ -8,7 +8,6 @@ import shutil
 import socket
 import stat
 import tempfile
-import threading
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
@@ -18,46 +17,13 @@ from pathlib import Path
 
 import pytest
 
-from hpcpredict.daemon.client import DaemonClient, DaemonReplyError
+from hpcpredict.daemon.client import DaemonReplyError
 from hpcpredict.daemon.config import DaemonConfig
 from hpcpredict.daemon.server import Daemon, DaemonError
 from hpcpredict.daemon.service import PredictionService
 from hpcpredict.daemon.store import Store
 
-
-class Running:
-    """A daemon serving in a thread of this process."""
-
-    def __init__(self, config: DaemonConfig) -> None:
-        self.config = config
-        self.store = Store(config.db)
-        self.service = PredictionService.open(self.store, config.predictor_factory, checkpoint_every=20)
-        self.daemon = Daemon(config, self.service)
-        self.error: BaseException | None = None
-        self.thread = threading.Thread(target=self._run)
-        self.thread.start()
-        if not self.daemon.ready.wait(15):
-            self.stop()
-            raise RuntimeError(f"daemon did not start: {self.error!r}")
-
-    def _run(self) -> None:
-        try:
-            self.daemon.run(install_signal_handlers=False)
-        except BaseException as error:  # noqa: BLE001 - reported by the test
-            self.error = error
-
-    @property
-    def url(self) -> str:
-        host, port = self.daemon.http_address
-        return f"http://{host}:{port}"
-
-    def client(self) -> DaemonClient:
-        return DaemonClient(self.config.socket)
-
-    def stop(self) -> None:
-        self.daemon.stop()
-        self.thread.join(15)
-        self.store.close()
+from daemon_thread import Running
 
 
 @pytest.fixture
