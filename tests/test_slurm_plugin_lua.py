@@ -4,16 +4,13 @@ inside a real slurmctld. Skipped where lua5.1 or luasocket is missing (CI instal
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import socket
 import subprocess
 import tempfile
 import threading
-import time
 from collections.abc import Iterator
-from dataclasses import replace
 from pathlib import Path
 
 import pytest
