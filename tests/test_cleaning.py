@@ -59,6 +59,7 @@ def test_a_clean_job_passes_unchanged_with_all_its_fields():
             ),  # fmt: skip
             run_s=500,
             status=0,
+            wait_s=5,  # rec()'s default wait: kept for replaying a history as it happened
         )
     ]
     job = jobs[0]
@@ -79,13 +80,16 @@ def test_missing_status_user_group_executable_queue_partition_are_kept_as_minus_
 
 
 def test_fields_not_used_do_not_matter():
-    """Wait, CPU, memory, preceding job and think time never reach the job."""
+    """CPU, memory, preceding job and think time never reach the job; the wait only reaches
+    `Job.wait_s` (history replay), never the request a predictor sees."""
     base, _ = clean_one(rec())
     other, report = clean_one(
         rec(wait_s=-1, avg_cpu_s=12.5, used_memory_kb=-7.0, requested_memory_kb=1e9,
             preceding_job_id=99, think_time_s=3)
     )  # fmt: skip
-    assert other == base
+    assert [job.request for job in other] == [job.request for job in base]
+    assert [(job.run_s, job.status) for job in other] == [(job.run_s, job.status) for job in base]
+    assert (base[0].wait_s, other[0].wait_s) == (rec().wait_s, -1)
     assert activity(report) == {}
 
 
