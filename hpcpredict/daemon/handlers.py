@@ -94,7 +94,7 @@ class Handlers:
         return {
             "version": PROTOCOL_VERSION,
             "model_t": self.service.model_updates,
-            "events": self.service.last_event_seq,
+            "last_event": self.service.last_event_seq,
         }
 
     def predict(self, fields: Mapping[str, Any]) -> dict[str, object]:
