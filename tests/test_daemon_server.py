@@ -35,9 +35,10 @@ def short_dir() -> Iterator[Path]:
 
 
 @pytest.fixture
-def config(short_dir: Path) -> DaemonConfig:
+def config(short_dir: Path, store_url: str) -> DaemonConfig:
+    """The daemon on each backend of `store_url` (SQLite and a real PostgreSQL)."""
     return DaemonConfig(
-        db=f"sqlite:///{short_dir / 'state.db'}",
+        db=store_url,
         socket=str(short_dir / "d.sock"),
         http="127.0.0.1:0",
         spool=str(short_dir / "jobcomp.spool"),
