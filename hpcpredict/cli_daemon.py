@@ -71,6 +71,17 @@ def _open_service(config: DaemonConfig):  # -> PredictionService (SQLAlchemy imp
 @click.option("--time-zone", default=None, help="The site's IANA time zone (time-of-day features).")
 @click.option("--checkpoint-every", type=click.IntRange(min=1), default=None,
               help="Events between model checkpoints (a restart replays at most this many).")
+@click.option("--slurm/--no-slurm", default=None, help="Watch SLURM: report submitted, started "
+              "and ended jobs to the model and raise lowered time limits before they expire "
+              "(see docs/admin-guide.md). Off by default.")
+@click.option("--slurm-backend", type=click.Choice(["auto", "cli", "pyslurm"]), default=None,
+              help="How to talk to SLURM: its commands (cli), pyslurm when it matches the "
+              "installed Slurm, or auto (pyslurm if it matches, else cli).")
+@click.option("--slurm-interval", "slurm_interval_s", type=click.FloatRange(min=0, min_open=True),
+              default=None, help="Seconds between looks at SLURM (default 10).")
+@click.option("--correction-margin", "correction_margin_s", type=click.IntRange(min=0), default=None,
+              help="Raise a lowered limit this many seconds before it expires (default 120; must "
+              "exceed two intervals + SLURM's 30 s limit check).")
 @click.option("--log-level", type=click.Choice(["debug", "info", "warning", "error"]),
               default="info", show_default=True)
 def serve(
@@ -83,6 +94,10 @@ def serve(
     spool: str | None,
     time_zone: str | None,
     checkpoint_every: int | None,
+    slurm: bool | None,
+    slurm_backend: str | None,
+    slurm_interval_s: float | None,
+    correction_margin_s: int | None,
     log_level: str,
 ) -> None:
     """Run the prediction daemon until SIGTERM or Ctrl-C.
@@ -111,6 +126,10 @@ def serve(
         spool=spool,
         time_zone=time_zone,
         checkpoint_every=checkpoint_every,
+        slurm=slurm,
+        slurm_backend=slurm_backend,
+        slurm_interval_s=slurm_interval_s,
+        correction_margin_s=correction_margin_s,
     )
     service = _open_service(config)
     if service.replayed_events:

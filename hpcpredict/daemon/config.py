@@ -10,6 +10,10 @@
     spool = "/var/spool/hpcpredict/jobcomp.spool"  # where jobcomp.lua spools when we are down
     checkpoint_every = 1000       # events between model checkpoints
     time_zone = "Europe/Paris"    # the site's; time-of-day features follow it (default: UTC)
+    slurm = true                  # watch SLURM (hpcpredict/slurm/watcher.py)
+    slurm_backend = "auto"        # cli (Slurm commands) | pyslurm (matching Slurm only) | auto
+    slurm_interval_s = 10.0       # seconds between looks at SLURM
+    correction_margin_s = 120     # raise a lowered limit this long before it expires
 
     [learner]                     # must be the same for `train` and `serve`
     loss = "eloss"
@@ -79,6 +83,10 @@ class DaemonConfig:
     spool: str = field(default_factory=lambda: str(state_dir() / "jobcomp.spool"))
     checkpoint_every: int = 1000
     time_zone: str | None = None
+    slurm: bool = False  # watch SLURM: report jobs' lives, raise lowered limits in time
+    slurm_backend: str = "auto"  # auto | cli | pyslurm (hpcpredict.slurm.adapter)
+    slurm_interval_s: float = 10.0
+    correction_margin_s: int = 120
     learner: LearnerConfig = field(default_factory=LearnerConfig)
 
     def predictor_factory(self) -> LearnedPredictor:
@@ -91,7 +99,8 @@ class DaemonConfig:
 
 
 _DAEMON_KEYS = {
-    "db", "socket", "socket_mode", "socket_group", "http", "spool", "checkpoint_every", "time_zone"
+    "db", "socket", "socket_mode", "socket_group", "http", "spool", "checkpoint_every", "time_zone",
+    "slurm", "slurm_backend", "slurm_interval_s", "correction_margin_s",
 }
 _LEARNER_KEYS = {f.name for f in dataclasses.fields(LearnerConfig)}
 
@@ -153,6 +162,15 @@ def _checked(config: DaemonConfig) -> DaemonConfig:
         raise ConfigError(f"checkpoint_every must be >= 1, got {config.checkpoint_every}")
     if config.http:
         parse_host_port(config.http)
+    if config.slurm_backend not in ("auto", "cli", "pyslurm"):
+        raise ConfigError(f"slurm_backend must be auto, cli or pyslurm, got {config.slurm_backend!r}")
+    if config.slurm_interval_s <= 0 or config.correction_margin_s < 0:
+        raise ConfigError("slurm_interval_s must be > 0 and correction_margin_s >= 0")
+    if config.slurm and config.correction_margin_s < 2 * config.slurm_interval_s + 30:
+        raise ConfigError(
+            f"correction_margin_s ({config.correction_margin_s}) must cover two looks at SLURM "
+            f"({config.slurm_interval_s:g} s each) and SLURM's 30 s limit check"
+        )
     try:
         config.predictor_factory()
     except (ValueError, TypeError, KeyError) as error:  # bad loss name, negative rule, zone

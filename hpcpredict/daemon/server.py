@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
+import dataclasses
 import grp
 import json
 import logging
@@ -36,7 +37,13 @@ from sqlalchemy import select
 
 from hpcpredict.daemon.config import DaemonConfig, parse_host_port
 from hpcpredict.daemon.handlers import Handlers
-from hpcpredict.daemon.protocol import MAX_LINE_BYTES, PROTOCOL_VERSION, ProtocolError, format_error
+from hpcpredict.daemon.protocol import (
+    MAX_LINE_BYTES,
+    PROTOCOL_VERSION,
+    ProtocolError,
+    Request,
+    format_error,
+)
 from hpcpredict.daemon.service import PredictionService
 from hpcpredict.daemon.spool import ingest_spool
 from hpcpredict.daemon.store import JobRow, PredictionRow
@@ -66,6 +73,7 @@ class Daemon:
         self._http: ThreadingHTTPServer | None = None
         self.http_address: tuple[str, int] | None = None
         self.ready = threading.Event()  # set once both endpoints accept connections
+        self.watcher = None  # the SLURM watcher, when config.slurm
 
     # ------------------------------------------------------------------ life cycle
     def run(self, *, install_signal_handlers: bool = True) -> None:
@@ -97,9 +105,12 @@ class Daemon:
                 self.service.model_updates,
                 self.service.last_event_seq,
             )
+            self._start_watcher()
             self.ready.set()
             await self._stop.wait()
         finally:
+            if self.watcher is not None:  # its calls need the loop: stop it from a thread
+                await asyncio.get_running_loop().run_in_executor(None, self.watcher.stop)
             server.close()
             await server.wait_closed()
             if self._http is not None:
@@ -109,6 +120,27 @@ class Daemon:
                 path.unlink()
             self.service.close()  # checkpoint: the next start replays nothing
             logger.info("stopped")
+
+    def _start_watcher(self) -> None:
+        """With ``slurm = true``: the SLURM watcher and corrector, in its own thread."""
+        if not self.config.slurm:
+            return
+        from hpcpredict.slurm.adapter import select_backend
+        from hpcpredict.slurm.watcher import SlurmWatcher
+
+        def call(verb: str, fields: dict[str, object]) -> dict[str, object]:
+            return self.on_loop(lambda: self.handlers.call(Request(verb, fields)))
+
+        backend = select_backend(self.config.slurm_backend)
+        self.watcher = SlurmWatcher(
+            backend,
+            call,
+            self.service.job_status,
+            margin_s=self.config.correction_margin_s,
+            interval_s=self.config.slurm_interval_s,
+        )
+        self.watcher.start()
+        logger.info("watching SLURM (%s backend) every %g s", backend.name, self.config.slurm_interval_s)
 
     def _ingest_spool(self) -> None:
         """Apply the completion reports spooled by jobcomp.lua, then again every interval."""
@@ -178,6 +210,7 @@ class Daemon:
             "last_event_seq": self.service.last_event_seq,
             "uptime_s": round(time.time() - self.started_at, 3),
             "socket": self.config.socket,
+            "slurm": None if self.watcher is None else dataclasses.asdict(self.watcher.report),
         }
 
     def metrics_text(self) -> str:

@@ -30,16 +30,14 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from hpcpredict.sim.corrections import CorrectionPolicy, IncrementalCorrection
+from hpcpredict.slurm.adapter import ENDED_STATES
 from hpcpredict.slurm.corrector import DEFAULT_MARGIN_S, corrected_limit_s
 from hpcpredict.slurm.tag import parse_tag
 
 logger = logging.getLogger(__name__)
 
 DEFAULT_INTERVAL_S = 10.0
-FINAL_STATES = frozenset(
-    {"COMPLETED", "FAILED", "TIMEOUT", "CANCELLED", "NODE_FAIL", "PREEMPTED", "BOOT_FAIL",
-     "DEADLINE", "OUT_OF_MEMORY"}
-)
+FINAL_STATES = ENDED_STATES
 _STAGE = {None: 0, "submitted": 1, "running": 2, "ended": 3}
 
 

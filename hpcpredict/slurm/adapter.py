@@ -1,0 +1,267 @@
+"""One way to talk to SLURM, two backends: the Slurm commands everywhere, pyslurm where it fits.
+
+pyslurm's releases track recent Slurm versions and do not build against older libslurm (Debian 12
+ships Slurm 22.05; PyPI's pyslurm is 25.11): design.md. So `select_backend` uses pyslurm only when
+it is importable *and* its major.minor equals the installed Slurm's, and otherwise the command
+line backend (``squeue --json``, ``scontrol``, ``sbatch --parsable``), which works on 22.05 and
+later. The watcher and the tools see only `SlurmBackend`.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import logging
+import re
+import subprocess
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+logger = logging.getLogger(__name__)
+
+NO_VAL = 0xFFFFFFFE
+INFINITE = 0xFFFFFFFF
+DEFAULT_TIMEOUT_S = 30.0
+# States in which a job has ended (its end_time is real, not the end its limit allows).
+ENDED_STATES = frozenset({"COMPLETED", "FAILED", "TIMEOUT", "CANCELLED", "NODE_FAIL", "PREEMPTED",
+                          "BOOT_FAIL", "DEADLINE", "OUT_OF_MEMORY"})
+# States in which a job has run (its start_time is real, not a planned start); a job cancelled
+# while pending ended without starting: its start_time is 0 and reads as None.
+STARTED_STATES = ENDED_STATES | {"RUNNING", "SUSPENDED", "COMPLETING"}
+
+
+class SlurmError(RuntimeError):
+    """A Slurm command failed; the message names the command, its exit code and stderr."""
+
+
+@dataclass(frozen=True, slots=True)
+class SlurmJob:
+    """A job as hpcpredict reads it from SLURM. Times are Unix seconds, None when not (yet)
+    known; `time_limit_s` is the limit in force (None: no limit)."""
+
+    job_id: int
+    user_name: str
+    uid: int
+    gid: int
+    state: str
+    partition: str
+    name: str
+    cpus: int
+    nodes: int
+    submit_s: int
+    start_s: int | None
+    end_s: int | None
+    time_limit_s: int | None
+    admin_comment: str
+    exit_code: int | None = None
+
+
+class SlurmBackend(Protocol):
+    name: str
+
+    def jobs(self) -> list[SlurmJob]: ...
+
+    def job(self, job_id: int) -> SlurmJob | None: ...
+
+    def set_time_limit(self, job_id: int, minutes: int) -> None: ...
+
+    def submit(self, arguments: Sequence[str]) -> int: ...
+
+    def cancel(self, job_id: int) -> None: ...
+
+
+# ---------------------------------------------------------------------------- the command line
+Runner = Callable[[Sequence[str], float], subprocess.CompletedProcess]
+
+
+def run_command(command: Sequence[str], timeout_s: float) -> subprocess.CompletedProcess:
+    try:
+        done = subprocess.run(list(command), capture_output=True, text=True, timeout=timeout_s)
+    except FileNotFoundError as error:
+        raise SlurmError(f"{command[0]}: not found (is slurm-client installed?)") from error
+    except subprocess.TimeoutExpired as error:
+        raise SlurmError(f"{' '.join(command)}: no answer in {timeout_s:g} s") from error
+    if done.returncode != 0:
+        raise SlurmError(f"{' '.join(command)} failed (exit {done.returncode}): {done.stderr.strip()}")
+    return done
+
+
+class CliBackend:
+    """The Slurm commands (22.05 and later; ``SLURM_CONF`` from the environment)."""
+
+    name = "cli"
+
+    def __init__(self, *, timeout_s: float = DEFAULT_TIMEOUT_S, runner: Runner = run_command) -> None:
+        self.timeout_s = timeout_s
+        self._run = runner
+
+    def jobs(self) -> list[SlurmJob]:
+        """Pending, running and recently ended jobs (for MinJobAge), from ``squeue --json``."""
+        done = self._run(["squeue", "--json"], self.timeout_s)
+        try:
+            document = json.loads(done.stdout)
+        except json.JSONDecodeError as error:
+            raise SlurmError(f"squeue --json: not JSON ({error})") from error
+        return [job_from_squeue(entry) for entry in document.get("jobs", [])]
+
+    def job(self, job_id: int) -> SlurmJob | None:
+        return next((job for job in self.jobs() if job.job_id == job_id), None)
+
+    def set_time_limit(self, job_id: int, minutes: int) -> None:
+        if minutes < 1:
+            raise ValueError(f"a time limit is at least 1 minute, got {minutes}")
+        self._run(["scontrol", "update", f"JobId={int(job_id)}", f"TimeLimit={int(minutes)}"], self.timeout_s)
+
+    def submit(self, arguments: Sequence[str]) -> int:
+        done = self._run(["sbatch", "--parsable", *arguments], self.timeout_s)
+        return int(done.stdout.strip().split(";")[0])
+
+    def cancel(self, job_id: int) -> None:
+        self._run(["scancel", str(int(job_id))], self.timeout_s)
+
+
+def _time(value: Any) -> int | None:
+    """A squeue time (Unix seconds; 0 or NO_VAL: none). 23.02+ wraps numbers in an object."""
+    if isinstance(value, Mapping):
+        if not value.get("set", True) or value.get("infinite"):
+            return None
+        value = value.get("number")
+    if value is None:
+        return None
+    value = int(value)
+    return None if value <= 0 or value >= NO_VAL else value
+
+
+def job_from_squeue(entry: Mapping[str, Any]) -> SlurmJob:
+    """One job of ``squeue --json`` (22.05 field names, checked on a real 22.05.8)."""
+    state = entry.get("job_state", "")
+    if isinstance(state, list):  # 23.02+: a list of flags
+        state = state[0] if state else ""
+    limit_min = _time(entry.get("time_limit"))
+    start_s = _time(entry.get("start_time")) if state in STARTED_STATES else None
+    end_s = _time(entry.get("end_time")) if state in ENDED_STATES else None
+    return SlurmJob(
+        job_id=int(entry["job_id"]),
+        user_name=str(entry.get("user_name") or ""),
+        uid=int(entry.get("user_id", -1)),
+        gid=int(entry.get("group_id", -1)),
+        state=str(state),
+        partition=str(entry.get("partition") or ""),
+        name=str(entry.get("name") or ""),
+        cpus=int(_time(entry.get("cpus")) or 1),
+        nodes=int(_time(entry.get("node_count")) or 1),
+        submit_s=_time(entry.get("submit_time")) or 0,
+        start_s=start_s,
+        end_s=end_s,
+        time_limit_s=None if limit_min is None else 60 * limit_min,
+        admin_comment=str(entry.get("admin_comment") or ""),
+        exit_code=_time(entry.get("exit_code")) if not isinstance(entry.get("exit_code"), Mapping) else None,
+    )
+
+
+# ---------------------------------------------------------------------------- pyslurm
+class PyslurmBackend:
+    """pyslurm (>= 23.2 API: `pyslurm.Jobs.load`, `Job.modify(JobSubmitDescription)`).
+
+    Used only when its version matches the installed Slurm (`select_backend`); it cannot run on
+    this project's test machines (pyslurm does not build against Slurm 22.05), so only its
+    selection is tested here.
+    """
+
+    name = "pyslurm"
+
+    def __init__(self, module: Any) -> None:
+        self._pyslurm = module
+
+    def jobs(self) -> list[SlurmJob]:
+        return [self._convert(job) for job in self._pyslurm.Jobs.load().values()]
+
+    def job(self, job_id: int) -> SlurmJob | None:
+        try:
+            return self._convert(self._pyslurm.Job.load(job_id))
+        except self._pyslurm.RPCError:
+            return None
+
+    def set_time_limit(self, job_id: int, minutes: int) -> None:
+        self._pyslurm.Job(job_id).modify(self._pyslurm.JobSubmitDescription(time_limit=int(minutes)))
+
+    def submit(self, arguments: Sequence[str]) -> int:
+        raise SlurmError("submitting is done with the CLI backend (sbatch); pyslurm is for reading and limits")
+
+    def cancel(self, job_id: int) -> None:
+        self._pyslurm.Job(job_id).cancel()
+
+    @staticmethod
+    def _convert(job: Any) -> SlurmJob:
+        limit = getattr(job, "time_limit", None)
+        return SlurmJob(
+            job_id=int(job.id),
+            user_name=str(getattr(job, "user_name", "") or ""),
+            uid=int(job.user_id),
+            gid=int(job.group_id),
+            state=str(job.state),
+            partition=str(job.partition or ""),
+            name=str(job.name or ""),
+            cpus=int(job.cpus or 1),
+            nodes=int(getattr(job, "num_nodes", 1) or 1),
+            submit_s=int(job.submit_time or 0),
+            start_s=int(job.start_time) if job.start_time and job.state in STARTED_STATES else None,
+            end_s=int(job.end_time) if job.end_time and job.state in ENDED_STATES else None,
+            time_limit_s=None if limit in (None, "UNLIMITED") else 60 * int(limit),
+            admin_comment=str(getattr(job, "admin_comment", "") or ""),
+        )
+
+
+# ---------------------------------------------------------------------------- selection
+def installed_slurm_version(runner: Runner = run_command) -> str | None:
+    """``scontrol --version`` ("slurm 22.05.8" / "slurm-wlm 22.05.8") -> "22.05.8"."""
+    try:
+        text = runner(["scontrol", "--version"], 10.0).stdout
+    except SlurmError:
+        return None
+    match = re.search(r"(\d+)\.(\d+)\.(\d+)", text)
+    return match.group(0) if match else None
+
+
+def _major_minor(version: str | None) -> tuple[int, int] | None:
+    match = re.match(r"(\d+)\.(\d+)", version or "")
+    return (int(match.group(1)), int(match.group(2))) if match else None
+
+
+def select_backend(
+    prefer: str = "auto",
+    *,
+    importer: Callable[[str], Any] = importlib.import_module,
+    runner: Runner = run_command,
+) -> SlurmBackend:
+    """`prefer` "cli", "pyslurm" (an error if unusable) or "auto" (pyslurm if it matches).
+
+    pyslurm matches when its major.minor equals the installed Slurm's (pyslurm 25.11.x for
+    Slurm 25.11.y): a mismatched pyslurm talks a different RPC protocol version.
+    """
+    if prefer not in ("auto", "cli", "pyslurm"):
+        raise ValueError(f"backend must be auto, cli or pyslurm, got {prefer!r}")
+    if prefer == "cli":
+        return CliBackend(runner=runner)
+    reason = _pyslurm_unusable(importer, runner)
+    if reason is None:
+        return PyslurmBackend(importer("pyslurm"))
+    if prefer == "pyslurm":
+        raise SlurmError(f"pyslurm backend unusable: {reason}")
+    logger.info("SLURM backend: command line (%s)", reason)
+    return CliBackend(runner=runner)
+
+
+def _pyslurm_unusable(importer: Callable[[str], Any], runner: Runner) -> str | None:
+    try:
+        module = importer("pyslurm")
+    except ImportError:
+        return "pyslurm is not installed (pip install 'hpcpredict[pyslurm]' where Slurm matches)"
+    version = getattr(module, "__version__", None)
+    slurm = installed_slurm_version(runner)
+    if slurm is None:
+        return "the installed Slurm version is unknown (scontrol --version failed)"
+    if _major_minor(version) != _major_minor(slurm):
+        return f"pyslurm {version} does not match Slurm {slurm}"
+    return None

@@ -1,0 +1,185 @@
+"""A real SLURM (Debian's slurmctld + slurmd + munge) on loopback, for the end-to-end tests.
+
+Everything lives in one temporary directory (config, state, spool, logs) and every command gets
+``SLURM_CONF`` pointing there (../shared/docs/slurm.md: measured facts this follows). The node
+advertises more CPUs than the machine has (``SlurmdParameters=config_overrides``) so that several
+jobs run at once. Packages are installed when missing and we are root with apt-get; otherwise
+the tests are skipped — or fail, when ``HPCPREDICT_REQUIRE_SERVERS=1`` (CI).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+
+PACKAGES = ("slurmctld", "slurmd", "slurm-client", "munge", "lua5.1", "lua-socket")
+NODE = "node1"
+NODE_CPUS = 16
+
+
+class ClusterUnavailable(RuntimeError):
+    """SLURM cannot be installed or started here (the message says why)."""
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def ensure_packages() -> None:
+    if all(shutil.which(tool) for tool in ("slurmctld", "slurmd", "munged", "sbatch")):
+        return
+    if os.geteuid() != 0 or shutil.which("apt-get") is None:
+        raise ClusterUnavailable("SLURM is not installed and cannot be (need root and apt-get)")
+    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
+    subprocess.run(["apt-get", "update", "-qq"], check=True, env=env, capture_output=True)
+    done = subprocess.run(
+        ["apt-get", "install", "-y", "-qq", "--no-install-recommends", *PACKAGES],
+        env=env, capture_output=True, text=True,
+    )
+    if done.returncode != 0:
+        raise ClusterUnavailable(f"apt-get install failed: {done.stderr[-500:]}")
+
+
+def ensure_munge() -> None:
+    if subprocess.run(["pgrep", "-x", "munged"], capture_output=True).returncode == 0:
+        return
+    for directory in ("/run/munge", "/var/log/munge", "/var/lib/munge"):
+        os.makedirs(directory, exist_ok=True)
+        shutil.chown(directory, "munge", "munge")
+    if not os.path.exists("/etc/munge/munge.key"):
+        subprocess.run(["runuser", "-u", "munge", "--", "/usr/sbin/mungekey", "--create"], check=True)
+    subprocess.run(["runuser", "-u", "munge", "--", "/usr/sbin/munged"], check=True)
+
+
+class SlurmCluster:
+    """A one-node cluster; `start()` returns once the node is idle, `stop()` reaps everything."""
+
+    def __init__(self, *, job_submit_lua: Path | None = None, jobcomp_lua: Path | None = None,
+                 extra_files: dict[str, str] | None = None) -> None:
+        self.dir = Path(tempfile.mkdtemp(prefix="hpslurm"))
+        self.conf = self.dir / "slurm.conf"
+        self.env = {**os.environ, "SLURM_CONF": str(self.conf)}
+        self.job_submit_lua = job_submit_lua
+        self.jobcomp_lua = jobcomp_lua
+        self.extra_files = extra_files or {}
+        self.processes: list[subprocess.Popen] = []
+
+    # ------------------------------------------------------------------ life cycle
+    def start(self) -> SlurmCluster:
+        ensure_packages()
+        ensure_munge()
+        for sub in ("state", f"spool/{NODE}"):
+            (self.dir / sub).mkdir(parents=True, exist_ok=True)
+        if self.job_submit_lua is not None:
+            shutil.copy(self.job_submit_lua, self.dir / "job_submit.lua")
+        if self.jobcomp_lua is not None:
+            shutil.copy(self.jobcomp_lua, self.dir / "jobcomp.lua")
+        for name, text in self.extra_files.items():
+            (self.dir / name).write_text(text)
+        self.conf.write_text(self._config())
+        self.processes.append(self._spawn(["slurmctld", "-D", "-c", "-i"], "slurmctld.out"))
+        self.processes.append(self._spawn(["slurmd", "-D", "-N", NODE], "slurmd.out"))
+        deadline = time.monotonic() + 60
+        while True:
+            state = self.run(["sinfo", "-h", "-n", NODE, "-o", "%t"], check=False).stdout.strip()
+            if state in ("idle", "mix", "alloc"):
+                return self
+            if any(p.poll() is not None for p in self.processes) or time.monotonic() > deadline:
+                self.stop()
+                raise ClusterUnavailable(f"SLURM did not start (node state {state!r}); logs in {self.dir}:\n"
+                                         + self.log_tail())
+            time.sleep(0.2)
+
+    def stop(self) -> None:
+        for process in reversed(self.processes):
+            if process.poll() is None:
+                process.terminate()
+        for process in self.processes:
+            try:
+                process.wait(20)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait(5)
+        self.processes.clear()
+
+    def cleanup(self) -> None:
+        self.stop()
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+    # ------------------------------------------------------------------ using it
+    def run(self, command: list[str], *, check: bool = True, timeout: float = 60) -> subprocess.CompletedProcess:
+        done = subprocess.run(command, env=self.env, capture_output=True, text=True, timeout=timeout)
+        if check and done.returncode != 0:
+            raise RuntimeError(f"{' '.join(command)} failed ({done.returncode}): {done.stderr.strip()}")
+        return done
+
+    def sbatch(self, *args: str, script: str = "sleep 1") -> int:
+        done = self.run(["sbatch", "--parsable", "-o", "/dev/null", *args, "--wrap", script])
+        return int(done.stdout.strip().split(";")[0])
+
+    def job_fields(self, job_id: int) -> dict[str, str]:
+        """``scontrol show job -o`` as a dict (values as SLURM prints them)."""
+        line = self.run(["scontrol", "show", "job", "-o", str(job_id)]).stdout.strip()
+        fields: dict[str, str] = {}
+        for word in line.split(" "):
+            key, sep, value = word.partition("=")
+            if sep:
+                fields[key] = value
+        return fields
+
+    def log_tail(self, lines: int = 30) -> str:
+        path = self.dir / "slurmctld.log"
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:]) if path.exists() else ""
+
+    def _spawn(self, command: list[str], output: str) -> subprocess.Popen:
+        return subprocess.Popen(command, env=self.env, stdout=(self.dir / output).open("wb"),
+                                stderr=subprocess.STDOUT)
+
+    def _config(self) -> str:
+        d = self.dir
+        plugins = []
+        if self.job_submit_lua is not None:
+            plugins.append("JobSubmitPlugins=lua")
+        if self.jobcomp_lua is not None:
+            plugins.append("JobCompType=jobcomp/lua")
+        host = socket.gethostname().split(".")[0]
+        return "\n".join([
+            "ClusterName=hpctest",
+            f"SlurmctldHost={host}(127.0.0.1)",
+            f"SlurmctldPort={_free_port()}",
+            "SlurmUser=root",
+            "SlurmdUser=root",
+            "AuthType=auth/munge",
+            f"StateSaveLocation={d}/state",
+            f"SlurmdSpoolDir={d}/spool/%n",
+            f"SlurmctldPidFile={d}/slurmctld.pid",
+            f"SlurmdPidFile={d}/slurmd-%n.pid",
+            f"SlurmctldLogFile={d}/slurmctld.log",
+            f"SlurmdLogFile={d}/slurmd-%n.log",
+            "SlurmctldDebug=info",
+            "ProctrackType=proctrack/linuxproc",
+            "TaskPlugin=task/none",
+            "JobAcctGatherType=jobacct_gather/none",
+            "AccountingStorageType=accounting_storage/none",
+            "SelectType=select/cons_tres",
+            "SelectTypeParameters=CR_Core",
+            "SchedulerType=sched/backfill",
+            "SlurmdParameters=config_overrides",
+            "MailProg=/bin/true",
+            "ReturnToService=2",
+            "MinJobAge=300",
+            "KillWait=5",
+            "OverTimeLimit=0",
+            *plugins,
+            f"NodeName={NODE} NodeAddr=127.0.0.1 NodeHostname={host} CPUs={NODE_CPUS} "
+            f"Port={_free_port()} State=UNKNOWN",
+            f"PartitionName=debug Nodes={NODE} Default=YES MaxTime=INFINITE State=UP",
+            "",
+        ])
