@@ -106,10 +106,12 @@ class Handlers:
         now_s = self._now()
         job = job_request(fields, job_id=get_int(fields, "job", minimum=0), now_s=now_s)
         given = fields.get("predicted")
+        limit = fields.get("limit")
         prediction = self.service.submitted(
             job,
             job.submit_s,
             given_prediction_s=None if given in (None, "") else get_int(fields, "predicted", minimum=1),
+            limit_s=None if limit in (None, "") else get_int(fields, "limit", minimum=1),
         )
         return {"prediction": prediction}
 

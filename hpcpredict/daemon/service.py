@@ -201,14 +201,21 @@ class PredictionService:
         return clip_prediction(self._predictor.peek(job, operator.index(now_s)), job.requested_s)
 
     def submitted(
-        self, job: JobRequest, now_s: int, *, given_prediction_s: int | None = None
+        self,
+        job: JobRequest,
+        now_s: int,
+        *,
+        given_prediction_s: int | None = None,
+        limit_s: int | None = None,
     ) -> int:
         """The prediction for `job`, in whole seconds in [1, job.requested_s].
 
         `given_prediction_s` is the prediction the scheduler already acted on, when it was
         served before the job had an id (`peek`): it is the one recorded and returned, while
         the learner observes the submission as usual (its features, kept for learning at the
-        end, are the same either way).
+        end, are the same either way). `limit_s` is the time limit the scheduler set (the
+        plugin's lowered limit), when it differs from the request: later corrections start
+        from it.
 
         Asking again for a job already recorded logs nothing and counts nothing twice: a job the
         learner still holds is predicted again from its features as first submitted (with
@@ -230,7 +237,10 @@ class PredictionService:
                 seq, applied = self._ingest(
                     session, EventKind.SUBMITTED, job.job_id, payload, now_s
                 )
-                session.add(JobRow.from_request(job, status="submitted", observed=True))
+                row = JobRow.from_request(job, status="submitted", observed=True)
+                if limit_s is not None and limit_s != job.requested_s:
+                    row.limit_s = operator.index(limit_s)
+                session.add(row)
                 session.flush()  # the job before its prediction (foreign key)
                 assert applied.prediction_s is not None
                 prediction_s = (

@@ -148,7 +148,8 @@ class SlurmWatcher:
         ended = job.state in FINAL_STATES
         if stage < 1 and not ended:
             predicted = tag.prediction_s if tag else None
-            self.call("SUBMIT", {"job": job.job_id, **fields, "predicted": predicted})
+            self.call("SUBMIT", {"job": job.job_id, **fields, "predicted": predicted,
+                                 "limit": job.time_limit_s if tag else None})
             stage = 1
             self.report.reported += 1
         if stage < 2 and job.start_s and not ended:
