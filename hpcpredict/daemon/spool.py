@@ -31,6 +31,8 @@ def ingest_spool(path: str | os.PathLike[str], handle_line: Callable[[bytes], by
     taking = path.with_name(path.name + ".ingesting")
     lines = rejected = 0
     if not taking.exists():
+        if path.exists() and not path.is_file():
+            raise IsADirectoryError(f"{path} is not a file: not a spool of completion reports")
         try:
             os.rename(path, taking)
         except FileNotFoundError:
