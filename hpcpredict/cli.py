@@ -571,10 +571,10 @@ def campaign_report(campaign_file: Path, database_url: str | None, out_dir: Path
 
 
 # ---------------------------------------------------------------------------- the daemon
-from hpcpredict.cli_daemon import serve, train  # noqa: E402 - after main, which they join
+from hpcpredict.cli_daemon import errors, report, serve, train  # noqa: E402 - after main
 
-main.add_command(serve)
-main.add_command(train)
+for _command in (serve, train, errors, report):
+    main.add_command(_command)
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -202,3 +202,93 @@ def train(
     if replay.unknown_wait:
         click.echo(f"{replay.unknown_wait:,} jobs had no wait time and were started at submission", err=True)
     click.echo(f"model stored in {config.db}")
+
+
+def _read_store(config_path: Path | None, db_url: str | None):  # -> Store, read-only use
+    from hpcpredict.daemon.views import ViewError, open_existing_store
+
+    config = _config(config_path, db=db_url)
+    try:
+        return open_existing_store(config.db)
+    except ViewError as error:
+        raise click.ClickException(str(error)) from None
+
+
+def _since_s(since: str | None) -> int | None:
+    from hpcpredict.daemon.views import ViewError, parse_since
+
+    try:
+        return None if since is None else parse_since(since)
+    except ViewError as error:
+        raise click.ClickException(str(error)) from None
+
+
+_since_option = click.option(
+    "--since", default=None,
+    help="Only jobs that ended at or after this: a date (2026-11-01) or datetime "
+    "(2026-11-01T08:00) in local time, or Unix seconds.",
+)
+
+
+@click.command()
+@_config_option
+@_db_option
+@click.option("--user", "users", type=int, multiple=True, help="Only this user id (repeatable).")
+@_since_option
+@click.option("--format", "output_format", type=click.Choice(["table", "json", "csv"]), default="table",
+              show_default=True)
+def errors(config_path: Path | None, db_url: str | None, users: tuple[int, ...], since: str | None,
+           output_format: str) -> None:
+    """Per-user prediction errors, from the daemon's database (running or not).
+
+    For each user: jobs judged, mean and median absolute error of the prediction given at
+    submission, share under-predicted, mean predicted/actual ratio, corrections, and what the
+    user's own requests and AVE2 would have scored (MAE). The last row is over all users.
+    Never creates or changes the database.
+    """
+    import json
+
+    import pandas as pd
+
+    from hpcpredict.daemon.errors import judged_jobs
+    from hpcpredict.daemon.views import error_table, format_table, to_csv
+
+    store = _read_store(config_path, db_url)
+    try:
+        since_s = _since_s(since)
+        frames = [judged_jobs(store, user_id=user, since_s=since_s) for user in users] or [
+            judged_jobs(store, since_s=since_s)
+        ]
+    finally:
+        store.close()
+    judged = pd.concat(frames, ignore_index=True) if len(frames) > 1 else frames[0]
+    table = error_table(judged)
+    if output_format == "json":
+        click.echo(json.dumps(json.loads(table.to_json(orient="records")), indent=2))
+    elif output_format == "csv":
+        click.echo(to_csv(table), nl=False)
+    elif table.empty:
+        click.echo("no judged job yet (jobs count once they have ended after a prediction)")
+    else:
+        click.echo(format_table(table))
+
+
+@click.command()
+@_config_option
+@_db_option
+@_since_option
+@click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path), required=True,
+              help="Folder for index.html and its PNG plots (created if needed).")
+def report(config_path: Path | None, db_url: str | None, since: str | None, out_dir: Path) -> None:
+    """An HTML page of the prediction errors: per-user table, ECDF of errors (hpcpredict vs
+    requests vs AVE2), per-user bars, error over time. Reads the database only."""
+    from hpcpredict.daemon.errors import judged_jobs
+    from hpcpredict.daemon.views import write_report
+
+    store = _read_store(config_path, db_url)
+    try:
+        judged = judged_jobs(store, since_s=_since_s(since))
+    finally:
+        store.close()
+    written = write_report(judged, out_dir)
+    click.echo(f"{len(judged):,} jobs reported: {written.index}")

@@ -52,10 +52,15 @@ class _Job:
     run_s: int | None
 
 
-def user_error_statistics(
+JUDGED_COLUMNS: tuple[str, ...] = (
+    "job_id", "user_id", "end_s", "predicted_s", "run_s", "requested_s", "ave2_s", "corrections",
+)
+
+
+def judged_jobs(
     store: Store, *, user_id: int | None = None, since_s: int | None = None
 ) -> pd.DataFrame:
-    """One row per user (sorted by id), columns `ERROR_COLUMNS`; see the module doc.
+    """One row per judged job (see the module doc), columns `JUDGED_COLUMNS`, by job id.
 
     `since_s` is Unix seconds (the CLI converts ``--since DATE``).
     """
@@ -74,7 +79,9 @@ def user_error_statistics(
             continue
         records.append(
             (
+                job_id,
                 job.request.user_id,
+                job.end_s,
                 first_prediction[job_id],
                 job.run_s,
                 job.request.requested_s,
@@ -82,13 +89,21 @@ def user_error_statistics(
                 corrections.get(job_id, 0),
             )
         )
-    judged = pd.DataFrame.from_records(
-        records,
-        columns=["user_id", "predicted_s", "run_s", "requested_s", "ave2_s", "corrections"],
-    )
+    return pd.DataFrame.from_records(records, columns=list(JUDGED_COLUMNS))
+
+
+def user_error_statistics(
+    store: Store, *, user_id: int | None = None, since_s: int | None = None
+) -> pd.DataFrame:
+    """One row per user (sorted by id), columns `ERROR_COLUMNS`; see the module doc."""
+    return statistics_by_user(judged_jobs(store, user_id=user_id, since_s=since_s))
+
+
+def statistics_by_user(judged: pd.DataFrame) -> pd.DataFrame:
+    """`ERROR_COLUMNS` per user from `judged_jobs` rows (any subset of them)."""
     if judged.empty:
         return pd.DataFrame({name: pd.Series(dtype=_dtype(name)) for name in ERROR_COLUMNS})
-
+    judged = judged.copy()
     run = judged["run_s"].astype(np.float64)
     judged["abs_error_s"] = (judged["predicted_s"] - run).abs()
     judged["under"] = judged["predicted_s"] < run

@@ -273,6 +273,12 @@ class Store:
         with self.engine.connect() as connection:
             return MigrationContext.configure(connection).get_current_revision()
 
+    def head_revision(self) -> str | None:
+        """The newest revision the shipped migrations know (what `upgrade` brings a store to)."""
+        from alembic.script import ScriptDirectory
+
+        return ScriptDirectory.from_config(self.alembic_config()).get_current_head()
+
     def schema_drift(self) -> list[Any]:
         """Differences between the database and these models (Alembic ``compare_metadata``).
 
