@@ -571,9 +571,9 @@ def campaign_report(campaign_file: Path, database_url: str | None, out_dir: Path
 
 
 # ---------------------------------------------------------------------------- the daemon
-from hpcpredict.cli_daemon import errors, report, serve, train  # noqa: E402 - after main
+from hpcpredict.cli_daemon import errors, report, serve, slurm_convert, train  # noqa: E402
 
-for _command in (serve, train, errors, report):
+for _command in (serve, train, errors, report, slurm_convert):
     main.add_command(_command)
 
 

@@ -292,3 +292,33 @@ def report(config_path: Path | None, db_url: str | None, since: str | None, out_
         store.close()
     written = write_report(judged, out_dir)
     click.echo(f"{len(judged):,} jobs reported: {written.index}")
+
+
+@click.command("slurm-convert")
+@click.option("--jobcomp", "jobcomp_file", type=click.Path(exists=True, dir_okay=False, path_type=Path),
+              default=None, help="Records of JobCompType=jobcomp/filetxt (JobCompLoc).")
+@click.option("--db", "db_url", default=None, help="The hpcpredict daemon's database: every job "
+              "it recorded, with the users' original requests (use this where the plugin lowers limits).")
+@click.option("--procs", type=click.IntRange(min=1), default=None,
+              help="The machine's processors (the SWF MaxProcs). Default: the largest job's.")
+@click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path), required=True,
+              help="SWF file to write (.gz compresses).")
+def slurm_convert(jobcomp_file: Path | None, db_url: str | None, procs: int | None, output: Path) -> None:
+    """Export SLURM history to SWF, to run `hpcpredict simulate` or `hpcpredict train` on it.
+
+    User ids are Unix uids, so a model trained on the output meets the live users.
+    """
+    from hpcpredict.daemon.views import ViewError
+    from hpcpredict.slurm.convert import ConvertError, read_jobcomp_filetxt, read_store, to_swf
+    from hpcpredict.swf import write_swf
+
+    if (jobcomp_file is None) == (db_url is None):
+        raise click.UsageError("give exactly one source: --jobcomp FILE or --db URL")
+    try:
+        jobs = list(read_jobcomp_filetxt(jobcomp_file) if jobcomp_file else read_store(db_url))
+        header, records = to_swf(jobs, max_procs=procs,
+                                 source=f"SLURM ({jobcomp_file.name if jobcomp_file else 'hpcpredict database'})")
+    except (ConvertError, ViewError) as error:
+        raise click.ClickException(str(error)) from None
+    written = write_swf(output, header, records)
+    click.echo(f"wrote {written:,} jobs to {output}")

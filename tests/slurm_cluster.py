@@ -62,13 +62,14 @@ class SlurmCluster:
     """A one-node cluster; `start()` returns once the node is idle, `stop()` reaps everything."""
 
     def __init__(self, *, job_submit_lua: Path | None = None, jobcomp_lua: Path | None = None,
-                 extra_files: dict[str, str] | None = None) -> None:
+                 extra_files: dict[str, str] | None = None, extra_config: list[str] | None = None) -> None:
         self.dir = Path(tempfile.mkdtemp(prefix="hpslurm"))
         self.conf = self.dir / "slurm.conf"
         self.env = {**os.environ, "SLURM_CONF": str(self.conf)}
         self.job_submit_lua = job_submit_lua
         self.jobcomp_lua = jobcomp_lua
         self.extra_files = extra_files or {}
+        self.extra_config = extra_config or []
         self.processes: list[subprocess.Popen] = []
 
     # ------------------------------------------------------------------ life cycle
@@ -178,6 +179,7 @@ class SlurmCluster:
             "KillWait=5",
             "OverTimeLimit=0",
             *plugins,
+            *(line.format(dir=d) for line in self.extra_config),
             f"NodeName={NODE} NodeAddr=127.0.0.1 NodeHostname={host} CPUs={NODE_CPUS} "
             f"Port={_free_port()} State=UNKNOWN",
             f"PartitionName=debug Nodes={NODE} Default=YES MaxTime=INFINITE State=UP",
