@@ -256,7 +256,8 @@ def errors(config_path: Path | None, db_url: str | None, users: tuple[int, ...],
     store = _read_store(config_path, db_url)
     try:
         since_s = _since_s(since)
-        frames = [judged_jobs(store, user_id=user, since_s=since_s) for user in users] or [
+        unique_users = dict.fromkeys(users)  # `--user 5 --user 5` counts user 5's jobs once
+        frames = [judged_jobs(store, user_id=user, since_s=since_s) for user in unique_users] or [
             judged_jobs(store, since_s=since_s)
         ]
     finally:

@@ -5,6 +5,9 @@ from __future__ import annotations
 import csv
 import io
 import json
+import sqlite3
+import warnings
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pandas as pd
@@ -12,9 +15,11 @@ import pytest
 from click.testing import CliRunner
 
 from hpcpredict.cli import main
-from hpcpredict.daemon.errors import user_error_statistics
+from hpcpredict.daemon.errors import ERROR_COLUMNS, judged_jobs, user_error_statistics
+from hpcpredict.daemon.paths import default_db_url
 from hpcpredict.daemon.service import PredictionService
 from hpcpredict.daemon.store import Store
+from hpcpredict.daemon.views import ViewError, parse_since, write_report
 from hpcpredict.learn.history import ENDED, STARTED, SUBMITTED, history_events
 from hpcpredict.workload import load_workload
 
@@ -99,6 +104,12 @@ def test_read_only_commands_never_create_a_database(tmp_path: Path) -> None:
     pd.DataFrame({"a": [1]}).to_sql("something", f"sqlite:///{other}")
     result = CliRunner().invoke(main, ["errors", "--db", f"sqlite:///{other}"])
     assert result.exit_code == 1 and "not a hpcpredict database" in result.output
+    # Not even converted to WAL, as the daemon's connections would.
+    connection = sqlite3.connect(other)
+    try:
+        assert connection.execute("PRAGMA journal_mode").fetchone() == ("delete",)
+    finally:
+        connection.close()
     result = CliRunner().invoke(main, ["errors", "--db", f"sqlite:///{other}", "--since", "yesterday-ish"])
     assert result.exit_code == 1
 
@@ -117,3 +128,120 @@ def test_report_writes_a_page_naming_every_user(filled_url: str, tmp_path: Path)
     for image in ("error_ecdf.png", "users_mae.png", "error_over_time.png"):
         assert (out / image).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
         assert f'src="{image}"' in page
+
+
+def statistics(url: str, **filters: int) -> pd.DataFrame:
+    store = Store(url)
+    try:
+        return user_error_statistics(store, **filters)
+    finally:
+        store.close()
+
+
+def test_since_in_the_middle_and_repeated_users(filled_url: str) -> None:
+    store = Store(filled_url)
+    try:
+        ends = judged_jobs(store)["end_s"]
+    finally:
+        store.close()
+    middle_s = int(ends.median())
+    expected = statistics(filled_url, since_s=middle_s)
+    assert 0 < expected["count"].sum() < JOBS
+    rows = json.loads(run("errors", "--db", filled_url, "--since", str(middle_s), "--format", "json"))
+    assert [row["user_id"] for row in rows[:-1]] == expected["user_id"].tolist()
+    assert [row["count"] for row in rows[:-1]] == expected["count"].tolist()
+    assert [row["median_ae_s"] for row in rows[:-1]] == pytest.approx(expected["median_ae_s"].tolist())
+    # The same instant as a local ISO datetime selects the same jobs.
+    local = datetime.fromtimestamp(middle_s).isoformat()
+    assert json.loads(run("errors", "--db", filled_url, "--since", local, "--format", "json")) == rows
+
+    first, second = (int(u) for u in statistics(filled_url)["user_id"].iloc[:2])
+    rows = json.loads(run("errors", "--db", filled_url, "--format", "json",
+                          "--user", str(second), "--user", str(first), "--user", str(second)))
+    counts = {row["user_id"]: row["count"] for row in rows}
+    assert list(counts) == [first, second, "all"]
+    assert counts["all"] == counts[first] + counts[second]
+    assert counts[first] == statistics(filled_url, user_id=first)["count"].iloc[0]
+
+
+def test_parse_since_reads_dates_in_local_time() -> None:
+    assert parse_since("1700000000") == 1_700_000_000
+    assert parse_since("2026-11-01") == int(datetime(2026, 11, 1).timestamp())
+    assert parse_since("2026-11-01T08:30") == int(datetime(2026, 11, 1, 8, 30).timestamp())
+    assert parse_since("2026-11-01T08:30+00:00") == int(
+        datetime(2026, 11, 1, 8, 30, tzinfo=UTC).timestamp()
+    )
+    with pytest.raises(ViewError, match="yesterday"):
+        parse_since("yesterday")
+
+
+def failure(*args: str) -> str:
+    result = CliRunner().invoke(main, list(args))
+    assert result.exit_code == 1, result.output
+    assert result.exception is None or isinstance(result.exception, SystemExit), result.exception
+    return result.output
+
+
+def test_a_store_of_another_schema_revision_is_refused_untouched(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = tmp_path / "state.db"
+    store = Store(f"sqlite:///{path}")
+    store.upgrade()
+    current = store.current_revision()
+    with store.engine.begin() as connection:
+        connection.exec_driver_sql("UPDATE alembic_version SET version_num = '9999_future'")
+    store.close()
+    url = f"sqlite:///{path}"
+    assert "upgraded by a newer hpcpredict" in failure("errors", "--db", url)
+
+    with store.engine.begin() as connection:
+        connection.exec_driver_sql(f"UPDATE alembic_version SET version_num = '{current}'")
+    store.close()
+    # An older store: the revision is known but is not the head this hpcpredict expects.
+    monkeypatch.setattr(Store, "head_revision", lambda self: "9999_future")
+    output = failure("report", "--db", url, "--out", str(tmp_path / "out"))
+    assert f"schema at revision {current}" in output and "hpcpredict serve" in output
+    assert not (tmp_path / "out").exists()
+    store = Store(url)
+    try:
+        assert store.current_revision() == current  # never upgraded by a read-only command
+    finally:
+        store.close()
+
+
+def test_unusable_urls_say_why_without_a_password_or_a_traceback(tmp_path: Path) -> None:
+    assert "not a database URL" in failure("errors", "--db", "hpcpredict.db")
+    output = failure("errors", "--db", "postgresql+psycopg://admin:s3cret@127.0.0.1:1/hpcpredict")
+    assert "cannot read the database" in output and "s3cret" not in output and "***" in output
+    garbage = tmp_path / "garbage.db"
+    garbage.write_text("not sqlite at all\n" * 100)
+    assert "file is not a database" in failure("errors", "--db", f"sqlite:///{garbage}")
+
+
+def test_default_database_is_under_the_state_directory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("HPCPREDICT_STATE_DIR", str(tmp_path / "state"))
+    assert default_db_url() == f"sqlite:///{tmp_path / 'state' / 'hpcpredict.db'}"
+    monkeypatch.delenv("HPCPREDICT_STATE_DIR")
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "xdg"))
+    assert default_db_url() == f"sqlite:///{tmp_path / 'xdg' / 'hpcpredict' / 'hpcpredict.db'}"
+    output = failure("errors")
+    assert str(tmp_path / "xdg" / "hpcpredict" / "hpcpredict.db") in output
+    assert not (tmp_path / "xdg").exists()
+
+
+def test_report_of_an_empty_store_and_escaped_text(store: Store, tmp_path: Path) -> None:
+    store_url = store.url
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # e.g. matplotlib's "no artists with labels"
+        assert "0 jobs reported" in run("report", "--db", store_url, "--out", str(tmp_path / "r"))
+    assert "No judged job yet." in (tmp_path / "r" / "index.html").read_text()
+    assert "no judged job yet" in run("errors", "--db", store_url)
+    assert run("errors", "--db", store_url, "--format", "json").strip() == "[]"
+    assert run("errors", "--db", store_url, "--format", "csv").strip() == ",".join(ERROR_COLUMNS)
+
+    written = write_report(judged_jobs(store), tmp_path / "t", title="<script>x</script> & co")
+    page = written.index.read_text()
+    assert "<script>" not in page and "&lt;script&gt;x&lt;/script&gt; &amp; co" in page

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import html
 import io
+import sqlite3
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -18,7 +19,7 @@ import pandas as pd
 from sqlalchemy import inspect
 from sqlalchemy.engine import make_url
 
-from hpcpredict.daemon.errors import ERROR_COLUMNS, judged_jobs, statistics_by_user
+from hpcpredict.daemon.errors import ERROR_COLUMNS, statistics_by_user
 from hpcpredict.daemon.store import Store
 
 TOTAL_ROW = "all"
@@ -29,29 +30,90 @@ class ViewError(RuntimeError):
 
 
 def open_existing_store(url: str) -> Store:
-    """A `Store` on `url` that must already hold a hpcpredict schema at the newest revision."""
-    parsed = make_url(url)
+    """A `Store` on `url` that must already hold a hpcpredict schema at the newest revision.
+
+    Messages name the URL with its password hidden: they end up in terminals and tickets.
+    """
+    from sqlalchemy.exc import ArgumentError, DBAPIError
+
+    try:
+        parsed = make_url(url)
+    except ArgumentError:
+        raise ViewError(f"{url!r} is not a database URL (sqlite:///path/file.db or "
+                        f"postgresql+psycopg://user@host/db)") from None
+    shown = parsed.render_as_string(hide_password=True)
     if parsed.get_backend_name() == "sqlite":
         database = parsed.database
         if not database or database == ":memory:" or not Path(database).is_file():
-            raise ViewError(f"{url}: no such database file (start `hpcpredict serve` or give --db)")
-    store = Store(url)
+            raise ViewError(f"{shown}: no such database file (start `hpcpredict serve` or give --db)")
+        _check_sqlite_file(Path(database), shown)
+    try:
+        store = Store(url)
+    except (ArgumentError, ImportError) as error:  # unknown dialect, driver not installed
+        raise ViewError(f"{shown}: cannot open the database ({error})") from None
     try:
         tables = set(inspect(store.engine).get_table_names())
         if "jobs" not in tables or "alembic_version" not in tables:
-            raise ViewError(f"{url}: not a hpcpredict database (no jobs table)")
-        if store.current_revision() != store.head_revision():
-            raise ViewError(
-                f"{url}: schema at revision {store.current_revision()}, this hpcpredict expects "
-                f"{store.head_revision()}: start `hpcpredict serve` once to upgrade it"
-            )
+            raise ViewError(f"{shown}: not a hpcpredict database (no jobs table)")
+        _check_revision(store, shown)
     except ViewError:
         store.close()
         raise
     except Exception as error:
         store.close()
-        raise ViewError(f"{url}: cannot read the database ({error})") from error
+        # The driver's own words ("file is not a database", "connection refused"), without
+        # SQLAlchemy's wrapping and link.
+        reason = error.orig if isinstance(error, DBAPIError) else error
+        raise ViewError(f"{shown}: cannot read the database ({reason})") from error
     return store
+
+
+def _check_sqlite_file(path: Path, shown: str) -> None:
+    """Look at a SQLite file read-only before `Store` connects to it.
+
+    `Store`'s connections switch the file to WAL mode, which persists in the file: harmless on
+    the daemon's store (already WAL), but a read-only command must not convert somebody else's
+    database that ``--db`` pointed at by mistake.
+    """
+    try:
+        connection = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True)
+        try:
+            tables = {name for (name,) in connection.execute(
+                "SELECT name FROM sqlite_master WHERE type = 'table'")}
+            journal_mode = connection.execute("PRAGMA journal_mode").fetchone()[0]
+        finally:
+            connection.close()
+    except sqlite3.Error as error:
+        raise ViewError(f"{shown}: cannot read the database ({error})") from None
+    if not {"jobs", "alembic_version"} <= tables:
+        raise ViewError(f"{shown}: not a hpcpredict database (no jobs table)")
+    if journal_mode != "wal":
+        raise ViewError(f"{shown}: not a hpcpredict database (journal mode {journal_mode}, the "
+                        f"daemon's is wal)")
+
+
+def _check_revision(store: Store, shown: str) -> None:
+    """The queries assume the newest schema: older means upgrade the store, unknown means the
+    store was upgraded by a newer hpcpredict than this one."""
+    from alembic.script import ScriptDirectory
+    from alembic.util import CommandError
+
+    current, head = store.current_revision(), store.head_revision()
+    if current == head:
+        return
+    if current is None:
+        raise ViewError(f"{shown}: not a hpcpredict database (no schema revision)")
+    try:
+        ScriptDirectory.from_config(store.alembic_config()).get_revision(current)
+    except CommandError:
+        raise ViewError(
+            f"{shown}: schema at revision {current}, unknown to this hpcpredict (which expects "
+            f"{head}): it was upgraded by a newer hpcpredict; upgrade this one"
+        ) from None
+    raise ViewError(
+        f"{shown}: schema at revision {current}, this hpcpredict expects {head}: start "
+        f"`hpcpredict serve` once to upgrade it"
+    )
 
 
 def parse_since(text: str) -> int:
@@ -166,12 +228,12 @@ def _plot_error_ecdf(judged: pd.DataFrame, path: Path) -> Path:
     with _figure(path, "Prediction errors", "fraction of jobs") as ax:
         run = judged["run_s"].to_numpy(dtype=np.float64)
         for label, column in (("hpcpredict", "predicted_s"), ("request", "requested_s"), ("AVE2", "ave2_s")):
-            if len(run):
-                ax.plot(*_ecdf(judged[column].to_numpy(dtype=np.float64) - run), label=label,
-                        drawstyle="steps-post")
+            errors_s = judged[column].to_numpy(dtype=np.float64) - run
+            ax.plot(*(_ecdf(errors_s) if len(run) else ([], [])), label=label, drawstyle="steps-post")
         ax.set_xscale("symlog", linthresh=60)
         ax.axvline(0, color="grey", linewidth=0.8)
         ax.set_xlabel("prediction - runtime (s, symlog; < 0 is under-prediction)")
+        _mark_if_empty(ax, judged)
     return path
 
 
@@ -179,31 +241,60 @@ def _plot_user_bars(table: pd.DataFrame, path: Path, top_users: int) -> Path:
     from hpcpredict.analysis import _figure
 
     users = table[table["user_id"] != TOTAL_ROW].nlargest(top_users, "count")
-    with _figure(path, f"Mean absolute error, the {len(users)} users with most jobs", "MAE (s)") as ax:
+    with _figure(path, f"Mean absolute error, the {len(users)} users with most jobs", "MAE (s, log)") as ax:
         x = np.arange(len(users))
         for offset, (label, column) in zip((-0.27, 0.0, 0.27), (
                 ("hpcpredict", "mae_s"), ("request", "requested_mae_s"), ("AVE2", "ave2_mae_s"))):
             ax.bar(x + offset, users[column].to_numpy(dtype=np.float64), width=0.27, label=label)
         ax.set_xticks(x, [str(u) for u in users["user_id"]], rotation=60)
         ax.set_xlabel("user id")
+        if not users.empty:
+            ax.set_yscale("log")  # one user's hours must not flatten another's minutes
+        _mark_if_empty(ax, users)
     return path
+
+
+# Daily points for up to this many days of history, weekly beyond: a year of daily points is
+# noise, a week of weekly points is one point.
+DAILY_UP_TO_DAYS = 90
 
 
 def _plot_over_time(judged: pd.DataFrame, path: Path) -> Path:
+    """Median |error| and the under-prediction rate per day (or week) of the jobs' ends, in
+    local time like the page's dates."""
     from hpcpredict.analysis import _figure
 
-    with _figure(path, "Error over time (by day of the job's end)", "median |error| (s)") as ax:
+    under_style = {"color": "tab:red", "marker": ".", "label": "under-predicted % (right axis)"}
+    # fromtimestamp per job, not one UTC offset: the machine's rules, summer time included.
+    ends = pd.Series(pd.to_datetime([datetime.fromtimestamp(int(t)) for t in judged["end_s"]]),
+                     index=judged.index, dtype="datetime64[ns]")
+    span_days = (ends.max() - ends.min()).days if len(ends) else 0
+    period = "day" if span_days <= DAILY_UP_TO_DAYS else "week"
+    with _figure(path, f"Error over time (by {period} of the job's end)", "median |error| (s)") as ax:
         if not judged.empty:
-            days = pd.to_datetime(judged["end_s"], unit="s").dt.floor("D")
-            error = (judged["predicted_s"] - judged["run_s"]).abs()
-            under = judged["predicted_s"] < judged["run_s"]
-            daily = pd.DataFrame({"day": days, "error": error, "under": under}).groupby("day")
-            median = daily["error"].median()
+            buckets = ends.dt.floor("D") if period == "day" else ends.dt.to_period("W").dt.start_time
+            grouped = pd.DataFrame({
+                "bucket": buckets,
+                "error": (judged["predicted_s"] - judged["run_s"]).abs(),
+                "under": judged["predicted_s"] < judged["run_s"],
+            }).groupby("bucket")
+            median = grouped["error"].median()
             ax.plot(median.index, median.to_numpy(), marker="o", label="median |error|")
             twin = ax.twinx()
-            rate = daily["under"].mean()
-            twin.plot(rate.index, 100 * rate.to_numpy(), color="tab:red", marker=".", label="under-predicted %")
+            rate = grouped["under"].mean()
+            twin.plot(rate.index, 100 * rate.to_numpy(), **under_style)
             twin.set_ylabel("under-predicted (%)")
             twin.set_ylim(0, 100)
-        ax.set_xlabel("day")
+            ax.plot([], [], **under_style)  # its legend entry: `_figure` legends `ax` only
+            ax.figure.autofmt_xdate()
+        ax.set_xlabel(f"{period} (local time)")
+        _mark_if_empty(ax, judged)
     return path
+
+
+def _mark_if_empty(ax, data: pd.DataFrame) -> None:
+    """Say so on an empty plot, and give `_figure`'s legend an entry so it does not warn."""
+    if data.empty:
+        if not ax.get_legend_handles_labels()[0]:
+            ax.plot([], [], " ", label="no data")
+        ax.text(0.5, 0.5, "no judged job yet", transform=ax.transAxes, ha="center", va="center")
