@@ -265,7 +265,7 @@ def errors(config_path: Path | None, db_url: str | None, users: tuple[int, ...],
     judged = pd.concat(frames, ignore_index=True) if len(frames) > 1 else frames[0]
     table = error_table(judged)
     if output_format == "json":
-        click.echo(json.dumps(json.loads(table.to_json(orient="records")), indent=2))
+        click.echo(json.dumps(json.loads(table.to_json(orient="records", double_precision=15)), indent=2))
     elif output_format == "csv":
         click.echo(to_csv(table), nl=False)
     elif table.empty:

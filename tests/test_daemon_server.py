@@ -208,6 +208,16 @@ def test_http_api(running: Running) -> None:
     assert status == 200 and [row["user_id"] for row in rows] == [4] and rows[0]["count"] == 3
     status, row = http(running, "/users/4/errors")
     assert status == 200 and row["count"] == 3 and row["requested_mae_s"] == pytest.approx(900 - 120)
+    # The running totals: the same means, without the median, plus the last end.
+    status, totals = http(running, "/users")
+    assert status == 200 and [total["user_id"] for total in totals] == [4]
+    assert totals[0]["last_end_s"] == 300 + 180
+    for column in ("count", "mae_s", "under_rate", "mean_ratio", "corrections", "requested_mae_s", "ave2_mae_s"):
+        assert totals[0][column] == pytest.approx(rows[0][column], rel=1e-12), column
+    status, text = http(running, "/metrics")
+    assert status == 200 and "hpcpredict_judged_jobs 3.0" in text
+    assert f"hpcpredict_requested_mae_seconds {900.0 - 120.0!r}" in text
+    assert f"hpcpredict_mae_seconds {rows[0]['mae_s']!r}" in text
 
 
 @pytest.mark.parametrize(

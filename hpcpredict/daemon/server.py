@@ -35,6 +35,7 @@ from urllib.parse import parse_qs, urlsplit
 
 from sqlalchemy import select
 
+from hpcpredict.daemon import user_errors
 from hpcpredict.daemon.config import DaemonConfig, parse_host_port
 from hpcpredict.daemon.handlers import Handlers
 from hpcpredict.daemon.protocol import (
@@ -214,13 +215,15 @@ class Daemon:
         }
 
     def metrics_text(self) -> str:
-        return self.handlers.metrics.render(
-            {
-                "hpcpredict_model_updates": ("Learning steps taken by the model.", self.service.model_updates),
-                "hpcpredict_last_event_seq": ("Sequence number of the last event applied.", self.service.last_event_seq),
-                "hpcpredict_uptime_seconds": ("Seconds since the daemon started.", time.time() - self.started_at),
-            }
-        )
+        gauges = {
+            "hpcpredict_model_updates": ("Learning steps taken by the model.", self.service.model_updates),
+            "hpcpredict_last_event_seq": ("Sequence number of the last event applied.", self.service.last_event_seq),
+            "hpcpredict_uptime_seconds": ("Seconds since the daemon started.", time.time() - self.started_at),
+        }
+        for key, value in user_errors.site_totals(self.service.store).items():
+            name, help_text = user_errors.SITE_GAUGES[key]
+            gauges[name] = (help_text, value)
+        return self.handlers.metrics.render(gauges)
 
     def recent_predictions(self, limit: int) -> list[dict[str, object]]:
         statement = (
@@ -316,7 +319,7 @@ class _LineProtocol(asyncio.Protocol):
 
 
 class _ApiHandler(BaseHTTPRequestHandler):
-    """JSON over HTTP: GET /health /metrics /errors /users/<uid>/errors /predictions,
+    """JSON over HTTP: GET /health /metrics /errors /users /users/<uid>/errors /predictions,
     POST /predict. Every failure is a JSON ``{"error": ..., "code": ...}`` with its status."""
 
     api: Daemon
@@ -345,6 +348,8 @@ class _ApiHandler(BaseHTTPRequestHandler):
                 fields = self._body_fields()
                 answer = self.api.on_loop(lambda: self.api.handlers.predict(fields))
                 self._json(HTTPStatus.OK, {"prediction_s": answer["prediction"], "time_limit_s": answer["time_limit"]})
+            elif method == "GET" and parts == ["users"]:
+                self._json(HTTPStatus.OK, user_errors.user_totals(self.api.service.store))
             elif method == "GET" and parts == ["errors"]:
                 self._json(HTTPStatus.OK, self._errors(None, query))
             elif method == "GET" and len(parts) == 3 and parts[0] == "users" and parts[2] == "errors":
@@ -374,7 +379,7 @@ class _ApiHandler(BaseHTTPRequestHandler):
         since = query.get("since")
         since_s = None if since is None else _int_or_error(since, "since (Unix seconds)")
         frame = user_error_statistics(self.api.service.store, user_id=uid, since_s=since_s)
-        return json.loads(frame.to_json(orient="records"))
+        return json.loads(frame.to_json(orient="records", double_precision=15))
 
     def _body_fields(self) -> dict[str, Any]:
         length = _int_or_error(self.headers.get("Content-Length", "0"), "Content-Length")

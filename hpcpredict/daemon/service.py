@@ -6,7 +6,7 @@ transaction that, in this order:
 1. appends the event to the log (write-ahead; its unique idempotency key makes a resent event a
    no-op before anything else happens),
 2. applies it to the in-memory learner (`hpcpredict.daemon.learning.apply_event`),
-3. updates the projections (``jobs``, ``predictions``, ``corrections``),
+3. updates the projections (``jobs``, ``predictions``, ``corrections``, ``user_errors``),
 4. every ``checkpoint_every`` events, stores the learner's state with the sequence number of
    that event,
 
@@ -39,6 +39,7 @@ from sqlalchemy import delete, select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
+from hpcpredict.daemon import user_errors
 from hpcpredict.daemon.events import EventKind, dump_payload, idempotency_key, request_to_json
 from hpcpredict.daemon.learning import Applied, LearnRule, apply_event
 from hpcpredict.daemon.store import (
@@ -131,6 +132,9 @@ class PredictionService:
     ) -> PredictionService:
         """Upgrade the store's schema, restore the last checkpoint, replay what follows it."""
         store.upgrade()
+        if user_errors.missing(store):
+            logger.info("counting users' error totals of the jobs already judged")
+            user_errors.rebuild(store)
         return cls(
             store,
             predictor_factory,
@@ -335,6 +339,7 @@ class PredictionService:
                 row.killed_at_lowered_limit = bool(killed_at_lowered_limit)
                 row.learned = applied.learned
                 row.learn_rule = None if applied.rule is None else applied.rule.value
+                user_errors.count_ended_job(session, row, payload["first_prediction_s"])
                 self._after_event(session, seq)
         except _DuplicateEvent:
             return EventOutcome(False, f"job {job_id}: end already logged, not learned twice")

@@ -1,6 +1,6 @@
 """What the daemon keeps on disk: SQLAlchemy 2 models, and `Store`, the engine behind them.
 
-Five tables (design.md, "Storage"):
+Six tables (design.md, "Storage"):
 
 * ``events`` — the append-only log of everything the daemon applied to its model, in order
   (``seq``). It is the source of truth: the other tables are projections of it, and the model is
@@ -13,6 +13,8 @@ Five tables (design.md, "Storage"):
 * ``corrections`` — every change of a job's time limit reported to the daemon.
 * ``checkpoints`` — the learner's state as .npz bytes, with the sequence number of the last
   event it includes.
+* ``user_errors`` — each user's running error totals, updated in the transaction of every job
+  end (`UserErrorRow`): what the metrics and ``GET /users`` read without scanning every job.
 
 One schema for SQLite (the embedded default, a file under the state directory) and PostgreSQL
 (production): only portable types, times as integer Unix seconds (``BigInteger``: 2038 is close
@@ -201,6 +203,79 @@ class CheckpointRow(Base):
     created_at_s: Mapped[float] = mapped_column(Float)
     last_event_seq: Mapped[int] = mapped_column(BigInteger, unique=True)
     state_npz: Mapped[bytes] = mapped_column(LargeBinary)
+
+
+class UserErrorRow(Base):
+    """A user's error totals over the jobs judged so far (hpcpredict.daemon.errors says which
+    jobs are judged and how). Sums, not means, so that one job's end is one update; the exact
+    statistics for any period, medians included, come from `hpcpredict.daemon.errors`, which
+    these totals must always agree with (tests/test_daemon_user_errors.py).
+
+    AVE2's prediction for a job is the one it had at the job's submission, from the user's jobs
+    recorded as ended before it: a job whose end reaches the daemon after a later job's end
+    (a spool ingested late) is missing from that later job's AVE2, where the exact statistics
+    would include it.
+    """
+
+    __tablename__ = "user_errors"
+
+    user_id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=False)
+    jobs: Mapped[int] = mapped_column(BigInteger)
+    abs_error_sum_s: Mapped[int] = mapped_column(BigInteger)
+    under_jobs: Mapped[int] = mapped_column(BigInteger)
+    ratio_sum: Mapped[float] = mapped_column(Float)
+    corrections: Mapped[int] = mapped_column(BigInteger)
+    requested_abs_error_sum_s: Mapped[int] = mapped_column(BigInteger)
+    ave2_abs_error_sum_s: Mapped[int] = mapped_column(BigInteger)
+    last_end_s: Mapped[int] = mapped_column(BigInteger)
+
+    @classmethod
+    def empty(cls, user_id: int) -> UserErrorRow:
+        return cls(
+            user_id=user_id,
+            jobs=0,
+            abs_error_sum_s=0,
+            under_jobs=0,
+            ratio_sum=0.0,
+            corrections=0,
+            requested_abs_error_sum_s=0,
+            ave2_abs_error_sum_s=0,
+            last_end_s=0,
+        )
+
+    def add_job(
+        self,
+        *,
+        predicted_s: int,
+        run_s: int,
+        requested_s: int,
+        ave2_s: int,
+        corrections: int,
+        end_s: int,
+    ) -> None:
+        """Count one judged job (``run_s > 0``)."""
+        self.jobs += 1
+        self.abs_error_sum_s += abs(predicted_s - run_s)
+        self.under_jobs += int(predicted_s < run_s)
+        self.ratio_sum += predicted_s / run_s
+        self.corrections += corrections
+        self.requested_abs_error_sum_s += abs(requested_s - run_s)
+        self.ave2_abs_error_sum_s += abs(ave2_s - run_s)
+        self.last_end_s = max(self.last_end_s, end_s)
+
+    def summary(self) -> dict[str, float | int]:
+        """The means of `hpcpredict.daemon.errors.ERROR_COLUMNS` (all but the median)."""
+        return {
+            "user_id": self.user_id,
+            "count": self.jobs,
+            "mae_s": self.abs_error_sum_s / self.jobs,
+            "under_rate": self.under_jobs / self.jobs,
+            "mean_ratio": self.ratio_sum / self.jobs,
+            "corrections": self.corrections,
+            "requested_mae_s": self.requested_abs_error_sum_s / self.jobs,
+            "ave2_mae_s": self.ave2_abs_error_sum_s / self.jobs,
+            "last_end_s": self.last_end_s,
+        }
 
 
 @dataclass(frozen=True, slots=True)
