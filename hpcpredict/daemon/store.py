@@ -42,6 +42,7 @@ from sqlalchemy import (
     CheckConstraint,
     Float,
     ForeignKey,
+    Index,
     Integer,
     LargeBinary,
     MetaData,
@@ -92,10 +93,15 @@ class JobRow(Base):
     """A job as the daemon knows it. Request fields never change after the row is created."""
 
     __tablename__ = "jobs"
-    __table_args__ = (CheckConstraint(_one_of("status", JOB_STATUSES), name="status"),)
+    __table_args__ = (
+        CheckConstraint(_one_of("status", JOB_STATUSES), name="status"),
+        # A user's jobs, by end: AVE2's last two at a submission (user_errors) in O(log n), and
+        # every query by user (its first column).
+        Index("ix_jobs_user_id_end_s", "user_id", "end_s"),
+    )
 
     job_id: Mapped[int] = mapped_column(BigInteger, primary_key=True, autoincrement=False)
-    user_id: Mapped[int] = mapped_column(Integer, index=True)
+    user_id: Mapped[int] = mapped_column(Integer)  # indexed with end_s (__table_args__)
     group_id: Mapped[int] = mapped_column(Integer)
     procs: Mapped[int] = mapped_column(Integer)
     requested_s: Mapped[int] = mapped_column(BigInteger)

@@ -73,21 +73,21 @@ def _ave2_at_submission(session: Session, job: JobRow) -> int:
     (the order of `errors._ave2_predictions`).
     """
     last_two = session.execute(
-        select(JobRow)
+        select(JobRow.run_s, JobRow.end_s)
         .where(
             JobRow.user_id == job.user_id,
-            JobRow.job_id != job.job_id,
-            JobRow.run_s > 0,
             JobRow.end_s < job.submit_s,
+            JobRow.run_s > 0,
+            JobRow.job_id != job.job_id,
         )
         .order_by(JobRow.end_s.desc(), JobRow.job_id.desc())
         .limit(2)
-    ).scalars()
+    ).all()
+    request = job.to_request()
     ave2 = Ave2Predictor()
-    for earlier in reversed(list(last_two)):
-        assert earlier.run_s is not None and earlier.end_s is not None
-        ave2.job_ended(earlier.to_request(), earlier.run_s, earlier.end_s)
-    return ave2.predict(job.to_request(), job.submit_s)
+    for run_s, end_s in reversed(last_two):
+        ave2.job_ended(request, run_s, end_s)  # same user: only the runtime matters
+    return ave2.predict(request, job.submit_s)
 
 
 def rebuild(store: Store) -> int:

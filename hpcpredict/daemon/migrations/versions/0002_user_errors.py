@@ -1,4 +1,6 @@
-"""Users' running error totals (``user_errors``), updated at every job end.
+"""Users' running error totals (``user_errors``), updated at every job end; an index of each
+user's jobs by end (for AVE2's last two runtimes at a submission), which replaces the index on
+the user alone.
 
 Revision ID: 0002
 Revises: 0001
@@ -36,7 +38,11 @@ def upgrade() -> None:
         sa.Column("last_end_s", sa.BigInteger(), nullable=False),
         sa.PrimaryKeyConstraint("user_id", name=op.f("pk_user_errors")),
     )
+    op.create_index("ix_jobs_user_id_end_s", "jobs", ["user_id", "end_s"], unique=False)
+    op.drop_index("ix_jobs_user_id", table_name="jobs")  # the new index's first column
 
 
 def downgrade() -> None:
+    op.create_index("ix_jobs_user_id", "jobs", ["user_id"], unique=False)
+    op.drop_index("ix_jobs_user_id_end_s", table_name="jobs")
     op.drop_table("user_errors")
