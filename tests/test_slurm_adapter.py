@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import time
+import tomllib
 import types
 from collections.abc import Iterator
 from pathlib import Path
@@ -107,6 +109,19 @@ def test_pyslurm_is_used_only_when_it_matches_slurm() -> None:
         select_backend("pyslurm", importer=importer_of("25.11.1"), runner=fake_runner("slurm-wlm 22.05.8"))
     with pytest.raises(ValueError):
         select_backend("rest")
+
+
+def test_the_extra_named_when_pyslurm_is_missing_exists() -> None:
+    """The advice `select_backend` logs must be installable: the package declares that extra."""
+    with pytest.raises(SlurmError) as raised:
+        select_backend("pyslurm", importer=importer_of(None), runner=fake_runner("slurm 25.11.2"))
+    extra = re.search(r"hpcpredict\[(\w+)\]", str(raised.value))
+    assert extra is not None, str(raised.value)
+    project = tomllib.loads((Path(__file__).parents[1] / "pyproject.toml").read_text())["project"]
+    assert any(
+        requirement.startswith("pyslurm")
+        for requirement in project["optional-dependencies"][extra.group(1)]
+    )
 
 
 @pytest.mark.slurm
