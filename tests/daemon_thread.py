@@ -1,8 +1,12 @@
-"""A daemon serving in a thread of the test process (shared by the daemon and plugin tests)."""
+"""A daemon serving in a thread of the test process (shared by the daemon and plugin tests), and
+the wait for one started as a process (`hpcpredict serve`)."""
 
 from __future__ import annotations
 
+import subprocess
 import threading
+import time
+from collections.abc import Callable
 
 from hpcpredict.daemon.client import DaemonClient
 from hpcpredict.daemon.config import DaemonConfig
@@ -44,3 +48,20 @@ class Running:
         self.daemon.stop()
         self.thread.join(15)
         self.store.close()
+
+
+def wait_until_answering(
+    socket_path: str, process: subprocess.Popen, describe: Callable[[], str], timeout_s: float = 30
+) -> None:
+    """Return once the daemon `process` answers PING on `socket_path`; raise, with `describe()`
+    (its log, say), if it exits or stays silent for `timeout_s`."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            with DaemonClient(socket_path, timeout_s=2) as client:
+                client.request("PING")
+            return
+        except OSError:
+            if process.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"hpcpredict serve did not start (exit {process.poll()}):\n{describe()}") from None
+            time.sleep(0.05)

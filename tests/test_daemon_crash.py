@@ -20,13 +20,20 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from daemon_thread import wait_until_answering
 from sqlalchemy import select
 
 from hpcpredict.daemon.client import DaemonClient
 from hpcpredict.daemon.config import DaemonConfig
 from hpcpredict.daemon.service import PredictionService
 from hpcpredict.daemon.store import EventRow, JobRow, Store
-from hpcpredict.learn.history import ENDED, STARTED, SUBMITTED, HistoryEvent, history_events
+from hpcpredict.learn.history import (
+    ENDED,
+    STARTED,
+    SUBMITTED,
+    HistoryEvent,
+    history_events,
+)
 from hpcpredict.workload import load_workload
 
 JOBS = 500  # 1,500 events: long enough to kill in the middle, short enough for every CI run
@@ -55,16 +62,7 @@ class DaemonProcess:
              "--http", "", "--spool", str(directory / "jobcomp.spool"), "--checkpoint-every", "100", "--log-level", "warning"],
             stdout=self.log, stderr=subprocess.STDOUT,
         )
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                with DaemonClient(self.socket, timeout_s=2) as client:
-                    client.request("PING")
-                return
-            except OSError:
-                if self.process.poll() is not None or time.monotonic() > deadline:
-                    raise RuntimeError(f"daemon did not start (exit {self.process.poll()})") from None
-                time.sleep(0.05)
+        wait_until_answering(self.socket, self.process, lambda: (directory / "daemon.log").read_text(errors="replace"))
 
     def terminate(self) -> None:
         self.process.send_signal(signal.SIGTERM)

@@ -20,11 +20,11 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from daemon_thread import wait_until_answering
+from slurm_cluster import ClusterUnavailable, SlurmCluster
 
 from hpcpredict.daemon.client import DaemonClient
-from hpcpredict.daemon.service import PredictionService
 from hpcpredict.daemon.store import CorrectionRow, JobRow, Store
-from slurm_cluster import ClusterUnavailable, SlurmCluster
 
 pytestmark = [pytest.mark.slurm, pytest.mark.slow]
 PLUGIN_DIR = Path(__file__).resolve().parent.parent / "slurm-plugin"
@@ -48,16 +48,7 @@ class ServeProcess:
              "--slurm-interval", "2", "--correction-margin", "90", "--log-level", "info"],
             env=self.cluster.env, stdout=log, stderr=subprocess.STDOUT,
         )
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                with DaemonClient(self.socket, timeout_s=2) as client:
-                    client.request("PING")
-                return
-            except OSError:
-                if self.process.poll() is not None or time.monotonic() > deadline:
-                    raise RuntimeError("hpcpredict serve did not start:\n" + self.log())
-                time.sleep(0.05)
+        wait_until_answering(self.socket, self.process, self.log)
 
     def stop(self, sig: int = signal.SIGTERM) -> None:
         if self.process is not None and self.process.poll() is None:
