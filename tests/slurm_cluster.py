@@ -99,6 +99,7 @@ class SlurmCluster:
             time.sleep(0.2)
 
     def stop(self) -> None:
+        self._cancel_jobs()
         for process in reversed(self.processes):
             if process.poll() is None:
                 process.terminate()
@@ -109,6 +110,21 @@ class SlurmCluster:
                 process.kill()
                 process.wait(5)
         self.processes.clear()
+
+    def _cancel_jobs(self, timeout_s: float = 20) -> None:
+        """Cancel what still runs and let slurmd reap it: a job step whose slurmd is gone keeps
+        its slurmstepd alive for ever, retrying to report its end."""
+        if not self.processes or any(p.poll() is not None for p in self.processes):
+            return
+        jobs = self.run(["squeue", "-h", "-o", "%i"], check=False).stdout.split()
+        if not jobs:
+            return
+        self.run(["scancel", *jobs], check=False)
+        deadline = time.monotonic() + timeout_s
+        while self.run(["squeue", "-h", "-o", "%i"], check=False).stdout.strip():
+            if time.monotonic() > deadline:
+                return
+            time.sleep(0.2)
 
     def cleanup(self) -> None:
         self.stop()
