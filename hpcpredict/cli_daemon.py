@@ -296,6 +296,14 @@ def report(config_path: Path | None, db_url: str | None, since: str | None, out_
 
 
 @click.command("slurm-convert")
+@click.option("--sacct", "use_sacct", is_flag=True,
+              help="SLURM accounting (sacct, through slurmdbd): jobs that ended between --starttime and "
+              "--endtime; the original request is taken from hpcpredict's AdminComment mark where the plugin "
+              "lowered the limit.")
+@click.option("--starttime", default="1970-01-01", show_default=True,
+              help="With --sacct: from this time (sacct's syntax: 2026-01-01, 2026-01-01T08:00, now-30days). "
+              "The default is the whole history; sacct's own default would be today only.")
+@click.option("--endtime", default="now", show_default=True, help="With --sacct: up to this time.")
 @click.option("--jobcomp", "jobcomp_file", type=click.Path(exists=True, dir_okay=False, path_type=Path),
               default=None, help="Records of JobCompType=jobcomp/filetxt (JobCompLoc).")
 @click.option("--db", "db_url", default=None, help="The hpcpredict daemon's database: every job "
@@ -304,21 +312,33 @@ def report(config_path: Path | None, db_url: str | None, since: str | None, out_
               help="The machine's processors (the SWF MaxProcs). Default: the largest job's.")
 @click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path), required=True,
               help="SWF file to write (.gz compresses).")
-def slurm_convert(jobcomp_file: Path | None, db_url: str | None, procs: int | None, output: Path) -> None:
+def slurm_convert(use_sacct: bool, starttime: str, endtime: str, jobcomp_file: Path | None,
+                  db_url: str | None, procs: int | None, output: Path) -> None:
     """Export SLURM history to SWF, to run `hpcpredict simulate` or `hpcpredict train` on it.
 
-    User ids are Unix uids, so a model trained on the output meets the live users.
+    One source: --sacct (accounting), --jobcomp FILE, or --db URL. User ids are Unix uids, so a
+    model trained on the output meets the live users.
     """
     from hpcpredict.daemon.views import ViewError
-    from hpcpredict.slurm.convert import ConvertError, read_jobcomp_filetxt, read_store, to_swf
+    from hpcpredict.slurm.convert import (
+        ConvertError,
+        read_jobcomp_filetxt,
+        read_sacct,
+        read_store,
+        to_swf,
+    )
     from hpcpredict.swf import write_swf
 
-    if (jobcomp_file is None) == (db_url is None):
-        raise click.UsageError("give exactly one source: --jobcomp FILE or --db URL")
+    if use_sacct + (jobcomp_file is not None) + (db_url is not None) != 1:
+        raise click.UsageError("give exactly one source: --sacct, --jobcomp FILE or --db URL")
     try:
-        jobs = list(read_jobcomp_filetxt(jobcomp_file) if jobcomp_file else read_store(db_url))
-        header, records = to_swf(jobs, max_procs=procs,
-                                 source=f"SLURM ({jobcomp_file.name if jobcomp_file else 'hpcpredict database'})")
+        if jobcomp_file is not None:
+            source, jobs = jobcomp_file.name, list(read_jobcomp_filetxt(jobcomp_file))
+        elif db_url is not None:
+            source, jobs = "hpcpredict database", list(read_store(db_url))
+        else:
+            source, jobs = "sacct", list(read_sacct(starttime, endtime))
+        header, records = to_swf(jobs, max_procs=procs, source=f"SLURM ({source})")
     except (ConvertError, ViewError) as error:
         raise click.ClickException(str(error)) from None
     written = write_swf(output, header, records)

@@ -15,9 +15,11 @@ import socket
 import subprocess
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 PACKAGES = ("slurmctld", "slurmd", "slurm-client", "munge", "lua5.1", "lua-socket")
+ACCOUNTING_PACKAGES = ("slurmdbd", "mariadb-server")  # only for SlurmCluster(accounting=True)
 NODE = "node1"
 NODE_CPUS = 16
 
@@ -32,15 +34,20 @@ def _free_port() -> int:
         return probe.getsockname()[1]
 
 
-def ensure_packages() -> None:
-    if all(shutil.which(tool) for tool in ("slurmctld", "slurmd", "munged", "sbatch")):
+def ensure_packages(*, accounting: bool = False) -> None:
+    tools = ["slurmctld", "slurmd", "munged", "sbatch"]
+    packages = list(PACKAGES)
+    if accounting:
+        tools += ["slurmdbd", "mariadbd", "mariadb-install-db"]
+        packages += ACCOUNTING_PACKAGES
+    if all(shutil.which(tool) for tool in tools):
         return
     if os.geteuid() != 0 or shutil.which("apt-get") is None:
-        raise ClusterUnavailable("SLURM is not installed and cannot be (need root and apt-get)")
+        raise ClusterUnavailable(f"{' '.join(packages)} not installed and cannot be (need root and apt-get)")
     env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
     subprocess.run(["apt-get", "update", "-qq"], check=True, env=env, capture_output=True)
     done = subprocess.run(
-        ["apt-get", "install", "-y", "-qq", "--no-install-recommends", *PACKAGES],
+        ["apt-get", "install", "-y", "-qq", "--no-install-recommends", *packages],
         env=env, capture_output=True, text=True,
     )
     if done.returncode != 0:
@@ -62,7 +69,8 @@ class SlurmCluster:
     """A one-node cluster; `start()` returns once the node is idle, `stop()` reaps everything."""
 
     def __init__(self, *, job_submit_lua: Path | None = None, jobcomp_lua: Path | None = None,
-                 extra_files: dict[str, str] | None = None, extra_config: list[str] | None = None) -> None:
+                 extra_files: dict[str, str] | None = None, extra_config: list[str] | None = None,
+                 accounting: bool = False) -> None:
         self.dir = Path(tempfile.mkdtemp(prefix="hpslurm"))
         self.conf = self.dir / "slurm.conf"
         self.env = {**os.environ, "SLURM_CONF": str(self.conf)}
@@ -70,11 +78,15 @@ class SlurmCluster:
         self.jobcomp_lua = jobcomp_lua
         self.extra_files = extra_files or {}
         self.extra_config = extra_config or []
+        # accounting: slurmdbd on a MariaDB of our own (data dir, socket and port in self.dir),
+        # so that sacct works; ../shared/docs/slurm.md.
+        self.accounting = accounting
+        self.dbd_port = _free_port()
         self.processes: list[subprocess.Popen] = []
 
     # ------------------------------------------------------------------ life cycle
     def start(self) -> SlurmCluster:
-        ensure_packages()
+        ensure_packages(accounting=self.accounting)
         ensure_munge()
         for sub in ("state", f"spool/{NODE}"):
             (self.dir / sub).mkdir(parents=True, exist_ok=True)
@@ -85,6 +97,8 @@ class SlurmCluster:
         for name, text in self.extra_files.items():
             (self.dir / name).write_text(text)
         self.conf.write_text(self._config())
+        if self.accounting:
+            self._start_accounting()
         self.processes.append(self._spawn(["slurmctld", "-D", "-c", "-i"], "slurmctld.out"))
         self.processes.append(self._spawn(["slurmd", "-D", "-N", NODE], "slurmd.out"))
         deadline = time.monotonic() + 60
@@ -98,6 +112,19 @@ class SlurmCluster:
                                          + self.log_tail())
             time.sleep(0.2)
 
+    def start_or_skip(self) -> SlurmCluster:
+        """`start`, for a fixture: skip the tests when SLURM cannot be had here, or fail them with
+        ``HPCPREDICT_REQUIRE_SERVERS=1`` (CI), so that a broken set-up never passes as skipped."""
+        import pytest  # only the fixtures' path needs it
+
+        try:
+            return self.start()
+        except ClusterUnavailable as error:
+            self.cleanup()
+            if os.environ.get("HPCPREDICT_REQUIRE_SERVERS") == "1":
+                pytest.fail(f"a real SLURM is required here: {error}")
+            pytest.skip(str(error))
+
     def stop(self) -> None:
         self._cancel_jobs()
         for process in reversed(self.processes):
@@ -110,6 +137,50 @@ class SlurmCluster:
                 process.kill()
                 process.wait(5)
         self.processes.clear()
+
+    def _start_accounting(self) -> None:
+        """MariaDB (its own data dir, socket, loopback port), then slurmdbd, before slurmctld."""
+        d = self.dir
+        (d / "mysql").mkdir()
+        done = subprocess.run(
+            ["mariadb-install-db", f"--datadir={d}/mysql", "--user=root", "--skip-test-db",
+             "--auth-root-authentication-method=normal"],
+            capture_output=True, text=True, check=False,
+        )
+        if done.returncode != 0:
+            raise ClusterUnavailable(f"mariadb-install-db failed: {done.stderr[-500:]}")
+        db_port = _free_port()
+        socket_path = d / "mysql.sock"
+        self.processes.append(self._spawn(
+            ["mariadbd", "--no-defaults", f"--datadir={d}/mysql", "--user=root", "--bind-address=127.0.0.1",
+             f"--port={db_port}", f"--socket={socket_path}", f"--pid-file={d}/mysql.pid", "--skip-name-resolve"],
+            "mariadb.out",
+        ))
+        sql = ("CREATE DATABASE slurm_acct_db; CREATE USER 'slurm'@'127.0.0.1' IDENTIFIED BY 'slurm';"
+               " GRANT ALL ON slurm_acct_db.* TO 'slurm'@'127.0.0.1';")
+        self._wait_for(lambda: subprocess.run(
+            ["mariadb", "--no-defaults", "-S", str(socket_path), "-u", "root", "-e", sql],
+            capture_output=True, check=False).returncode == 0, "MariaDB", d / "mariadb.out")
+        dbd_conf = d / "slurmdbd.conf"  # read beside slurm.conf; slurmdbd wants it private
+        dbd_conf.write_text("\n".join([
+            "AuthType=auth/munge", "DbdAddr=127.0.0.1", f"DbdHost={socket.gethostname().split('.')[0]}",
+            f"DbdPort={self.dbd_port}", "SlurmUser=root", f"PidFile={d}/slurmdbd.pid", f"LogFile={d}/slurmdbd.log",
+            "StorageType=accounting_storage/mysql", "StorageHost=127.0.0.1", f"StoragePort={db_port}",
+            "StorageUser=slurm", "StoragePass=slurm", "StorageLoc=slurm_acct_db", "",
+        ]))
+        dbd_conf.chmod(0o600)
+        self.processes.append(self._spawn(["slurmdbd", "-D"], "slurmdbd.out"))
+        self._wait_for(lambda: self.run(["sacctmgr", "-n", "list", "cluster"], check=False, timeout=10).returncode == 0,
+                       "slurmdbd", d / "slurmdbd.log")
+
+    def _wait_for(self, ready: Callable[[], bool], what: str, log: Path, timeout_s: float = 60) -> None:
+        deadline = time.monotonic() + timeout_s
+        while not ready():
+            if any(p.poll() is not None for p in self.processes) or time.monotonic() > deadline:
+                tail = log.read_text(errors="replace")[-2000:] if log.exists() else ""
+                self.stop()
+                raise ClusterUnavailable(f"{what} did not start; logs in {self.dir}:\n{tail}")
+            time.sleep(0.2)
 
     def _cancel_jobs(self, timeout_s: float = 20) -> None:
         """Cancel what still runs and let slurmd reap it: a job step whose slurmd is gone keeps
@@ -184,7 +255,9 @@ class SlurmCluster:
             "ProctrackType=proctrack/linuxproc",
             "TaskPlugin=task/none",
             "JobAcctGatherType=jobacct_gather/none",
-            "AccountingStorageType=accounting_storage/none",
+            *(["AccountingStorageType=accounting_storage/slurmdbd", "AccountingStorageHost=127.0.0.1",
+               f"AccountingStoragePort={self.dbd_port}"] if self.accounting
+              else ["AccountingStorageType=accounting_storage/none"]),
             "SelectType=select/cons_tres",
             "SelectTypeParameters=CR_Core",
             "SchedulerType=sched/backfill",

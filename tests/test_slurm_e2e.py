@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 from daemon_thread import wait_until_answering
-from slurm_cluster import ClusterUnavailable, SlurmCluster
+from slurm_cluster import SlurmCluster
 
 from hpcpredict.daemon.client import DaemonClient
 from hpcpredict.daemon.store import CorrectionRow, JobRow, Store
@@ -68,13 +68,7 @@ def cluster() -> Iterator[SlurmCluster]:
     conf = f"socket={{dir}}/hpcpredict.sock\ntimeout_ms={TIMEOUT_MS}\nspool={{dir}}/jobcomp.spool\n"
     slurm = SlurmCluster(job_submit_lua=PLUGIN_DIR / "job_submit.lua", jobcomp_lua=PLUGIN_DIR / "jobcomp.lua")
     slurm.extra_files["hpcpredict_slurm.conf"] = conf.format(dir=slurm.dir)
-    try:
-        slurm.start()
-    except ClusterUnavailable as error:
-        slurm.cleanup()
-        if os.environ.get("HPCPREDICT_REQUIRE_SERVERS") == "1":
-            pytest.fail(f"a real SLURM is required here: {error}")
-        pytest.skip(str(error))
+    slurm.start_or_skip()
     yield slurm
     slurm.cleanup()
 

@@ -1,10 +1,13 @@
 """``hpcpredict slurm-convert``: a site's SLURM history as an SWF log, to simulate and to train on.
 
-Two sources, both read without a SLURM accounting database:
+Three sources:
 
+* SLURM accounting (``sacct``, through slurmdbd): what most sites keep. The time limit there is
+  the job's *final* one; where hpcpredict's plugin lowered it, the job's AdminComment mark
+  (`hpcpredict.slurm.tag`) holds the user's original request, and that is what is written;
 * the records of ``JobCompType=jobcomp/filetxt`` (one ``key=value`` line per finished job;
-  checked on Slurm 22.05.8). They hold the job's *final* time limit: with hpcpredict's plugin
-  lowering limits, that is not what the user asked for, so prefer the second source then;
+  checked on Slurm 22.05.8), for sites without accounting. They hold the final limit and no
+  AdminComment: with hpcpredict's plugin lowering limits, prefer another source;
 * the hpcpredict daemon's own database (``--db``): every job reported to it, with the user's
   original request (from the plugin's ``admin_comment`` mark) and the true runtime.
 
@@ -24,6 +27,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 
+from hpcpredict.slurm.adapter import Runner, SlurmError, run_command
+from hpcpredict.slurm.tag import parse_tag
 from hpcpredict.swf import MISSING, SwfRecord
 
 _STATUS = {"COMPLETED": 1, "CANCELLED": 5}  # everything else that ended: 0 (failed)
@@ -97,6 +102,88 @@ def _local_time(text: str) -> int | None:
     if text in ("Unknown", "unknown", "None", "(null)", ""):
         return None
     return int(datetime.fromisoformat(text).timestamp())  # naive: the host's local time
+
+
+# ---------------------------------------------------------------------------- sacct
+SACCT_FIELDS = (
+    "JobIDRaw", "UID", "GID", "State", "Partition", "AllocCPUS", "ReqCPUS", "Submit", "Start", "End",
+    "TimelimitRaw", "NodeList", "JobName", "AdminComment",
+)
+# Every state a job can end in (sacct --helpformat / man sacct, 22.05): finished jobs only.
+SACCT_ENDED_STATES = "BF,CA,CD,DL,F,NF,OOM,PR,TO"
+# The unit separator: unlike '|', no job name or comment holds it.
+SACCT_DELIMITER = "\x1f"
+SACCT_TIMEOUT_S = 600.0  # a year of a large site's accounting takes a while
+
+
+def sacct_command(starttime: str, endtime: str = "now") -> list[str]:
+    """The sacct call: one line per job allocation (-X) of every user, ended in the window.
+
+    ``SLURM_TIME_FORMAT=standard`` pins the time format a site may have changed (ISO 8601 in
+    the host's local time, as jobcomp/filetxt writes it).
+    """
+    return [
+        "env", "SLURM_TIME_FORMAT=standard",
+        "sacct", "--allusers", "--allocations", "--noheader", "--parsable2",
+        f"--delimiter={SACCT_DELIMITER}", f"--starttime={starttime}", f"--endtime={endtime}",
+        f"--state={SACCT_ENDED_STATES}", f"--format={','.join(SACCT_FIELDS)}",
+    ]
+
+
+def read_sacct(
+    starttime: str, endtime: str = "now", *, runner: Runner = run_command
+) -> Iterator[HistoryJob]:
+    """The jobs that ended between `starttime` and `endtime` (sacct's time syntax)."""
+    try:
+        output = runner(sacct_command(starttime, endtime), SACCT_TIMEOUT_S).stdout
+    except SlurmError as error:
+        raise ConvertError(f"sacct: {error}") from None
+    return parse_sacct(output.splitlines())
+
+
+def parse_sacct(lines: Iterable[str], source: str = "sacct") -> Iterator[HistoryJob]:
+    for line_no, line in enumerate(lines, 1):
+        if line.strip():
+            try:
+                yield _sacct_job(line)
+            except (KeyError, ValueError) as error:
+                raise ConvertError(
+                    f"{source}:{line_no}: expected {len(SACCT_FIELDS)} fields "
+                    f"({', '.join(SACCT_FIELDS)}; {error}): {line[:200]!r}"
+                ) from None
+
+
+def _sacct_job(line: str) -> HistoryJob:
+    values = line.split(SACCT_DELIMITER)
+    if len(values) != len(SACCT_FIELDS):
+        raise ValueError(f"got {len(values)} fields")
+    fields = dict(zip(SACCT_FIELDS, values))
+    start = _local_time(fields["Start"])
+    end = _local_time(fields["End"])
+    cpus = int(fields["AllocCPUS"] or 0)
+    never_ran = start is None or fields["NodeList"] in ("None assigned", "(null)", "")
+    tag = parse_tag(fields["AdminComment"])
+    limit = fields["TimelimitRaw"]
+    if tag is not None:
+        requested_s: int | None = tag.request_s  # lowered by hpcpredict: the user's request
+    elif limit in ("UNLIMITED", "Partition_Limit", "INVALID", ""):
+        requested_s = None
+    else:
+        requested_s = 60 * int(limit)
+    return HistoryJob(
+        job_id=int(fields["JobIDRaw"]),
+        uid=int(fields["UID"]),
+        gid=int(fields["GID"]),
+        state=fields["State"].split()[0],  # "CANCELLED by 1000" -> CANCELLED
+        partition=fields["Partition"],
+        name=fields["JobName"],
+        cpus=0 if never_ran else cpus,
+        requested_cpus=int(fields["ReqCPUS"] or cpus or 1),
+        submit_s=_local_time(fields["Submit"]) or start or end or 0,
+        start_s=None if never_ran else start,
+        end_s=end or start or 0,
+        requested_s=requested_s,
+    )
 
 
 # ---------------------------------------------------------------------------- the daemon's store
