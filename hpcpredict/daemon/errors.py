@@ -3,9 +3,10 @@
 What ``hpcpredict errors`` prints: for each user, how far hpcpredict's predictions were from the
 runtimes, next to the two answers a site would have had without it — the user's own request
 (what plain EASY plans with) and AVE2 (Tsafrir et al., the mean of the user's last two
-runtimes). Computed from the ``jobs``, ``predictions`` and ``corrections`` tables on demand
-rather than maintained as counters: they are exact for any user and period asked, and there is
-no second copy of the truth to keep consistent.
+runtimes). Computed from the ``jobs``, ``predictions`` and ``corrections`` tables on demand:
+exact for any user and period asked, medians included. The daemon also keeps each user's running
+totals (``user_errors``, `hpcpredict.daemon.user_errors`) for reads that must be cheap (metrics,
+``GET /users``); they are counted by the rules below and tested against these statistics.
 
 Which jobs count: those that ended with ``run_s > 0`` and received a prediction at submission
 (jobs the daemon never saw submitted have no prediction to judge). The prediction judged is the
