@@ -16,10 +16,12 @@ from tqdm import tqdm
 
 from hpcpredict.learn import parse_loss
 from hpcpredict.sim.corrections import CORRECTIONS
-from hpcpredict.sim.metrics import compute_metrics, metrics_table
+from hpcpredict.sim.metrics import compute_metrics, metrics_table, replica_table
+from hpcpredict.sim.replica_stats import describe_change, mean_ci, paired_difference
 from hpcpredict.sim.output import write_jobs_csv, write_result_swf
-from hpcpredict.sim.runner import PREDICTORS, RunSpec, run
+from hpcpredict.sim.runner import PREDICTORS, RunSpec, run, run_replicated
 from hpcpredict.sim.schedulers import SCHEDULERS
+from hpcpredict.sim.shaking import DEFAULT_SEED, DEFAULT_SHAKE_S
 from hpcpredict.swf import SwfFormatError
 from hpcpredict.workload import Workload, WorkloadError, load_workload
 
@@ -267,6 +269,30 @@ _correction_option = click.option(
     is_flag=True,
     help="Re-plan as soon as a prediction is corrected (the reference waits for the next event).",
 )
+@click.option(
+    "--replicas",
+    type=click.IntRange(min=1),
+    default=1,
+    show_default=True,
+    help="Replay on N shaken copies of the log (replica 0 is the log itself; docs/evaluation.md) "
+    "and report means, 95%% confidence intervals and paired differences against the baseline. "
+    "Backfilling is chaotic: judge a difference on 10 or more.",
+)
+@click.option(
+    "--shake",
+    "shake_s",
+    type=click.IntRange(min=0),
+    default=DEFAULT_SHAKE_S,
+    show_default=True,
+    help="Seconds: each replica moves every submission by a uniform offset in [-SHAKE, +SHAKE].",
+)
+@click.option(
+    "--seed",
+    type=click.IntRange(min=0),
+    default=DEFAULT_SEED,
+    show_default=True,
+    help="Seed of the shaken replicas (the same seed gives the same replicas).",
+)
 @_lenient_option
 @_json_option
 def simulate(
@@ -284,6 +310,9 @@ def simulate(
     output: Path | None,
     csv_path: Path | None,
     decide_on_correction: bool,
+    replicas: int,
+    shake_s: int,
+    seed: int,
     lenient: bool,
     as_json: bool,
 ) -> None:
@@ -291,6 +320,14 @@ def simulate(
 
     The defaults answer "what would runtime prediction do on this cluster": EASY-SJBF with the
     learned predictor and incremental corrections, next to plain EASY on the users' requests.
+    Waits are reported beside AVEbsld (mean, p99, max): short predictions can lower the average
+    while a few jobs wait far longer.
+
+    \b
+    Examples:
+      hpcpredict simulate swf/KTH-SP2-sample.swf
+      hpcpredict simulate LOG.swf.gz --replicas 10          # means, CIs, paired wins
+      hpcpredict simulate LOG.swf.gz --predictor ave2 --json
     """
     try:
         spec = RunSpec(
@@ -299,34 +336,60 @@ def simulate(
         )
     except ValueError as error:
         raise click.BadParameter(str(error)) from None
+    for path in (output, csv_path):
+        if path is not None:
+            _check_output_file(path)
     workload = _load(log, procs, lenient)
     if not workload.jobs:
         raise click.ClickException(f"{log}: no job left after cleaning (see `hpcpredict info`)")
     specs = [spec] + ([BASELINE] if baseline and spec != BASELINE else [])
-    results = []
-    for each in specs:
-        with _bar(len(workload.jobs), "job", each.label) as update:
-            results.append(run(workload, each, progress=update))
-    main_result = results[0]
+    with _bar(len(workload.jobs) * len(specs) * replicas, "job", "simulating") as update:
+        runs = run_replicated(
+            workload, specs, replicas=replicas, shake_s=shake_s, seed=seed, progress=update
+        )
+    main_result = runs.unshaken[0]
     if output is not None:
         write_result_swf(output, main_result, notes=[f"hpcpredict simulate: {spec.label}"])
     if csv_path is not None:
         write_jobs_csv(csv_path, main_result, workload_name=workload.name)
-    metrics = [compute_metrics(result) for result in results]
+    comparison = (
+        {metric: paired_difference(runs.values(0, metric), runs.values(1, metric))
+         for metric, _ in _COMPARED}
+        if len(specs) > 1 else {}
+    )
     if as_json:
         payload = {
             **_workload_summary(workload),
             "cleaning": workload.cleaning.to_dict(),
+            "replicas": replicas,
+            "shake_s": shake_s,
+            "seed": seed,
             "runs": [
                 {
                     "label": each.label,
                     "settings": each.to_dict(),
-                    "metrics": m.to_dict(),
-                    "wall_time_s": round(result.wall_time_s, 3),
+                    "metrics": runs.metrics[position][0].to_dict(),
+                    "wall_time_s": round(runs.wall_time_s[position][0], 3),
+                    **(
+                        {
+                            "replicas": [m.to_dict() for m in runs.metrics[position]],
+                            "replica_wall_time_s": [round(t, 3) for t in runs.wall_time_s[position]],
+                            "summary": {
+                                metric: mean_ci(runs.values(position, metric)).to_dict()
+                                for metric in _SUMMARISED
+                            },
+                        }
+                        if replicas > 1 else {}
+                    ),
                 }
-                for each, m, result in zip(specs, metrics, results)
+                for position, each in enumerate(specs)
             ],
         }
+        if comparison:
+            payload["comparison"] = {
+                "against": specs[1].label,
+                **{metric: difference.to_dict() for metric, difference in comparison.items()},
+            }
         click.echo(json.dumps(payload, indent=2))
         return
     _echo_skipped(workload)
@@ -335,19 +398,47 @@ def simulate(
         f"{workload.name}: {summary['jobs']:,} jobs, {summary['users']:,} users, "
         f"{summary['span_days']} days, {workload.machine_procs:,} processors"
     )
-    for each, result in zip(specs, results):
-        click.echo(f"  {'simulated' if each is spec else 'baseline '}: {each.label} "
-                   f"({result.wall_time_s:.1f} s)")
-    titles = ["simulated"] + (["EASY baseline"] if len(results) > 1 else [])
+    for position, each in enumerate(specs):
+        click.echo(f"  {'simulated' if position == 0 else 'baseline '}: {each.label} "
+                   f"({sum(runs.wall_time_s[position]):.1f} s)")
+    titles = ["simulated"] + (["EASY baseline"] if len(specs) > 1 else [])
     click.echo("")
-    for line in metrics_table(list(zip(titles, metrics))):
-        click.echo(line)
-    if len(metrics) > 1 and metrics[1].ave_bsld > 0:
-        change = metrics[0].ave_bsld / metrics[1].ave_bsld - 1
-        click.echo(f"\nAVEbsld {change:+.1%} against EASY with the users' requested times.")
+    if replicas == 1:
+        for line in metrics_table(list(zip(titles, (m[0] for m in runs.metrics)))):
+            click.echo(line)
+    else:
+        click.echo(f"means over {replicas} replicas (shake +-{shake_s} s, seed {seed}), "
+                   "+- the 95% CI half-width:")
+        for line in replica_table(titles, runs.metrics):
+            click.echo(line)
+    if comparison:
+        click.echo("\nChange against EASY with the users' requested times:")
+        for metric, name in _COMPARED:
+            click.echo(f"  {describe_change(name, comparison[metric])}")
+        if replicas == 1:
+            click.echo("  (one replay proves little: --replicas 10 gives confidence intervals)")
     for path in (output, csv_path):
         if path is not None:
-            click.echo(f"wrote {path}")
+            click.echo(f"wrote {path}" + (" (replica 0: the log as it is)" if replicas > 1 else ""))
+
+
+# Metrics compared pairwise against the baseline, and summarised per configuration.
+_COMPARED = (("ave_bsld", "AVEbsld"), ("p99_wait_s", "p99 wait"), ("max_wait_s", "max wait"))
+_SUMMARISED = (
+    "ave_bsld", "p99_bsld", "mean_wait_s", "p99_wait_s", "max_wait_s", "worst_user_mean_bsld",
+    "under_prediction_rate", "corrections_per_job",
+)
+
+
+def _check_output_file(path: Path) -> None:
+    """Refuse an output path that cannot be written before any long work starts."""
+    folder = path.parent if str(path.parent) else Path(".")
+    if path.is_dir():
+        raise click.BadParameter(f"{path} is a directory", param_hint="output")
+    if not folder.is_dir():
+        raise click.ClickException(f"cannot write {path}: folder {folder} does not exist")
+    if not os.access(folder, os.W_OK) or (path.exists() and not os.access(path, os.W_OK)):
+        raise click.ClickException(f"cannot write {path}: permission denied")
 
 
 # ---------------------------------------------------------------------------- predict-eval

@@ -140,3 +140,54 @@ def test_predict_eval_reports_three_predictors_and_writes_plots(
     for png in payload["plots"]:
         assert Path(png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert len(payload["plots"]) == 2
+
+
+def test_simulate_verdict_names_max_wait_beside_avebsld(runner: CliRunner, sample_log: Path) -> None:
+    result = runner.invoke(main, ["simulate", str(sample_log)])
+    assert result.exit_code == 0, result.output
+    for row in ("p99 wait (s)", "max wait (s)", "worst user's mean bsld"):
+        assert row in result.output
+    verdict = result.output.split("against EASY")[1]
+    assert "AVEbsld" in verdict and "max wait" in verdict and "p99 wait" in verdict
+    assert "--replicas 10" in verdict  # one replay is flagged as such
+
+
+def test_simulate_replicas_report_means_cis_and_paired_comparison(
+    runner: CliRunner, sample_log: Path
+) -> None:
+    args = ["simulate", str(sample_log), "--replicas", "3", "--shake", "30", "--seed", "4"]
+    result = runner.invoke(main, [*args, "--json"])
+    assert result.exit_code == 0, result.output
+    payload = json.loads(result.output)
+    assert (payload["replicas"], payload["shake_s"], payload["seed"]) == (3, 30, 4)
+    learned, easy = payload["runs"]
+    assert len(learned["replicas"]) == 3 and len(easy["replicas"]) == 3
+    assert learned["metrics"] == learned["replicas"][0]  # replica 0: the log as it is
+    values = [m["ave_bsld"] for m in learned["replicas"]]
+    summary = learned["summary"]["ave_bsld"]
+    assert summary["mean"] == pytest.approx(sum(values) / 3)
+    assert summary["ci_low"] <= summary["mean"] <= summary["ci_high"]
+    comparison = payload["comparison"]
+    assert comparison["against"] == "easy + requested + requested"
+    differences = [a["ave_bsld"] - b["ave_bsld"] for a, b in zip(learned["replicas"], easy["replicas"])]
+    assert comparison["ave_bsld"]["mean"] == pytest.approx(sum(differences) / 3)
+    assert comparison["ave_bsld"]["wins"] == sum(d < 0 for d in differences)
+    assert set(comparison) >= {"max_wait_s", "p99_wait_s"}
+    assert "worst_user_mean_bsld" in learned["replicas"][1]
+    again = runner.invoke(main, [*args, "--json"])
+    assert json.loads(again.output)["runs"][0]["replicas"] == learned["replicas"]  # seeded
+    text = runner.invoke(main, args)
+    assert text.exit_code == 0, text.output
+    assert "means over 3 replicas" in text.output and "95% CI" in text.output
+    assert "significant" in text.output.lower()
+
+
+def test_simulate_refuses_an_unwritable_output_before_simulating(
+    runner: CliRunner, sample_log: Path, tmp_path: Path
+) -> None:
+    for option in ("--output", "--csv"):
+        target = tmp_path / "missing" / "out.swf"
+        result = runner.invoke(main, ["simulate", str(sample_log), option, str(target)])
+        assert result.exit_code != 0
+        assert "does not exist" in result.output and "Traceback" not in result.output
+        assert "AVEbsld" not in result.output  # refused before any replay

@@ -8,7 +8,8 @@ objects for one workload and replays it. Keeping this in one place means a campa
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
 
 from hpcpredict.features import FeatureContext
 from hpcpredict.learn import LearnedPredictor, parse_loss
@@ -26,7 +27,9 @@ from hpcpredict.predictors import (
     RequestedPredictor,
 )
 from hpcpredict.sim.corrections import CORRECTIONS
+from hpcpredict.sim.metrics import Metrics, compute_metrics
 from hpcpredict.sim.schedulers import SCHEDULERS
+from hpcpredict.sim.shaking import DEFAULT_SEED, DEFAULT_SHAKE_S, replica
 from hpcpredict.sim.simulation import ProgressCallback, SimulationResult, simulate
 from hpcpredict.workload import Workload
 
@@ -121,3 +124,61 @@ def run(
     result.settings.update(spec.to_dict())
     result.settings["log"] = workload.path
     return result
+
+
+@dataclass
+class ReplicatedRuns:
+    """Several configurations, each replayed on the same shaken replicas of one log."""
+
+    specs: list[RunSpec]
+    shake_s: int
+    seed: int
+    metrics: list[list[Metrics]] = field(default_factory=list)  # [configuration][replica]
+    wall_time_s: list[list[float]] = field(default_factory=list)
+    unshaken: list[SimulationResult] = field(default_factory=list)  # replica 0, per configuration
+
+    @property
+    def replicas(self) -> int:
+        return len(self.metrics[0]) if self.metrics else 0
+
+    def values(self, configuration: int, metric: str) -> list[float]:
+        """One metric of one configuration, replica by replica."""
+        return [float(getattr(m, metric)) for m in self.metrics[configuration]]
+
+
+RunProgress = Callable[[int], None]  # absolute number of job-runs done over all the runs
+
+
+def run_replicated(
+    workload: Workload,
+    specs: Sequence[RunSpec],
+    *,
+    replicas: int = 1,
+    shake_s: int = DEFAULT_SHAKE_S,
+    seed: int = DEFAULT_SEED,
+    progress: RunProgress | None = None,
+) -> ReplicatedRuns:
+    """Replay every spec on replicas 0..replicas-1 of `workload` (the same logs for all specs).
+
+    Replicas are the outer loop, so each shaken log exists once at a time; only the metrics of
+    each run are kept, plus the whole result of replica 0 (the log as it is) for per-job output.
+    """
+    if replicas < 1:
+        raise ValueError(f"at least one replica is needed, got {replicas}")
+    runs = ReplicatedRuns(list(specs), shake_s, seed)
+    runs.metrics = [[] for _ in specs]
+    runs.wall_time_s = [[] for _ in specs]
+    done = 0
+    for index in range(replicas):
+        shaken = replica(workload, index, shake_s=shake_s, seed=seed)
+        for position, spec in enumerate(specs):
+            offset = done
+            result = run(
+                shaken, spec, progress=None if progress is None else lambda n: progress(offset + n)
+            )
+            runs.metrics[position].append(compute_metrics(result))
+            runs.wall_time_s[position].append(result.wall_time_s)
+            if index == 0:
+                runs.unshaken.append(result)
+            done += len(shaken.jobs)
+    return runs

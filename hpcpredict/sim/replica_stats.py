@@ -1,0 +1,128 @@
+"""Statistics over shaken replicas: means with confidence intervals, paired differences.
+
+Two configurations replayed on the same N shaken logs give N pairs; the replica-to-replica noise
+is mostly shared by both members of a pair, so the difference within pairs is far less noisy than
+either configuration alone. We therefore judge "A is better than B" on the paired differences
+d_r = metric(A, r) - metric(B, r): their mean, a two-sided 95% Student-t confidence interval
+(scipy.stats.ttest_rel; docs/evaluation.md says why t rather than a bootstrap at N = 10), and how
+many replicas A won. A difference is called significant when its interval excludes zero. Lower is
+better for every metric we compare (bounded slowdown, waits).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+
+import numpy as np
+from scipy import stats
+
+CONFIDENCE = 0.95
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """A mean over replicas and its confidence interval (NaN bounds with one replica)."""
+
+    mean: float
+    ci_low: float
+    ci_high: float
+    n: int
+
+    def to_dict(self) -> dict[str, float | int | None]:
+        return _finite_or_none(asdict(self))
+
+
+@dataclass(frozen=True)
+class PairedDifference:
+    """`value - baseline` over paired replicas; `relative` is the mean difference over the
+    baseline's mean (and its interval scaled the same way)."""
+
+    mean: float
+    ci_low: float
+    ci_high: float
+    relative: float
+    relative_ci_low: float
+    relative_ci_high: float
+    wins: int  # replicas where the value is below the baseline's
+    losses: int  # replicas where it is above
+    n: int
+    p_value: float
+
+    @property
+    def significant(self) -> bool:
+        """The interval excludes zero (never with fewer than two replicas)."""
+        return self.n >= 2 and (self.ci_high < 0 or self.ci_low > 0)
+
+    def to_dict(self) -> dict[str, float | int | bool | None]:
+        return {**_finite_or_none(asdict(self)), "significant": self.significant}
+
+
+def mean_ci(values: Sequence[float], confidence: float = CONFIDENCE) -> Estimate:
+    """Mean and Student-t confidence interval of independent replica values."""
+    data = np.asarray(values, dtype=float)
+    if data.size == 0:
+        raise ValueError("no replica values")
+    mean = float(data.mean())
+    if data.size < 2:
+        return Estimate(mean, math.nan, math.nan, 1)
+    sem = float(stats.sem(data))
+    if sem == 0:
+        return Estimate(mean, mean, mean, int(data.size))
+    low, high = stats.t.interval(confidence, data.size - 1, loc=mean, scale=sem)
+    return Estimate(mean, float(low), float(high), int(data.size))
+
+
+def paired_difference(
+    values: Sequence[float], baseline: Sequence[float], confidence: float = CONFIDENCE
+) -> PairedDifference:
+    """Paired comparison of `values` against `baseline` (same replicas, same order)."""
+    a = np.asarray(values, dtype=float)
+    b = np.asarray(baseline, dtype=float)
+    if a.shape != b.shape or a.size == 0:
+        raise ValueError(f"paired values need the same replicas: {a.size} against {b.size}")
+    differences = a - b
+    estimate = mean_ci(differences, confidence)
+    if a.size >= 2 and np.ptp(differences) > 0:
+        p_value = float(stats.ttest_rel(a, b).pvalue)
+    else:  # one replica, or the same difference on every replica: no spread to test against
+        p_value = math.nan
+    scale = float(b.mean())
+    relative = (lambda x: x / scale) if scale else (lambda x: math.nan)
+    return PairedDifference(
+        mean=estimate.mean,
+        ci_low=estimate.ci_low,
+        ci_high=estimate.ci_high,
+        relative=relative(estimate.mean),
+        relative_ci_low=relative(estimate.ci_low),
+        relative_ci_high=relative(estimate.ci_high),
+        wins=int(np.sum(differences < 0)),
+        losses=int(np.sum(differences > 0)),
+        n=int(a.size),
+        p_value=p_value,
+    )
+
+
+def describe_change(name: str, difference: PairedDifference) -> str:
+    """One plain sentence, e.g. 'AVEbsld -23.1% (95% CI -25.0% to -21.2%; lower on 10 of 10
+    replicas): significantly lower'."""
+    if difference.n < 2:
+        return f"{name} {difference.relative:+.1%} (one replay: no confidence interval)"
+    if not difference.significant:
+        verdict = "NOT significant (the CI includes 0)"
+    else:
+        verdict = "significantly " + ("lower" if difference.ci_high < 0 else "higher")
+    return (
+        f"{name} {difference.relative:+.1%} (95% CI {difference.relative_ci_low:+.1%} to "
+        f"{difference.relative_ci_high:+.1%}; lower on {difference.wins} of {difference.n} "
+        f"replicas): {verdict}"
+    )
+
+
+def _finite_or_none(values: dict[str, object]) -> dict[str, object]:
+    """JSON has no NaN: undefined bounds become null."""
+    return {
+        key: None if isinstance(value, float) and not math.isfinite(value) else value
+        for key, value in values.items()
+    }
