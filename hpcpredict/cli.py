@@ -430,6 +430,15 @@ _SUMMARISED = (
 )
 
 
+def _check_output_folder(folder: Path) -> None:
+    """Refuse a report folder that cannot be created or written, before any work."""
+    existing = folder
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    if not existing.is_dir() or not os.access(existing, os.W_OK):
+        raise click.ClickException(f"cannot write into {folder}: {existing} is not a writable folder")
+
+
 def _check_output_file(path: Path) -> None:
     """Refuse an output path that cannot be written before any long work starts."""
     folder = path.parent if str(path.parent) else Path(".")
@@ -559,11 +568,19 @@ _db_option = click.option(
 )
 
 
-def _load_campaign(campaign_file: Path):  # -> Campaign (imported lazily: SQLAlchemy is heavy)
+_logs_option = click.option(
+    "--logs", "logs_dir", type=click.Path(exists=True, file_okay=False, path_type=Path),
+    default=None,
+    help="Folder holding the campaign's logs: each log is read from it by the file name its "
+    "[[logs]] entry gives, instead of the path relative to the campaign file.",
+)
+
+
+def _load_campaign(campaign_file: Path, logs_dir: Path | None = None):  # -> Campaign (lazy import: SQLAlchemy is heavy)
     from hpcpredict.sim.campaign import CampaignError, load_campaign
 
     try:
-        return load_campaign(campaign_file)
+        return load_campaign(campaign_file, logs_dir=logs_dir)
     except CampaignError as error:
         raise click.ClickException(str(error)) from None
 
@@ -581,6 +598,7 @@ def _load_campaign(campaign_file: Path):  # -> Campaign (imported lazily: SQLAlc
 )
 @click.option("--scheduler-address", default=None, help="Dask scheduler, e.g. tcp://host:8786.")
 @_db_option
+@_logs_option
 @click.option("--dry-run", is_flag=True, help="Only say how many runs are done and to do.")
 def campaign(
     campaign_file: Path,
@@ -588,20 +606,37 @@ def campaign(
     executor: str,
     scheduler_address: str | None,
     database_url: str | None,
+    logs_dir: Path | None,
     dry_run: bool,
 ) -> None:
     """Run every simulation of CAMPAIGN_FILE (TOML, see sim/) that is not stored yet.
 
     Results go to a database as each run finishes, so an interrupted campaign resumes where it
-    stopped and never recomputes a finished run. Logs must exist where the file says.
+    stopped and never recomputes a finished run. Logs are read where the file says, or from
+    --logs DIR. With `replicas = N` in the file every configuration runs on N shaken replicas
+    of each log (docs/evaluation.md).
+
+    \b
+    Examples:
+      hpcpredict campaign sim/smoke.toml
+      hpcpredict campaign sim/paper.toml --logs /data/swf -j 2
+      hpcpredict campaign sim/paper.toml --executor dask --scheduler-address tcp://head:8786
     """
     from hpcpredict.sim.campaign import execute
     from hpcpredict.sim.campaign_store import CampaignStore
 
-    definition = _load_campaign(campaign_file)
+    if executor == "dask":
+        try:
+            import distributed  # noqa: F401
+        except ImportError:
+            raise click.ClickException(
+                "--executor dask needs Dask: pip install 'hpcpredict[dask]'"
+            ) from None
+    definition = _load_campaign(campaign_file, logs_dir)
     missing = [log.path for log in definition.logs if not Path(log.path).is_file()]
     if missing:
-        raise click.ClickException(f"{campaign_file}: log not found: {', '.join(missing)}")
+        hint = "" if logs_dir else " (give the folder holding the logs with --logs DIR)"
+        raise click.ClickException(f"{campaign_file}: log not found: {', '.join(missing)}{hint}")
     store = CampaignStore(database_url or definition.default_database_url)
     done = store.done_keys()
     todo = [cell for cell in definition.cells if cell.key not in done]
@@ -647,7 +682,13 @@ def campaign_report(campaign_file: Path, database_url: str | None, out_dir: Path
     from hpcpredict.sim.campaign_store import CampaignStore
 
     definition = _load_campaign(campaign_file)
-    store = CampaignStore(database_url or definition.default_database_url)
+    url = database_url or definition.default_database_url
+    if url == definition.default_database_url and not definition.path.with_suffix(".sqlite").is_file():
+        raise click.ClickException(f"{campaign_file}: never run (no {definition.path.with_suffix('.sqlite').name}); "
+                                   "run `hpcpredict campaign` first")
+    if out_dir is not None:
+        _check_output_folder(out_dir)
+    store = CampaignStore(url)
     try:
         runs = store.frame(cell.key for cell in definition.cells)
     finally:

@@ -8,9 +8,18 @@ cells. `run_campaign` sends the cells not yet in the store to an executor — lo
 default, a Dask cluster when asked — and the driver alone writes each finished run to the store,
 one transaction per run: a campaign killed at any point loses only the runs in flight.
 
-File format (paths relative to the file)::
+Replicas (docs/evaluation.md): with ``replicas = N`` every configuration runs on replicas 0..N-1
+of each log (replica 0 the log itself, the others shaken by up to ``shake`` seconds, seeded by
+``seed``), every configuration on the same replicas, so the report can pair them. Replica 0 keeps
+the key it had before replicas existed: a campaign grown from 1 to 10 replicas runs only the new
+ones.
+
+File format (paths relative to the file, or found in the folder given by ``--logs``)::
 
     name = "smoke"
+    replicas = 10                     # optional, default 1
+    shake = 60                        # optional, seconds, default 60
+    seed = 0                          # optional, default 0
     [[logs]]
     name = "KTH-SP2"
     path = "../swf/KTH-SP2-sample.swf"
@@ -48,6 +57,7 @@ from typing import Any
 from hpcpredict.learn import all_losses, parse_loss
 from hpcpredict.sim.metrics import compute_metrics
 from hpcpredict.sim.runner import RunSpec, run
+from hpcpredict.sim.shaking import DEFAULT_SEED, DEFAULT_SHAKE_S, replica
 from hpcpredict.workload import Workload, load_workload
 
 
@@ -64,16 +74,26 @@ class LogEntry:
 
 @dataclass(frozen=True)
 class Cell:
-    """One simulation of a campaign: a log and a configuration."""
+    """One simulation of a campaign: a log, a replica of it and a configuration."""
 
     log: LogEntry
     label: str
     spec: RunSpec
+    replica: int = 0
+    shake_s: int = DEFAULT_SHAKE_S
+    seed: int = DEFAULT_SEED
 
     @property
     def key(self) -> str:
-        """Stable identity: the log's name and machine size and every setting of the spec."""
-        identity = {"log": self.log.name, "procs": self.log.procs, **self.spec.to_dict()}
+        """Stable identity: the log's name and machine size, the replica, every spec setting.
+
+        Replica 0 is the log itself whatever the shake and seed, and keeps the identity cells had
+        before replicas existed, so stored unshaken runs are never recomputed.
+        """
+        identity: dict[str, object] = {"log": self.log.name, "procs": self.log.procs,
+                                       **self.spec.to_dict()}
+        if self.replica:
+            identity.update(replica=self.replica, shake_s=self.shake_s, seed=self.seed)
         return hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()[:32]
 
 
@@ -83,6 +103,9 @@ class Campaign:
     path: Path
     logs: tuple[LogEntry, ...]
     cells: tuple[Cell, ...]
+    replicas: int = 1
+    shake_s: int = DEFAULT_SHAKE_S
+    seed: int = DEFAULT_SEED
 
     @property
     def default_database_url(self) -> str:
@@ -90,8 +113,14 @@ class Campaign:
         return f"sqlite:///{self.path.with_suffix('.sqlite')}"
 
 
-def load_campaign(path: str | os.PathLike[str]) -> Campaign:
-    """Parse and validate a campaign file; every error names the file and the entry."""
+def load_campaign(
+    path: str | os.PathLike[str], *, logs_dir: str | os.PathLike[str] | None = None
+) -> Campaign:
+    """Parse and validate a campaign file; every error names the file and the entry.
+
+    With `logs_dir`, every log is read from that folder by the file name its entry gives (so a
+    campaign written for one machine's layout runs on another's).
+    """
     path = Path(path).resolve()
     try:
         data = tomllib.loads(path.read_text(encoding="utf-8"))
@@ -102,7 +131,16 @@ def load_campaign(path: str | os.PathLike[str]) -> Campaign:
         raise CampaignError(f"{path}: logs must be written [[logs]] (a list of tables)")
     if not isinstance(data.get("learned", {}), dict):
         raise CampaignError(f"{path}: learned must be written [learned] (one table)")
-    logs = tuple(_log_entry(path, index, entry) for index, entry in enumerate(data.get("logs", [])))
+    unknown = set(data) - {"name", "logs", "baselines", "learned", "replicas", "shake", "seed"}
+    if unknown:
+        raise CampaignError(f"{path}: unknown keys {sorted(unknown)}")
+    replicas = _natural(path, data, "replicas", 1, minimum=1)
+    shake_s = _natural(path, data, "shake", DEFAULT_SHAKE_S, minimum=0)
+    seed = _natural(path, data, "seed", DEFAULT_SEED, minimum=0)
+    logs = tuple(
+        _log_entry(path, index, entry, logs_dir)
+        for index, entry in enumerate(data.get("logs", []))
+    )
     if not logs:
         raise CampaignError(f"{path}: no [[logs]] entry")
     if len({log.name for log in logs}) != len(logs):
@@ -117,17 +155,36 @@ def load_campaign(path: str | os.PathLike[str]) -> Campaign:
     labels = [label for label, _ in configurations]
     if len(set(labels)) != len(labels):
         raise CampaignError(f"{path}: two configurations have the same label")
-    cells = tuple(Cell(log, label, spec) for log in logs for label, spec in configurations)
+    # Log, then replica, then configuration: a worker runs the cells of one shaken log in a row.
+    cells = tuple(
+        Cell(log, label, spec, number, shake_s, seed)
+        for log in logs
+        for number in range(replicas)
+        for label, spec in configurations
+    )
     if len({cell.key for cell in cells}) != len(cells):
         raise CampaignError(f"{path}: two configurations are the same simulation")
-    return Campaign(name=name, path=path, logs=logs, cells=cells)
+    return Campaign(name=name, path=path, logs=logs, cells=cells, replicas=replicas,
+                    shake_s=shake_s, seed=seed)
 
 
-def _log_entry(path: Path, index: int, entry: dict[str, Any]) -> LogEntry:
+def _natural(path: Path, data: dict[str, Any], key: str, default: int, *, minimum: int) -> int:
+    value = data.get(key, default)
+    if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
+        raise CampaignError(f"{path}: {key} must be an integer >= {minimum}, got {value!r}")
+    return value
+
+
+def _log_entry(
+    path: Path, index: int, entry: dict[str, Any], logs_dir: str | os.PathLike[str] | None
+) -> LogEntry:
     where = f"{path}: [[logs]] entry {index + 1}"
     if "path" not in entry:
         raise CampaignError(f"{where}: missing 'path'")
-    log_path = (path.parent / entry["path"]).resolve()
+    if logs_dir is not None:
+        log_path = (Path(logs_dir) / Path(entry["path"]).name).resolve()
+    else:
+        log_path = (path.parent / entry["path"]).resolve()
     procs = entry.get("procs")
     if procs is not None and (not isinstance(procs, int) or isinstance(procs, bool) or procs < 1):
         raise CampaignError(f"{where}: procs must be a positive integer, got {procs!r}")
@@ -209,9 +266,14 @@ def _workload(path: str, procs: int | None) -> Workload:
     return load_workload(path, machine_procs=procs)
 
 
+@lru_cache(maxsize=2)  # ... and of one replica in a row: shake it once
+def _replica(path: str, procs: int | None, number: int, shake_s: int, seed: int) -> Workload:
+    return replica(_workload(path, procs), number, shake_s=shake_s, seed=seed)
+
+
 def run_cell(cell: Cell) -> CellResult:
     """Simulate one cell; runs in a worker process (local or Dask), touches no store."""
-    workload = _workload(cell.log.path, cell.log.procs)
+    workload = _replica(cell.log.path, cell.log.procs, cell.replica, cell.shake_s, cell.seed)
     result = run(workload, cell.spec)
     return CellResult(
         key=cell.key,
@@ -295,4 +357,4 @@ def _drain(
 
 def describe(cell: Cell) -> dict[str, Any]:
     """The columns a stored run carries besides its metrics."""
-    return {"log": cell.log.name, "label": cell.label, **asdict(cell.spec)}
+    return {"log": cell.log.name, "label": cell.label, "replica": cell.replica, **asdict(cell.spec)}

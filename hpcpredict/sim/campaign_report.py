@@ -7,6 +7,11 @@ one learned configuration (loss x correction x backfilling, with its learning co
 Leave-one-log-out is the honest way to pick a configuration for a log nobody has seen yet: for
 each log, choose the triple with the lowest summed AVEbsld over the *other* logs, then score it
 on the held-out one. A triple that only shines on the log it is scored on cannot be chosen.
+
+With shaken replicas every table is of means over the replicas stored for a (configuration, log),
+leave-one-log-out chooses on those means, and the replica section pairs each configuration with
+EASY++ replica by replica (`replica_stats.paired_difference`): the difference's 95% CI and how
+many replicas it won, beside the mean p99 and max wait.
 """
 
 from __future__ import annotations
@@ -17,19 +22,21 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from hpcpredict.sim.replica_stats import mean_ci, paired_difference
+
 BASELINE_ORDER = ("EASY", "EASY-SJBF", "EASY++", "clairvoyant EASY", "clairvoyant EASY-SJBF")
 
 
 def learned_table(runs: pd.DataFrame) -> pd.DataFrame:
     """AVEbsld of every learned triple (rows) on every log (columns)."""
     learned = runs[runs["predictor"] == "learned"]
-    return learned.pivot_table(index="label", columns="log", values="ave_bsld", aggfunc="first")
+    return learned.pivot_table(index="label", columns="log", values="ave_bsld", aggfunc="mean")
 
 
 def baseline_table(runs: pd.DataFrame) -> pd.DataFrame:
     """AVEbsld of every baseline (rows, known ones first) on every log (columns)."""
     baselines = runs[runs["predictor"] != "learned"]
-    table = baselines.pivot_table(index="label", columns="log", values="ave_bsld", aggfunc="first")
+    table = baselines.pivot_table(index="label", columns="log", values="ave_bsld", aggfunc="mean")
     order = [b for b in BASELINE_ORDER if b in table.index]
     order += sorted(label for label in table.index if label not in order)
     return table.loc[order]
@@ -74,6 +81,47 @@ def leave_one_log_out(table: pd.DataFrame) -> list[LooChoice]:
     return choices
 
 
+def replica_summary(
+    runs: pd.DataFrame, labels: list[str], reference: str = "EASY++"
+) -> pd.DataFrame:
+    """Per (configuration, log): replicas, AVEbsld mean and 95% CI, mean p99 and max wait (h),
+    and the paired difference of AVEbsld and max wait against `reference` on the same replicas."""
+    if "replica" not in runs:  # runs of a single replay
+        runs = runs.assign(replica=0)
+    rows = []
+    for (label, log), group in runs[runs["label"].isin(labels)].groupby(["label", "log"], sort=False):
+        group = group.sort_values("replica")
+        estimate = mean_ci(group["ave_bsld"].to_numpy())
+        row: dict[str, object] = {
+            "configuration": label, "log": log, "replicas": len(group),
+            "AVEbsld": estimate.mean, "CI low": estimate.ci_low, "CI high": estimate.ci_high,
+            # runs stored before p99 wait was measured have none
+            "p99 wait h": group["m_p99_wait_s"].mean() / 3600 if "m_p99_wait_s" in group else np.nan,
+            "max wait h": group["m_max_wait_s"].mean() / 3600 if "m_max_wait_s" in group else np.nan,
+        }
+        others = runs[(runs["label"] == reference) & (runs["log"] == log)]
+        paired = group.merge(others, on="replica", suffixes=("", "_ref"))
+        if label != reference and len(paired):
+            for metric, name in (("ave_bsld", "AVEbsld"), ("m_max_wait_s", "max wait")):
+                if metric not in paired:
+                    continue
+                difference = paired_difference(paired[metric].to_numpy(),
+                                               paired[f"{metric}_ref"].to_numpy())
+                row[f"{name} vs {reference}"] = _relative_ci(difference)
+                if metric == "ave_bsld":
+                    row[f"wins vs {reference}"] = f"{difference.wins}/{difference.n}"
+        rows.append(row)
+    return pd.DataFrame(rows).set_index(["configuration", "log"]) if rows else pd.DataFrame()
+
+
+def _relative_ci(difference) -> str:  # type: ignore[no-untyped-def]
+    if difference.n < 2:
+        return f"{difference.relative:+.1%}"
+    mark = " *" if difference.significant else ""
+    return (f"{difference.relative:+.1%} [{difference.relative_ci_low:+.1%}, "
+            f"{difference.relative_ci_high:+.1%}]{mark}")
+
+
 def log_correlations(table: pd.DataFrame) -> pd.DataFrame:
     """Pearson correlation of triples' AVEbsld between each pair of logs."""
     return table.dropna().corr(method="pearson")
@@ -96,8 +144,11 @@ def write_report(runs: pd.DataFrame, out_dir: Path, title: str) -> list[Path]:
     save_csv(baselines, "baselines.csv")
     save_csv(learned, "learned.csv")
     lines = [f"# {title}", ""]
-    lines += [f"{len(runs):,} runs on {len(logs)} logs; total simulation time "
-              f"{runs['wall_time_s'].sum() / 3600:.2f} h (one core each).", ""]
+    replicas = int(runs["replica"].max()) + 1 if "replica" in runs and len(runs) else 1
+    lines += [f"{len(runs):,} runs on {len(logs)} logs, up to {replicas} replica(s) each; total "
+              f"simulation time {runs['wall_time_s'].sum() / 3600:.2f} h (one core each)."]
+    lines += ["Every AVEbsld below is the mean over the replicas stored." if replicas > 1 else
+              "One replay per configuration: differences below ~20% may be chaos, not effect.", ""]
     lines += ["## Baselines and learned triples per log (AVEbsld)", ""]
     per_log = pd.DataFrame(index=[*baselines.index, "best learned", "worst learned", "best triple",
                                   "worst triple"], columns=logs, dtype=object)
@@ -125,6 +176,19 @@ def write_report(runs: pd.DataFrame, out_dir: Path, title: str) -> list[Path]:
         lines += ["## Leave-one-log-out selection", "",
                   "For each log, the triple with the lowest summed AVEbsld on the other logs, "
                   "scored on that log.", "", _markdown(loo), ""]
+        chosen = sorted({choice.triple for choice in choices})
+    else:
+        chosen = []
+    best = [str(learned[log].dropna().idxmin()) for log in learned.columns if learned[log].notna().any()]
+    summary = replica_summary(runs, list(dict.fromkeys([*baselines.index, *chosen, *best])))
+    if not summary.empty:
+        save_csv(summary, "replicas.csv")
+        lines += ["## Means over replicas, paired against EASY++", "",
+                  "AVEbsld mean and its 95% Student-t CI over the replicas; waits are means over "
+                  "the replicas, in hours; 'vs EASY++' is the paired relative difference with its "
+                  "95% CI (* = the CI excludes 0) and the replicas won.", "",
+                  _markdown(summary.reset_index()), ""]
+    if learned.shape[1] >= 2 and not learned.dropna().empty:
         correlation = log_correlations(learned)
         save_csv(correlation, "correlation.csv")
         lines += ["## Pearson correlation of triples' AVEbsld between logs", "",

@@ -5,6 +5,9 @@ for a shared campaign). A row is written only when its run has finished, in its 
 transaction, with the cell's key as primary key: a run is either stored whole or absent, a
 campaign resumed after a kill recomputes only what was in flight, and a result can never be
 stored twice.
+
+Stores written before replicas existed lack the `replica`, `shake_s` and `seed` columns; they are
+added on open (their rows are replica 0, the log itself), so old results stay usable.
 """
 
 from __future__ import annotations
@@ -14,7 +17,7 @@ import time
 from collections.abc import Iterable
 
 import pandas as pd
-from sqlalchemy import Float, Integer, String, Text, create_engine, select
+from sqlalchemy import Float, Integer, String, Text, create_engine, inspect, select, text
 from sqlalchemy.engine import Engine
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column
@@ -33,6 +36,9 @@ class RunRow(Base):
     campaign: Mapped[str] = mapped_column(String(200), index=True)
     log: Mapped[str] = mapped_column(String(200), index=True)
     label: Mapped[str] = mapped_column(String(400))
+    replica: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
+    shake_s: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    seed: Mapped[int | None] = mapped_column(Integer, nullable=True)
     scheduler: Mapped[str] = mapped_column(String(40))
     predictor: Mapped[str] = mapped_column(String(40))
     correction: Mapped[str] = mapped_column(String(40))
@@ -56,6 +62,21 @@ class CampaignStore:
         self.url = url
         self.engine: Engine = create_engine(url)
         Base.metadata.create_all(self.engine)
+        self._add_replica_columns()
+
+    def _add_replica_columns(self) -> None:
+        """Bring a store from before replicas up to date (every old row is replica 0)."""
+        present = {column["name"] for column in inspect(self.engine).get_columns("campaign_runs")}
+        missing = [
+            (name, ddl)
+            for name, ddl in (("replica", "INTEGER NOT NULL DEFAULT 0"), ("shake_s", "INTEGER"),
+                              ("seed", "INTEGER"))
+            if name not in present
+        ]
+        if missing:
+            with self.engine.begin() as connection:
+                for name, ddl in missing:
+                    connection.execute(text(f"ALTER TABLE campaign_runs ADD COLUMN {name} {ddl}"))
 
     def close(self) -> None:
         self.engine.dispose()
@@ -72,6 +93,9 @@ class CampaignStore:
             campaign=campaign,
             log=cell.log.name,
             label=cell.label,
+            replica=cell.replica,
+            shake_s=cell.shake_s if cell.replica else None,
+            seed=cell.seed if cell.replica else None,
             scheduler=cell.spec.scheduler,
             predictor=cell.spec.predictor,
             correction=cell.spec.correction,
