@@ -10,69 +10,23 @@ original request when job_submit.lua marked the job (admin_comment), and the job
 lowered_kill=1 when SLURM killed it at a limit below that request (its runtime is then only a
 lower bound: hpcpredict/daemon/learning.py decides what is learned from it).
 
-Settings: hpcpredict_slurm.conf beside this script (same file as job_submit.lua):
+Needs hpcpredict_common.lua beside it. Settings: hpcpredict_slurm.conf beside this script (the
+same file as job_submit.lua's; see hpcpredict_common.lua):
   socket=/run/hpcpredict/hpcpredict.sock
   timeout_ms=300
   spool=/var/spool/hpcpredict/jobcomp.spool
 ]]
 
-local DEFAULTS = {
-	socket = "/run/hpcpredict/hpcpredict.sock",
-	timeout_ms = "300",
-	spool = "/var/spool/hpcpredict/jobcomp.spool",
-	mode = "lower",
-	enabled = "1",
-}
+local HERE = debug.getinfo(1, "S").source:match("^@(.*/)") or "./"
+local loaded, common = pcall(dofile, HERE .. "hpcpredict_common.lua")
+local SETTINGS = loaded and common.read_settings(HERE, nil) or nil
 local JOB_TIMEOUT = 6 -- enum job_states: 3 complete, 4 cancelled, 5 failed, 6 timeout, ...
 local STATE_NAMES = {
 	[3] = "COMPLETED", [4] = "CANCELLED", [5] = "FAILED", [6] = "TIMEOUT", [7] = "NODE_FAIL",
 	[8] = "PREEMPTED", [9] = "BOOT_FAIL", [10] = "DEADLINE", [11] = "OUT_OF_MEMORY",
 }
 
-local function read_settings()
-	local settings = {}
-	for key, value in pairs(DEFAULTS) do
-		settings[key] = value
-	end
-	local dir = debug.getinfo(1, "S").source:match("^@(.*/)") or "./"
-	local file = io.open(dir .. "hpcpredict_slurm.conf", "r")
-	if file then
-		for line in file:lines() do
-			local key, value = line:match("^%s*([%w_]+)%s*=%s*(.-)%s*$")
-			if key and DEFAULTS[key] then
-				settings[key] = value
-			end
-		end
-		file:close()
-	end
-	settings.timeout_s = (tonumber(settings.timeout_ms) or 300) / 1000
-	return settings
-end
-
-local SETTINGS = read_settings()
--- luasocket's Unix sockets: socket.unix() in 3.0, require("socket.unix").stream() in 3.1.
-local unix_ok, unix = pcall(require, "socket.unix")
-
-local function unix_stream()
-	if type(unix) == "table" and unix.stream then
-		return unix.stream()
-	end
-	return unix()
-end
-
-local function number(value)
-	local n = tonumber(value)
-	if n == nil or n >= 4294967294 then -- NO_VAL / INFINITE
-		return nil
-	end
-	return n
-end
-
-local function encode(text)
-	return (tostring(text):gsub("[^%w%-%._~]", function(c)
-		return string.format("%%%02X", string.byte(c))
-	end))
-end
+local number = loaded and common.number or tonumber
 
 local function report_line(job)
 	local state_code = (number(job.job_state) or 0) % 256
@@ -102,37 +56,21 @@ local function report_line(job)
 		line = line .. string.format(" gid=%d", job.group_id)
 	end
 	if job.partition then
-		line = line .. " partition=" .. encode(job.partition)
-	end
-	local prediction_s = tonumber(comment:match("prediction_s=(%d+)"))
-	if prediction_s then
-		line = line .. string.format(" predicted=%d", prediction_s)
+		line = line .. " partition=" .. common.encode(job.partition)
 	end
 	return line .. "\n"
 end
 
 local function send(line)
-	if not unix_ok then
-		return false, "luasocket with socket.unix is not installed"
-	end
-	local connection = unix_stream()
-	connection:settimeout(SETTINGS.timeout_s, "t")
-	local ok, err = connection:connect(SETTINGS.socket)
-	if ok then
-		ok, err = connection:send(line)
-	end
-	local answer
-	if ok then
-		answer, err = connection:receive("*l")
-	end
-	connection:close()
+	local answer, why = common.exchange(SETTINGS, line)
 	if not answer then
-		return false, tostring(err)
+		return false, why
 	end
-	if answer:match("^OK") then
+	local status, fields = common.parse_answer(answer)
+	if status == "OK" then
 		return true
 	end
-	if answer:match("^ERR bad_request") or answer:match("^ERR missing_field") then
+	if status == "ERR" and (fields.code == "bad_request" or fields.code == "missing_field") then
 		return true, answer -- would be refused again from the spool: log it, do not keep it
 	end
 	return false, answer
@@ -166,6 +104,10 @@ local function report(job)
 end
 
 function slurm_jobcomp_log_record(job)
+	if not loaded then
+		slurm.log_error("hpcpredict: job %s not reported: cannot load %shpcpredict_common.lua: %s", tostring(job.job_id), HERE, tostring(common))
+		return slurm.SUCCESS
+	end
 	local ok, err = pcall(report, job)
 	if not ok then
 		slurm.log_error("hpcpredict: job completion report failed: %s", tostring(err))

@@ -94,6 +94,9 @@ class SlurmCluster:
             shutil.copy(self.job_submit_lua, self.dir / "job_submit.lua")
         if self.jobcomp_lua is not None:
             shutil.copy(self.jobcomp_lua, self.dir / "jobcomp.lua")
+        for script in (self.job_submit_lua, self.jobcomp_lua):  # both load it from their folder
+            if script is not None:
+                shutil.copy(script.parent / "hpcpredict_common.lua", self.dir / "hpcpredict_common.lua")
         for name, text in self.extra_files.items():
             (self.dir / name).write_text(text)
         self.conf.write_text(self._config())

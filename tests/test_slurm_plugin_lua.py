@@ -10,7 +10,7 @@ import socket
 import subprocess
 import tempfile
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -70,7 +70,7 @@ pytestmark = pytest.mark.skipif(
 def plugin_dir() -> Iterator[Path]:
     """A copy of slurm-plugin/ (the scripts read their settings file beside themselves)."""
     path = Path(tempfile.mkdtemp(prefix="hpl"))
-    for name in ("job_submit.lua", "jobcomp.lua"):
+    for name in ("job_submit.lua", "jobcomp.lua", "hpcpredict_common.lua"):
         shutil.copy(PLUGIN_DIR / name, path / name)
     (path / "driver.lua").write_text(DRIVER)
     yield path
@@ -171,8 +171,10 @@ def test_a_hung_daemon_costs_at_most_the_timeout(plugin_dir: Path) -> None:
     assert any("no answer" in log for log in result["logs"])
 
 
-def test_a_garbage_answer_passes_untouched(plugin_dir: Path) -> None:
-    path = str(plugin_dir / "garbage.sock")
+def answering(plugin_dir: Path, line: bytes) -> tuple[str, Callable[[], None]]:
+    """A one-shot fake daemon on a socket in `plugin_dir` answering `line`; returns its path
+    and a function that stops it."""
+    path = str(plugin_dir / "fake.sock")
     server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     server.bind(path)
     server.listen(1)
@@ -180,17 +182,48 @@ def test_a_garbage_answer_passes_untouched(plugin_dir: Path) -> None:
     def answer() -> None:
         connection, _ = server.accept()
         connection.recv(4096)
-        connection.sendall(b"OK prediction=-5 or maybe not\n")
+        connection.sendall(line)
         connection.close()
 
     thread = threading.Thread(target=answer)
     thread.start()
+
+    def stop() -> None:
+        thread.join(5)
+        server.close()
+
+    return path, stop
+
+
+def test_the_answer_is_read_by_key_whatever_the_order(plugin_dir: Path) -> None:
+    path, stop = answering(plugin_dir, b"OK model=trained users=3 prediction=600 source=learned\n")
     try:
         settings(plugin_dir, socket=path)
         result = submit(plugin_dir)
     finally:
-        thread.join(5)
-        server.close()
+        stop()
+    assert result["time_limit"] == "10"  # 600 s
+    assert "prediction_s=600" in str(result["admin_comment"])
+
+
+def test_without_the_common_file_every_job_passes_untouched(plugin_dir: Path, daemon: Running) -> None:
+    (plugin_dir / "hpcpredict_common.lua").unlink()
+    settings(plugin_dir, socket=daemon.config.socket)
+    result = submit(plugin_dir)
+    assert result["rc"] == "0" and result["time_limit"] == "60" and result["admin_comment"] == "nil"
+    assert any("hpcpredict_common.lua" in log for log in result["logs"])
+    finished_job = run_lua(plugin_dir, "jobcomp.lua", "comp", **finished(job_id=77))
+    assert finished_job["rc"] == "0"
+    assert any("hpcpredict_common.lua" in log for log in finished_job["logs"])
+
+
+def test_a_garbage_answer_passes_untouched(plugin_dir: Path) -> None:
+    path, stop = answering(plugin_dir, b"OK prediction=-5 or maybe not\n")
+    try:
+        settings(plugin_dir, socket=path)
+        result = submit(plugin_dir)
+    finally:
+        stop()
     assert result["time_limit"] == "60" and result["admin_comment"] == "nil"
     assert any("unexpected answer" in log for log in result["logs"])
 
