@@ -42,6 +42,7 @@ def test_paired_difference_by_hand() -> None:
     # t = -2 / (1/sqrt 3) = -3.4641 on 2 df: two-sided p = 0.0742
     assert difference.p_value == pytest.approx(0.07417990022744853, rel=1e-6)
     assert not difference.significant  # -2 +- 2.48 includes 0
+    assert difference.sign_p_value == pytest.approx(0.25)  # 3 wins of 3: 2 * 0.5**3
     assert "NOT significant" in describe_change("AVEbsld", difference)
 
 
@@ -59,3 +60,12 @@ def test_a_consistent_improvement_is_significant() -> None:
 def test_pairs_must_match() -> None:
     with pytest.raises(ValueError, match="same replicas"):
         paired_difference([1.0, 2.0], [1.0])
+
+
+def test_one_wild_replica_widens_the_t_interval_but_not_the_sign_test() -> None:
+    baseline = [200.0, 210.0, 190.0, 205.0, 195.0, 4000.0, 200.0, 210.0, 190.0, 205.0]
+    learned = [40.0, 38.0, 36.0, 41.0, 39.0, 37.0, 40.0, 35.0, 38.0, 39.0]
+    difference = paired_difference(learned, baseline)
+    assert difference.wins == 10 and not difference.significant  # t: the wild replica dominates
+    assert difference.sign_p_value == pytest.approx(2 * 0.5**10)
+    assert "sign test p=0.002" in describe_change("AVEbsld", difference)

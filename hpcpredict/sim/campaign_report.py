@@ -110,6 +110,7 @@ def replica_summary(
                 row[f"{name} vs {reference}"] = _relative_ci(difference)
                 if metric == "ave_bsld":
                     row[f"wins vs {reference}"] = f"{difference.wins}/{difference.n}"
+                    row["sign test p"] = difference.sign_p_value
         rows.append(row)
     return pd.DataFrame(rows).set_index(["configuration", "log"]) if rows else pd.DataFrame()
 
@@ -180,14 +181,17 @@ def write_report(runs: pd.DataFrame, out_dir: Path, title: str) -> list[Path]:
     else:
         chosen = []
     best = [str(learned[log].dropna().idxmin()) for log in learned.columns if learned[log].notna().any()]
-    summary = replica_summary(runs, list(dict.fromkeys([*baselines.index, *chosen, *best])))
+    labels = list(dict.fromkeys([*baselines.index, *chosen, *best]))
+    summary = replica_summary(runs, labels)
     if not summary.empty:
+        order = sorted(summary.index, key=lambda key: (logs.index(key[1]), labels.index(key[0])))
+        summary = summary.loc[order]
         save_csv(summary, "replicas.csv")
         lines += ["## Means over replicas, paired against EASY++", "",
                   "AVEbsld mean and its 95% Student-t CI over the replicas; waits are means over "
                   "the replicas, in hours; 'vs EASY++' is the paired relative difference with its "
                   "95% CI (* = the CI excludes 0) and the replicas won.", "",
-                  _markdown(summary.reset_index()), ""]
+                  _markdown(summary.reset_index().set_index("log")), ""]
     if learned.shape[1] >= 2 and not learned.dropna().empty:
         correlation = log_correlations(learned)
         save_csv(correlation, "correlation.csv")

@@ -7,6 +7,12 @@ d_r = metric(A, r) - metric(B, r): their mean, a two-sided 95% Student-t confide
 (scipy.stats.ttest_rel; docs/evaluation.md says why t rather than a bootstrap at N = 10), and how
 many replicas A won. A difference is called significant when its interval excludes zero. Lower is
 better for every metric we compare (bounded slowdown, waits).
+
+Bounded slowdown has heavy tails: one replica in which a wide job starves can multiply a mean by
+twenty (EASY++ on CEA-Curie, docs/results.md), and then the t interval is wide whatever the other
+replicas say. So the exact two-sided sign test on the wins and losses (`scipy.stats.binomtest`,
+ties left out) is reported beside it: it uses only which member of each pair was lower, and no
+single replica can dominate it.
 """
 
 from __future__ import annotations
@@ -48,7 +54,8 @@ class PairedDifference:
     wins: int  # replicas where the value is below the baseline's
     losses: int  # replicas where it is above
     n: int
-    p_value: float
+    p_value: float  # paired t test
+    sign_p_value: float  # exact two-sided sign test on wins and losses
 
     @property
     def significant(self) -> bool:
@@ -88,6 +95,8 @@ def paired_difference(
         p_value = float(stats.ttest_rel(a, b).pvalue)
     else:  # one replica, or the same difference on every replica: no spread to test against
         p_value = math.nan
+    wins, losses = int(np.sum(differences < 0)), int(np.sum(differences > 0))
+    sign_p_value = float(stats.binomtest(wins, wins + losses).pvalue) if wins + losses else math.nan
     scale = float(b.mean())
     relative = (lambda x: x / scale) if scale else (lambda x: math.nan)
     return PairedDifference(
@@ -97,26 +106,29 @@ def paired_difference(
         relative=relative(estimate.mean),
         relative_ci_low=relative(estimate.ci_low),
         relative_ci_high=relative(estimate.ci_high),
-        wins=int(np.sum(differences < 0)),
-        losses=int(np.sum(differences > 0)),
+        wins=wins,
+        losses=losses,
         n=int(a.size),
         p_value=p_value,
+        sign_p_value=sign_p_value,
     )
 
 
 def describe_change(name: str, difference: PairedDifference) -> str:
     """One plain sentence, e.g. 'AVEbsld -23.1% (95% CI -25.0% to -21.2%; lower on 10 of 10
-    replicas): significantly lower'."""
+    replicas, sign test p=0.002): significantly lower'."""
     if difference.n < 2:
         return f"{name} {difference.relative:+.1%} (one replay: no confidence interval)"
     if not difference.significant:
         verdict = "NOT significant (the CI includes 0)"
     else:
         verdict = "significantly " + ("lower" if difference.ci_high < 0 else "higher")
+    sign = ("" if math.isnan(difference.sign_p_value)
+            else f", sign test p={difference.sign_p_value:.2g}")
     return (
         f"{name} {difference.relative:+.1%} (95% CI {difference.relative_ci_low:+.1%} to "
         f"{difference.relative_ci_high:+.1%}; lower on {difference.wins} of {difference.n} "
-        f"replicas): {verdict}"
+        f"replicas{sign}): {verdict}"
     )
 
 
