@@ -261,20 +261,6 @@ class SwfLog:
     blank_lines: list[int] = field(default_factory=list)
 
 
-def open_swf(path: str | os.PathLike[str]) -> TextIO:
-    """Open an SWF file for reading as text, gunzipping it when it is gzip-compressed.
-
-    Compression is detected from the file's first bytes, not its name, so a mislabelled file
-    still reads.
-    """
-    raw = open(path, "rb")  # noqa: SIM115 - ownership passes to the returned stream
-    try:
-        return _text_stream(_decompressed(raw))
-    except BaseException:
-        raw.close()
-        raise
-
-
 def _decompressed(raw: io.BufferedReader) -> IO[bytes]:
     if raw.peek(len(_GZIP_MAGIC))[: len(_GZIP_MAGIC)] == _GZIP_MAGIC:
         return gzip.GzipFile(fileobj=raw, mode="rb")

@@ -49,7 +49,7 @@ import os
 import tomllib
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
@@ -354,7 +354,3 @@ def _drain(
             for next_cell in itertools.islice(queue, 1):
                 running[submit(next_cell)] = next_cell
 
-
-def describe(cell: Cell) -> dict[str, Any]:
-    """The columns a stored run carries besides its metrics."""
-    return {"log": cell.log.name, "label": cell.label, "replica": cell.replica, **asdict(cell.spec)}
