@@ -17,9 +17,9 @@ from tqdm import tqdm
 from hpcpredict.learn import parse_loss
 from hpcpredict.sim.corrections import CORRECTIONS
 from hpcpredict.sim.metrics import compute_metrics, metrics_table, replica_table
-from hpcpredict.sim.replica_stats import describe_change, mean_ci, paired_difference
+from hpcpredict.sim.replica_stats import describe_change
 from hpcpredict.sim.output import write_jobs_csv, write_result_swf
-from hpcpredict.sim.runner import PREDICTORS, RunSpec, run, run_replicated
+from hpcpredict.sim.runner import COMPARED_METRICS, PREDICTORS, RunSpec, run, run_replicated
 from hpcpredict.sim.schedulers import SCHEDULERS
 from hpcpredict.sim.shaking import DEFAULT_SEED, DEFAULT_SHAKE_S
 from hpcpredict.swf import SwfFormatError
@@ -352,11 +352,7 @@ def simulate(
         write_result_swf(output, main_result, notes=[f"hpcpredict simulate: {spec.label}"])
     if csv_path is not None:
         write_jobs_csv(csv_path, main_result, workload_name=workload.name)
-    comparison = (
-        {metric: paired_difference(runs.values(0, metric), runs.values(1, metric))
-         for metric, _ in _COMPARED}
-        if len(specs) > 1 else {}
-    )
+    comparison = runs.compare(0, 1) if len(specs) > 1 else {}
     if as_json:
         payload = {
             **_workload_summary(workload),
@@ -364,26 +360,7 @@ def simulate(
             "replicas": replicas,
             "shake_s": shake_s,
             "seed": seed,
-            "runs": [
-                {
-                    "label": each.label,
-                    "settings": each.to_dict(),
-                    "metrics": runs.metrics[position][0].to_dict(),
-                    "wall_time_s": round(runs.wall_time_s[position][0], 3),
-                    **(
-                        {
-                            "replicas": [m.to_dict() for m in runs.metrics[position]],
-                            "replica_wall_time_s": [round(t, 3) for t in runs.wall_time_s[position]],
-                            "summary": {
-                                metric: mean_ci(runs.values(position, metric)).to_dict()
-                                for metric in _SUMMARISED
-                            },
-                        }
-                        if replicas > 1 else {}
-                    ),
-                }
-                for position, each in enumerate(specs)
-            ],
+            "runs": [runs.to_dict(position) for position in range(len(specs))],
         }
         if comparison:
             payload["comparison"] = {
@@ -413,21 +390,13 @@ def simulate(
             click.echo(line)
     if comparison:
         click.echo("\nChange against EASY with the users' requested times:")
-        for metric, name in _COMPARED:
-            click.echo(f"  {describe_change(name, comparison[metric])}")
+        for metric, difference in comparison.items():
+            click.echo(f"  {describe_change(COMPARED_METRICS[metric], difference)}")
         if replicas == 1:
             click.echo("  (one replay proves little: --replicas 10 gives confidence intervals)")
     for path in (output, csv_path):
         if path is not None:
             click.echo(f"wrote {path}" + (" (replica 0: the log as it is)" if replicas > 1 else ""))
-
-
-# Metrics compared pairwise against the baseline, and summarised per configuration.
-_COMPARED = (("ave_bsld", "AVEbsld"), ("p99_wait_s", "p99 wait"), ("max_wait_s", "max wait"))
-_SUMMARISED = (
-    "ave_bsld", "p99_bsld", "mean_wait_s", "p99_wait_s", "max_wait_s", "worst_user_mean_bsld",
-    "under_prediction_rate", "corrections_per_job",
-)
 
 
 def _check_output_folder(folder: Path) -> None:

@@ -28,6 +28,7 @@ from hpcpredict.predictors import (
 )
 from hpcpredict.sim.corrections import CORRECTIONS
 from hpcpredict.sim.metrics import Metrics, compute_metrics
+from hpcpredict.sim.replica_stats import PairedDifference, mean_ci, paired_difference
 from hpcpredict.sim.schedulers import SCHEDULERS
 from hpcpredict.sim.shaking import DEFAULT_SEED, DEFAULT_SHAKE_S, replica
 from hpcpredict.sim.simulation import ProgressCallback, SimulationResult, simulate
@@ -144,6 +145,42 @@ class ReplicatedRuns:
     def values(self, configuration: int, metric: str) -> list[float]:
         """One metric of one configuration, replica by replica."""
         return [float(getattr(m, metric)) for m in self.metrics[configuration]]
+
+    def compare(self, configuration: int, baseline: int) -> dict[str, PairedDifference]:
+        """Paired differences of the compared metrics (COMPARED_METRICS), replica by replica."""
+        return {
+            metric: paired_difference(self.values(configuration, metric),
+                                      self.values(baseline, metric))
+            for metric in COMPARED_METRICS
+        }
+
+    def to_dict(self, configuration: int) -> dict[str, object]:
+        """One configuration as JSON-ready data: replica 0's metrics (a plain replay's), and with
+        several replicas every replica's metrics and the summary of SUMMARISED_METRICS."""
+        data: dict[str, object] = {
+            "label": self.specs[configuration].label,
+            "settings": self.specs[configuration].to_dict(),
+            "metrics": self.metrics[configuration][0].to_dict(),
+            "wall_time_s": round(self.wall_time_s[configuration][0], 3),
+        }
+        if self.replicas > 1:
+            data["replicas"] = [m.to_dict() for m in self.metrics[configuration]]
+            data["replica_wall_time_s"] = [round(t, 3) for t in self.wall_time_s[configuration]]
+            data["summary"] = {
+                metric: mean_ci(self.values(configuration, metric)).to_dict()
+                for metric in SUMMARISED_METRICS
+            }
+        return data
+
+
+# Lower is better for each; compared pairwise against a baseline, with their names in verdicts.
+COMPARED_METRICS: dict[str, str] = {
+    "ave_bsld": "AVEbsld", "p99_wait_s": "p99 wait", "max_wait_s": "max wait",
+}
+SUMMARISED_METRICS: tuple[str, ...] = (
+    "ave_bsld", "p99_bsld", "mean_wait_s", "p99_wait_s", "max_wait_s", "worst_user_mean_bsld",
+    "under_prediction_rate", "corrections_per_job",
+)
 
 
 RunProgress = Callable[[int], None]  # absolute number of job-runs done over all the runs
