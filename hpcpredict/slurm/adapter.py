@@ -83,8 +83,17 @@ def run_command(command: Sequence[str], timeout_s: float) -> subprocess.Complete
     except subprocess.TimeoutExpired as error:
         raise SlurmError(f"{' '.join(command)}: no answer in {timeout_s:g} s") from error
     if done.returncode != 0:
-        raise SlurmError(f"{' '.join(command)} failed (exit {done.returncode}): {done.stderr.strip()}")
+        raise SlurmError(f"{_program(command)} failed (exit {done.returncode}): {done.stderr.strip()}")
     return done
+
+
+def _program(command: Sequence[str]) -> str:
+    """The program a command runs, past an `env VAR=value` prefix: its options (sacct's run to
+    300 characters) would bury the error the admin needs to read."""
+    words = list(command)
+    if words and words[0] == "env":
+        words = [word for word in words[1:] if "=" not in word or word.startswith("-")]
+    return words[0] if words else "(empty command)"
 
 
 class CliBackend:
