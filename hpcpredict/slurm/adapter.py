@@ -88,12 +88,19 @@ def run_command(command: Sequence[str], timeout_s: float) -> subprocess.Complete
 
 
 def _program(command: Sequence[str]) -> str:
-    """The program a command runs, past an `env VAR=value` prefix: its options (sacct's run to
-    300 characters) would bury the error the admin needs to read."""
+    """The command as an error names it: whole when short (``scontrol update JobId=7
+    TimeLimit=5`` says which job), the program alone when long (sacct's options run to 300
+    characters and would bury the error the admin needs to read), past any `env VAR=value`."""
     words = list(command)
     if words and words[0] == "env":
         words = [word for word in words[1:] if "=" not in word or word.startswith("-")]
-    return words[0] if words else "(empty command)"
+    if not words:
+        return "(empty command)"
+    text = " ".join(words)
+    return text if len(text) <= _SHORT_COMMAND_CHARS else words[0]
+
+
+_SHORT_COMMAND_CHARS = 80  # one terminal line with the error after it
 
 
 class CliBackend:
