@@ -15,6 +15,7 @@ import click
 from tqdm import tqdm
 
 from hpcpredict.learn import parse_loss
+from hpcpredict.outputs import OutputPathError, check_output_dir
 from hpcpredict.sim.corrections import CORRECTIONS
 from hpcpredict.sim.metrics import compute_metrics, metrics_table, replica_table
 from hpcpredict.sim.replica_stats import describe_change
@@ -87,8 +88,18 @@ def _load(log: Path, procs: int | None, lenient: bool) -> Workload:
         with _bar(log.stat().st_size, "B", f"reading {log.name}") as update:
             return load_workload(log, machine_procs=procs, lenient=lenient, progress=update)
     except (SwfFormatError, WorkloadError) as error:
-        hint = "" if lenient or not isinstance(error, SwfFormatError) else " (--lenient skips bad lines)"
+        # --lenient skips a bad *line*: no help for a corrupt .gz or an empty file.
+        hint = (" (--lenient skips bad lines)"
+                if isinstance(error, SwfFormatError) and not lenient and error.skippable else "")
         raise click.ClickException(f"{error}{hint}") from None
+
+
+def _check_dir(folder: Path, option: str) -> None:
+    """An output folder checked before the long work (hpcpredict.outputs says why)."""
+    try:
+        check_output_dir(folder, what=option)
+    except OutputPathError as error:
+        raise click.ClickException(str(error)) from None
 
 
 def _workload_summary(workload: Workload) -> dict[str, object]:
@@ -169,11 +180,21 @@ _LOSS_HELP = (
 )
 
 
+def _check_loss(ctx: click.Context, param: click.Parameter, value: str) -> str:
+    """Refuse a bad --loss at parse time, so the error names the option (and comes before any work)."""
+    try:
+        parse_loss(value)
+    except ValueError as error:
+        raise click.BadParameter(str(error), ctx=ctx, param=param) from None
+    return value
+
+
 def _learning_options(command: Callable[..., None]) -> Callable[..., None]:
     """--loss, --eta, --lambda, --loss-unit, --negative: the learned predictor's constants (shared by several commands)."""
     for option in reversed(
         [
-            click.option("--loss", default=RunSpec.loss, show_default=True, help=_LOSS_HELP),
+            click.option("--loss", default=RunSpec.loss, show_default=True, help=_LOSS_HELP,
+                         callback=_check_loss),
             click.option(
                 "--eta",
                 type=float,
@@ -471,9 +492,13 @@ def predict_eval(
         ]
     except ValueError as error:
         raise click.BadParameter(str(error)) from None
+    if plot_dir is not None and not no_plots:
+        _check_dir(plot_dir, "--plots")
     workload = _load(log, procs, lenient)
     if not workload.jobs:
         raise click.ClickException(f"{log}: no job left after cleaning (see `hpcpredict info`)")
+    if plot_dir is None and not no_plots:
+        _check_dir(Path(f"predict-eval-{workload.name}"), "--plots")
     results = []
     for spec in specs:
         with _bar(len(workload.jobs), "job", spec.label) as update:

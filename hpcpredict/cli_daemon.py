@@ -285,7 +285,12 @@ def report(config_path: Path | None, db_url: str | None, since: str | None, out_
     requests vs AVE2), per-user bars, error over time. Reads the database only."""
     from hpcpredict.daemon.errors import judged_jobs
     from hpcpredict.daemon.views import write_report
+    from hpcpredict.outputs import OutputPathError, check_output_dir
 
+    try:
+        check_output_dir(out_dir, what="--out")
+    except OutputPathError as error:
+        raise click.ClickException(str(error)) from None
     store = _read_store(config_path, db_url)
     try:
         judged = judged_jobs(store, since_s=_since_s(since))
@@ -320,6 +325,7 @@ def slurm_convert(use_sacct: bool, starttime: str, endtime: str, jobcomp_file: P
     model trained on the output meets the live users.
     """
     from hpcpredict.daemon.views import ViewError
+    from hpcpredict.outputs import OutputPathError, check_output_file
     from hpcpredict.slurm.convert import (
         ConvertError,
         read_jobcomp_filetxt,
@@ -331,6 +337,10 @@ def slurm_convert(use_sacct: bool, starttime: str, endtime: str, jobcomp_file: P
 
     if use_sacct + (jobcomp_file is not None) + (db_url is not None) != 1:
         raise click.UsageError("give exactly one source: --sacct, --jobcomp FILE or --db URL")
+    try:
+        check_output_file(output, what="-o/--output")
+    except OutputPathError as error:
+        raise click.ClickException(str(error)) from None
     try:
         if jobcomp_file is not None:
             source, jobs = jobcomp_file.name, list(read_jobcomp_filetxt(jobcomp_file))

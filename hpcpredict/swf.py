@@ -124,13 +124,22 @@ class SwfFormatError(ValueError):
     """A line of an SWF file that cannot be read, located precisely enough to fix it by hand.
 
     Attributes: `message` (what is wrong), `path` (as given, or None), `line_no` (1-based),
-    `field_no` (1-based SWF field number, or None when the whole line is at fault).
+    `field_no` (1-based SWF field number, or None when the whole line is at fault), `skippable`
+    (False when the fault is the whole file, e.g. corrupt gzip or no content, so that the CLI does
+    not suggest --lenient, which skips bad lines and cannot help there).
     """
 
     def __init__(
-        self, message: str, *, path: str | None, line_no: int, field_no: int | None = None
+        self,
+        message: str,
+        *,
+        path: str | None,
+        line_no: int,
+        field_no: int | None = None,
+        skippable: bool = True,
     ) -> None:
         self.message = message
+        self.skippable = skippable
         self.path = path
         self.line_no = line_no
         self.field_no = field_no
@@ -148,13 +157,18 @@ class SwfFormatError(ValueError):
 
     def __reduce__(self) -> tuple[object, ...]:
         # Keyword-only arguments defeat BaseException's default pickling; multiprocessing needs it.
-        return (_rebuild_error, (self.message, self.path, self.line_no, self.field_no))
+        return (
+            _rebuild_error,
+            (self.message, self.path, self.line_no, self.field_no, self.skippable),
+        )
 
 
 def _rebuild_error(
-    message: str, path: str | None, line_no: int, field_no: int | None
+    message: str, path: str | None, line_no: int, field_no: int | None, skippable: bool = True
 ) -> SwfFormatError:
-    return SwfFormatError(message, path=path, line_no=line_no, field_no=field_no)
+    return SwfFormatError(
+        message, path=path, line_no=line_no, field_no=field_no, skippable=skippable
+    )
 
 
 @dataclass(frozen=True)
@@ -341,14 +355,20 @@ class SwfReader:
             raise self._gzip_error(error, line_no + 1) from error
         if line_no == len(self.blank_lines):  # not one byte of content
             raise SwfFormatError(
-                "empty file: no header and no job lines", path=self.path, line_no=max(line_no, 1)
+                "empty file: no header and no job lines",
+                path=self.path,
+                line_no=max(line_no, 1),
+                skippable=False,
             )
         header = parse_header(comment_lines, path=self.path, line_nos=comment_line_nos)
         return header, first_job_line, line_no
 
     def _gzip_error(self, error: Exception, line_no: int) -> SwfFormatError:
         return SwfFormatError(
-            f"corrupt or truncated gzip data ({error})", path=self.path, line_no=line_no
+            f"corrupt or truncated gzip data ({error})",
+            path=self.path,
+            line_no=line_no,
+            skippable=False,
         )
 
     def _iter_records(self, first_job_line: str | None, first_line_no: int) -> Iterator[SwfRecord]:

@@ -38,6 +38,7 @@ from sqlalchemy import select
 from hpcpredict.daemon import user_errors
 from hpcpredict.daemon.config import DaemonConfig, parse_host_port
 from hpcpredict.daemon.handlers import Handlers
+from hpcpredict.daemon.paths import state_dir
 from hpcpredict.daemon.protocol import (
     MAX_LINE_BYTES,
     PROTOCOL_VERSION,
@@ -155,7 +156,7 @@ class Daemon:
     # ------------------------------------------------------------------ the socket
     async def _start_socket(self, path: Path) -> asyncio.AbstractServer:
         _clear_stale_socket(path)
-        path.parent.mkdir(parents=True, exist_ok=True)
+        _socket_folder(path)
         loop = asyncio.get_running_loop()
         previous = os.umask(0o177)  # private from the first instant; chmod below widens it
         try:
@@ -416,6 +417,17 @@ def _int_or_error(text: str, what: str) -> int:
         return int(text)
     except ValueError:
         raise _HttpError(HTTPStatus.BAD_REQUEST, "bad_request", f"{what}: expected an integer, got {text!r}") from None
+
+
+def _socket_folder(path: Path) -> None:
+    """Create the socket's folder only when it is the default state directory: a mistyped
+    --socket must not make /nonexistent/ as root (systemd's RuntimeDirectory= makes /run/hpcpredict)."""
+    if path.parent.is_dir():
+        return
+    if path.parent != state_dir():
+        raise DaemonError(f"socket {path}: folder {path.parent} does not exist (create it, or use "
+                          "RuntimeDirectory= in the systemd unit)")
+    path.parent.mkdir(parents=True, exist_ok=True)
 
 
 def _clear_stale_socket(path: Path) -> None:

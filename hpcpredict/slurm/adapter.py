@@ -83,8 +83,24 @@ def run_command(command: Sequence[str], timeout_s: float) -> subprocess.Complete
     except subprocess.TimeoutExpired as error:
         raise SlurmError(f"{' '.join(command)}: no answer in {timeout_s:g} s") from error
     if done.returncode != 0:
-        raise SlurmError(f"{' '.join(command)} failed (exit {done.returncode}): {done.stderr.strip()}")
+        raise SlurmError(f"{_program(command)} failed (exit {done.returncode}): {done.stderr.strip()}")
     return done
+
+
+def _program(command: Sequence[str]) -> str:
+    """The command as an error names it: whole when short (``scontrol update JobId=7
+    TimeLimit=5`` says which job), the program alone when long (sacct's options run to 300
+    characters and would bury the error the admin needs to read), past any `env VAR=value`."""
+    words = list(command)
+    if words and words[0] == "env":
+        words = [word for word in words[1:] if "=" not in word or word.startswith("-")]
+    if not words:
+        return "(empty command)"
+    text = " ".join(words)
+    return text if len(text) <= _SHORT_COMMAND_CHARS else words[0]
+
+
+_SHORT_COMMAND_CHARS = 80  # one terminal line with the error after it
 
 
 class CliBackend:

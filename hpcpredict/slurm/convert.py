@@ -21,6 +21,7 @@ submission (``UnixStartTime``), read in the host's time zone (``TimeZoneString``
 from __future__ import annotations
 
 import os
+import shutil
 import re
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
@@ -134,6 +135,9 @@ def read_sacct(
     starttime: str, endtime: str = "now", *, runner: Runner = run_command
 ) -> Iterator[HistoryJob]:
     """The jobs that ended between `starttime` and `endtime` (sacct's time syntax)."""
+    if runner is run_command and shutil.which("sacct") is None:
+        # Checked here: through `env`, a missing sacct is env's exit 127 and a long command line.
+        raise ConvertError("sacct: command not found (install slurm-client, or use --jobcomp FILE)")
     try:
         output = runner(sacct_command(starttime, endtime), SACCT_TIMEOUT_S).stdout
     except SlurmError as error:
