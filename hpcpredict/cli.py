@@ -15,7 +15,7 @@ import click
 from tqdm import tqdm
 
 from hpcpredict.learn import parse_loss
-from hpcpredict.outputs import OutputPathError, check_output_dir
+from hpcpredict.outputs import OutputPathError, check_output_dir, check_output_file
 from hpcpredict.sim.corrections import CORRECTIONS
 from hpcpredict.sim.metrics import compute_metrics, metrics_table, replica_table
 from hpcpredict.sim.replica_stats import describe_change
@@ -98,6 +98,14 @@ def _check_dir(folder: Path, option: str) -> None:
     """An output folder checked before the long work (hpcpredict.outputs says why)."""
     try:
         check_output_dir(folder, what=option)
+    except OutputPathError as error:
+        raise click.ClickException(str(error)) from None
+
+
+def _check_file(path: Path, option: str) -> None:
+    """An output file checked before the long work (its folder must exist already)."""
+    try:
+        check_output_file(path, what=option)
     except OutputPathError as error:
         raise click.ClickException(str(error)) from None
 
@@ -357,9 +365,9 @@ def simulate(
         )
     except ValueError as error:
         raise click.BadParameter(str(error)) from None
-    for path in (output, csv_path):
+    for path, option in ((output, "--output"), (csv_path, "--csv")):
         if path is not None:
-            _check_output_file(path)
+            _check_file(path, option)
     workload = _load(log, procs, lenient)
     if not workload.jobs:
         raise click.ClickException(f"{log}: no job left after cleaning (see `hpcpredict info`)")
@@ -418,26 +426,6 @@ def simulate(
     for path in (output, csv_path):
         if path is not None:
             click.echo(f"wrote {path}" + (" (replica 0: the log as it is)" if replicas > 1 else ""))
-
-
-def _check_output_folder(folder: Path) -> None:
-    """Refuse a report folder that cannot be created or written, before any work."""
-    existing = folder
-    while not existing.exists() and existing != existing.parent:
-        existing = existing.parent
-    if not existing.is_dir() or not os.access(existing, os.W_OK):
-        raise click.ClickException(f"cannot write into {folder}: {existing} is not a writable folder")
-
-
-def _check_output_file(path: Path) -> None:
-    """Refuse an output path that cannot be written before any long work starts."""
-    folder = path.parent if str(path.parent) else Path(".")
-    if path.is_dir():
-        raise click.BadParameter(f"{path} is a directory", param_hint="output")
-    if not folder.is_dir():
-        raise click.ClickException(f"cannot write {path}: folder {folder} does not exist")
-    if not os.access(folder, os.W_OK) or (path.exists() and not os.access(path, os.W_OK)):
-        raise click.ClickException(f"cannot write {path}: permission denied")
 
 
 # ---------------------------------------------------------------------------- predict-eval
@@ -681,7 +669,7 @@ def campaign_report(campaign_file: Path, database_url: str | None, out_dir: Path
         raise click.ClickException(f"{campaign_file}: never run (no {definition.path.with_suffix('.sqlite').name}); "
                                    "run `hpcpredict campaign` first")
     if out_dir is not None:
-        _check_output_folder(out_dir)
+        _check_dir(out_dir, "--out")
     store = CampaignStore(url)
     try:
         runs = store.frame(cell.key for cell in definition.cells)
