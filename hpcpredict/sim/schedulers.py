@@ -39,7 +39,9 @@ class WaitingQueue:
     candidates is rebuilt when more than half of it is stale, so each job costs O(1) amortised.
     """
 
-    __slots__ = ("procs", "prediction_s", "sjbf_key", "is_waiting", "_order", "_size", "count")
+    __slots__ = (
+        "procs", "prediction_s", "sjbf_key", "is_waiting", "_order", "_size", "count", "_head"
+    )
 
     def __init__(self, procs: np.ndarray) -> None:
         size = len(procs)
@@ -50,6 +52,10 @@ class WaitingQueue:
         self._order = np.empty(max(16, min(size, 1024)), dtype=np.int64)  # indices, ascending
         self._size = 0  # used length of _order, stale entries included
         self.count = 0
+        # Lowest job index that may still be waiting. Jobs arrive in index order, so the head
+        # (the lowest waiting index) only ever moves forward: a cursor finds it in O(1)
+        # amortised, without reading numpy scalars from the compact list at every decision.
+        self._head = 0
 
     def __len__(self) -> int:
         return self.count
@@ -74,14 +80,13 @@ class WaitingQueue:
 
     def head(self) -> int:
         """The oldest waiting job (the queue must not be empty)."""
-        order, is_waiting = self._order, self.is_waiting
-        for position in range(self._size):
-            job = int(order[position])
-            if is_waiting[job]:
-                if position > 64:  # many stale entries in front: drop them
-                    self._compact()
-                return job
-        raise IndexError("head of an empty queue")
+        if not self.count:
+            raise IndexError("head of an empty queue")
+        is_waiting, job = self.is_waiting, self._head
+        while not is_waiting[job]:
+            job += 1
+        self._head = job
+        return job
 
     def candidates(self) -> np.ndarray:
         """Indices of the waiting jobs (maybe with some stale ones), in submission order."""
