@@ -13,8 +13,8 @@ processors left at the shadow time. Backfilled jobs running past the shadow time
 Why the scan is vectorised: a backfilling pass visits the whole queue (hundreds to thousands of
 jobs on CEA-Curie) at every event. Starting a job only lowers the free and extra processors, so a
 job that is not eligible stays so for the rest of the pass; the pass is therefore exactly "start
-the first eligible job in backfilling order, repeat", and "first eligible" is a numpy reduction
-over the waiting window.
+the first eligible job in backfilling order, repeat", which is one pass in backfilling order over
+the jobs eligible at the outset (a numpy filter over the waiting window), re-checking each.
 """
 
 from __future__ import annotations
@@ -154,27 +154,27 @@ class Scheduler:
         jobs = waiting.candidates()
         procs = waiting.procs[jobs]
         eligible = waiting.is_waiting[jobs] & (procs <= free) & (jobs != head)
-        if not eligible.any():
-            return extra
         ends_by_shadow = (waiting.prediction_s[jobs] + now_s) <= shadow_s
         eligible &= ends_by_shadow | (procs <= extra)
-        keys = waiting.sjbf_key[jobs] if self.backfill_order == "shortest_prediction" else None
-        while True:
-            if keys is None:
-                position = int(eligible.argmax())
-            else:
-                position = int(np.where(eligible, keys, _NO_KEY).argmin())
-            if not eligible[position]:
-                return extra
-            need = int(procs[position])
-            start(int(jobs[position]), True)
-            free -= need
-            if not ends_by_shadow[position]:
-                extra -= need
-            if free == 0:
-                return extra
-            eligible[position] = False
-            eligible &= (procs <= free) & (ends_by_shadow | (procs <= extra))
+        positions = np.flatnonzero(eligible)
+        if not len(positions):
+            return extra
+        if self.backfill_order == "shortest_prediction":
+            positions = positions[np.argsort(waiting.sjbf_key[jobs[positions]])]
+        # Eligibility only shrinks as jobs start (free and extra only go down), so one pass in
+        # backfilling order over the jobs eligible at the outset, re-checking each against what
+        # is left, starts exactly the jobs that "start the first eligible one, repeat" would.
+        for job, need, ends in zip(
+            jobs[positions].tolist(), procs[positions].tolist(), ends_by_shadow[positions].tolist()
+        ):
+            if need <= free and (ends or need <= extra):
+                start(job, True)
+                free -= need
+                if not ends:
+                    extra -= need
+                if free == 0:
+                    break
+        return extra
 
     def consider_new_job(
         self,
