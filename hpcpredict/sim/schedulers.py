@@ -27,6 +27,7 @@ import numpy as np
 from hpcpredict.sim.profile import RunningProfile
 
 _NO_KEY = np.iinfo(np.int64).max
+_SHORT_WINDOW = 48  # candidate windows up to this length are scanned on plain lists
 
 
 class WaitingQueue:
@@ -40,7 +41,8 @@ class WaitingQueue:
     """
 
     __slots__ = (
-        "procs", "prediction_s", "sjbf_key", "is_waiting", "_order", "_size", "count", "_head"
+        "procs", "prediction_s", "sjbf_key", "is_waiting", "_order", "_size", "count", "_head",
+        "procs_list", "prediction_list", "waiting_list",
     )
 
     def __init__(self, procs: np.ndarray) -> None:
@@ -56,6 +58,12 @@ class WaitingQueue:
         # (the lowest waiting index) only ever moves forward: a cursor finds it in O(1)
         # amortised, without reading numpy scalars from the compact list at every decision.
         self._head = 0
+        # Plain-list mirrors of procs, prediction_s and is_waiting: reading one element of a
+        # numpy array costs about ten times a list's, and the short queues of most decisions
+        # are scanned element by element (Scheduler._backfill).
+        self.procs_list: list[int] = procs.tolist()
+        self.prediction_list: list[int] = [0] * size
+        self.waiting_list: list[bool] = [False] * size
 
     def __len__(self) -> int:
         return self.count
@@ -72,17 +80,20 @@ class WaitingQueue:
         self.prediction_s[job] = prediction_s
         self.sjbf_key[job] = (prediction_s << 32) | job
         self.is_waiting[job] = True
+        self.prediction_list[job] = prediction_s
+        self.waiting_list[job] = True
         self.count += 1
 
     def remove(self, job: int) -> None:
         self.is_waiting[job] = False
+        self.waiting_list[job] = False
         self.count -= 1
 
     def head(self) -> int:
         """The oldest waiting job (the queue must not be empty)."""
         if not self.count:
             raise IndexError("head of an empty queue")
-        is_waiting, job = self.is_waiting, self._head
+        is_waiting, job = self.waiting_list, self._head
         while not is_waiting[job]:
             job += 1
         self._head = job
@@ -125,17 +136,17 @@ class Scheduler:
         which stays valid until the running profile changes.
         """
         free = profile.free_now(now_s)
-        procs = waiting.procs
+        procs = waiting.procs_list
         while waiting.count:
             head = waiting.head()
             if procs[head] > free:
                 break
-            free -= int(procs[head])
+            free -= procs[head]
             start(head, False)
         if self.backfill_order is None or waiting.count == 0:
             return None
         head = waiting.head()
-        shadow_s, extra = profile.reservation(int(procs[head]), now_s)
+        shadow_s, extra = profile.reservation(procs[head], now_s)
         if waiting.count > 1 and free > 0:
             extra = self._backfill(now_s, waiting, head, free, shadow_s, extra, start)
         return Reservation(head, shadow_s, extra)
@@ -152,6 +163,10 @@ class Scheduler:
     ) -> int:
         """Backfill around the head's reservation; returns the extra processors left."""
         jobs = waiting.candidates()
+        if len(jobs) <= _SHORT_WINDOW:
+            return self._backfill_short(
+                now_s, waiting, jobs.tolist(), head, free, shadow_s, extra, start
+            )
         procs = waiting.procs[jobs]
         eligible = waiting.is_waiting[jobs] & (procs <= free) & (jobs != head)
         ends_by_shadow = (waiting.prediction_s[jobs] + now_s) <= shadow_s
@@ -167,6 +182,50 @@ class Scheduler:
         for job, need, ends in zip(
             jobs[positions].tolist(), procs[positions].tolist(), ends_by_shadow[positions].tolist()
         ):
+            if need <= free and (ends or need <= extra):
+                start(job, True)
+                free -= need
+                if not ends:
+                    extra -= need
+                if free == 0:
+                    break
+        return extra
+
+    def _backfill_short(
+        self,
+        now_s: int,
+        waiting: WaitingQueue,
+        jobs: list[int],
+        head: int,
+        free: int,
+        shadow_s: int,
+        extra: int,
+        start: StartJob,
+    ) -> int:
+        """`_backfill` on plain lists, for a short window where numpy's call overhead dominates.
+
+        The same rule and order (submission order, or (prediction, index) for SJBF, which is
+        the order of `sjbf_key`), hence the same starts.
+        """
+        procs, prediction, is_waiting = (
+            waiting.procs_list, waiting.prediction_list, waiting.waiting_list
+        )
+        horizon_s = shadow_s - now_s  # ends by the shadow time: prediction <= horizon
+        eligible = [
+            job
+            for job in jobs
+            if is_waiting[job]
+            and job != head
+            and procs[job] <= free
+            and (prediction[job] <= horizon_s or procs[job] <= extra)
+        ]
+        if not eligible:
+            return extra
+        if self.backfill_order == "shortest_prediction":
+            eligible.sort(key=lambda job: (prediction[job], job))
+        for job in eligible:
+            need = procs[job]
+            ends = prediction[job] <= horizon_s
             if need <= free and (ends or need <= extra):
                 start(job, True)
                 free -= need
@@ -193,10 +252,10 @@ class Scheduler:
         """
         if self.backfill_order is None:
             return reservation
-        need = int(waiting.procs[job])
+        need = waiting.procs_list[job]
         if need > profile.free_now(now_s):
             return reservation
-        if now_s + int(waiting.prediction_s[job]) <= reservation.shadow_s:
+        if now_s + waiting.prediction_list[job] <= reservation.shadow_s:
             start(job, True)
             return reservation
         if need <= reservation.extra:
