@@ -163,6 +163,10 @@ class Scheduler:
     ) -> int:
         """Backfill around the head's reservation; returns the extra processors left."""
         jobs = waiting.candidates()
+        if len(jobs) > _SHORT_WINDOW:
+            # Jobs wider than the free processors can never start in this pass (free only goes
+            # down): drop them first, which usually leaves a window short enough for lists.
+            jobs = jobs[waiting.procs[jobs] <= free]
         if len(jobs) <= _SHORT_WINDOW:
             return self._backfill_short(
                 now_s, waiting, jobs.tolist(), head, free, shadow_s, extra, start
