@@ -59,7 +59,7 @@ def main() -> None:
             times.append(result.wall_time_s)
             ave_bsld = compute_metrics(result).ave_bsld
         best, median = min(times), statistics.median(times)
-        print(f"| {name} | {best:.1f} | {median:.1f} | {best / count * 1e6:.0f} | {ave_bsld:.2f} |",
+        print(f"| {name} | {best:.2f} | {median:.2f} | {best / count * 1e6:.0f} | {ave_bsld:.2f} |",
               flush=True)
     peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     print(f"peak RSS {peak_mb:.0f} MB (load + all runs)", file=sys.stderr)

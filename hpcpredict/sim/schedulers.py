@@ -13,8 +13,8 @@ processors left at the shadow time. Backfilled jobs running past the shadow time
 Why the scan is vectorised: a backfilling pass visits the whole queue (hundreds to thousands of
 jobs on CEA-Curie) at every event. Starting a job only lowers the free and extra processors, so a
 job that is not eligible stays so for the rest of the pass; the pass is therefore exactly "start
-the first eligible job in backfilling order, repeat", and "first eligible" is a numpy reduction
-over the waiting window.
+the first eligible job in backfilling order, repeat", which is one pass in backfilling order over
+the jobs eligible at the outset (a numpy filter over the waiting window), re-checking each.
 """
 
 from __future__ import annotations
@@ -27,6 +27,7 @@ import numpy as np
 from hpcpredict.sim.profile import RunningProfile
 
 _NO_KEY = np.iinfo(np.int64).max
+_SHORT_WINDOW = 48  # candidate windows up to this length are scanned on plain lists
 
 
 class WaitingQueue:
@@ -39,7 +40,10 @@ class WaitingQueue:
     candidates is rebuilt when more than half of it is stale, so each job costs O(1) amortised.
     """
 
-    __slots__ = ("procs", "prediction_s", "sjbf_key", "is_waiting", "_order", "_size", "count")
+    __slots__ = (
+        "procs", "prediction_s", "sjbf_key", "is_waiting", "_order", "_size", "count", "_head",
+        "procs_list", "prediction_list", "waiting_list",
+    )
 
     def __init__(self, procs: np.ndarray) -> None:
         size = len(procs)
@@ -50,6 +54,16 @@ class WaitingQueue:
         self._order = np.empty(max(16, min(size, 1024)), dtype=np.int64)  # indices, ascending
         self._size = 0  # used length of _order, stale entries included
         self.count = 0
+        # Lowest job index that may still be waiting. Jobs arrive in index order, so the head
+        # (the lowest waiting index) only ever moves forward: a cursor finds it in O(1)
+        # amortised, without reading numpy scalars from the compact list at every decision.
+        self._head = 0
+        # Plain-list mirrors of procs, prediction_s and is_waiting: reading one element of a
+        # numpy array costs about ten times a list's, and the short queues of most decisions
+        # are scanned element by element (Scheduler._backfill).
+        self.procs_list: list[int] = procs.tolist()
+        self.prediction_list: list[int] = [0] * size
+        self.waiting_list: list[bool] = [False] * size
 
     def __len__(self) -> int:
         return self.count
@@ -66,22 +80,24 @@ class WaitingQueue:
         self.prediction_s[job] = prediction_s
         self.sjbf_key[job] = (prediction_s << 32) | job
         self.is_waiting[job] = True
+        self.prediction_list[job] = prediction_s
+        self.waiting_list[job] = True
         self.count += 1
 
     def remove(self, job: int) -> None:
         self.is_waiting[job] = False
+        self.waiting_list[job] = False
         self.count -= 1
 
     def head(self) -> int:
         """The oldest waiting job (the queue must not be empty)."""
-        order, is_waiting = self._order, self.is_waiting
-        for position in range(self._size):
-            job = int(order[position])
-            if is_waiting[job]:
-                if position > 64:  # many stale entries in front: drop them
-                    self._compact()
-                return job
-        raise IndexError("head of an empty queue")
+        if not self.count:
+            raise IndexError("head of an empty queue")
+        is_waiting, job = self.waiting_list, self._head
+        while not is_waiting[job]:
+            job += 1
+        self._head = job
+        return job
 
     def candidates(self) -> np.ndarray:
         """Indices of the waiting jobs (maybe with some stale ones), in submission order."""
@@ -120,17 +136,17 @@ class Scheduler:
         which stays valid until the running profile changes.
         """
         free = profile.free_now(now_s)
-        procs = waiting.procs
+        procs = waiting.procs_list
         while waiting.count:
             head = waiting.head()
             if procs[head] > free:
                 break
-            free -= int(procs[head])
+            free -= procs[head]
             start(head, False)
         if self.backfill_order is None or waiting.count == 0:
             return None
         head = waiting.head()
-        shadow_s, extra = profile.reservation(int(procs[head]), now_s)
+        shadow_s, extra = profile.reservation(procs[head], now_s)
         if waiting.count > 1 and free > 0:
             extra = self._backfill(now_s, waiting, head, free, shadow_s, extra, start)
         return Reservation(head, shadow_s, extra)
@@ -147,29 +163,81 @@ class Scheduler:
     ) -> int:
         """Backfill around the head's reservation; returns the extra processors left."""
         jobs = waiting.candidates()
+        if len(jobs) > _SHORT_WINDOW:
+            # Jobs wider than the free processors can never start in this pass (free only goes
+            # down): drop them first, which usually leaves a window short enough for lists.
+            jobs = jobs[waiting.procs[jobs] <= free]
+        if len(jobs) <= _SHORT_WINDOW:
+            return self._backfill_short(
+                now_s, waiting, jobs.tolist(), head, free, shadow_s, extra, start
+            )
         procs = waiting.procs[jobs]
         eligible = waiting.is_waiting[jobs] & (procs <= free) & (jobs != head)
-        if not eligible.any():
-            return extra
         ends_by_shadow = (waiting.prediction_s[jobs] + now_s) <= shadow_s
         eligible &= ends_by_shadow | (procs <= extra)
-        keys = waiting.sjbf_key[jobs] if self.backfill_order == "shortest_prediction" else None
-        while True:
-            if keys is None:
-                position = int(eligible.argmax())
-            else:
-                position = int(np.where(eligible, keys, _NO_KEY).argmin())
-            if not eligible[position]:
-                return extra
-            need = int(procs[position])
-            start(int(jobs[position]), True)
-            free -= need
-            if not ends_by_shadow[position]:
-                extra -= need
-            if free == 0:
-                return extra
-            eligible[position] = False
-            eligible &= (procs <= free) & (ends_by_shadow | (procs <= extra))
+        positions = np.flatnonzero(eligible)
+        if not len(positions):
+            return extra
+        if self.backfill_order == "shortest_prediction":
+            positions = positions[np.argsort(waiting.sjbf_key[jobs[positions]])]
+        # Eligibility only shrinks as jobs start (free and extra only go down), so one pass in
+        # backfilling order over the jobs eligible at the outset, re-checking each against what
+        # is left, starts exactly the jobs that "start the first eligible one, repeat" would.
+        for job, need, ends in zip(
+            jobs[positions].tolist(), procs[positions].tolist(), ends_by_shadow[positions].tolist()
+        ):
+            if need <= free and (ends or need <= extra):
+                start(job, True)
+                free -= need
+                if not ends:
+                    extra -= need
+                if free == 0:
+                    break
+        return extra
+
+    def _backfill_short(
+        self,
+        now_s: int,
+        waiting: WaitingQueue,
+        jobs: list[int],
+        head: int,
+        free: int,
+        shadow_s: int,
+        extra: int,
+        start: StartJob,
+    ) -> int:
+        """`_backfill` on plain lists, for a short window where numpy's call overhead dominates.
+
+        The same rule and order (submission order, or (prediction, index) for SJBF, which is
+        the order of `sjbf_key`), hence the same starts.
+        """
+        procs, prediction, is_waiting = (
+            waiting.procs_list, waiting.prediction_list, waiting.waiting_list
+        )
+        horizon_s = shadow_s - now_s  # ends by the shadow time: prediction <= horizon
+        eligible = [
+            job
+            for job in jobs
+            if is_waiting[job]
+            and job != head
+            and procs[job] <= free
+            and (prediction[job] <= horizon_s or procs[job] <= extra)
+        ]
+        if not eligible:
+            return extra
+        if self.backfill_order == "shortest_prediction":
+            eligible.sort(key=lambda job: (prediction[job], job))
+        for job in eligible:
+            need = procs[job]
+            ends = prediction[job] <= horizon_s
+            if need <= free and (ends or need <= extra):
+                start(job, True)
+                free -= need
+                if not ends:
+                    extra -= need
+                if free == 0:
+                    break
+        return extra
 
     def consider_new_job(
         self,
@@ -188,10 +256,10 @@ class Scheduler:
         """
         if self.backfill_order is None:
             return reservation
-        need = int(waiting.procs[job])
+        need = waiting.procs_list[job]
         if need > profile.free_now(now_s):
             return reservation
-        if now_s + int(waiting.prediction_s[job]) <= reservation.shadow_s:
+        if now_s + waiting.prediction_list[job] <= reservation.shadow_s:
             start(job, True)
             return reservation
         if need <= reservation.extra:
