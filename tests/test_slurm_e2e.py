@@ -211,3 +211,41 @@ def test_jobs_without_a_time_limit_pass_untouched(cluster: SlurmCluster, daemon:
     job_id = cluster.sbatch(script="sleep 1")
     fields = cluster.job_fields(job_id)
     assert "hpcpredict" not in fields.get("AdminComment", "")
+
+
+def array_tasks(cluster: SlurmCluster, array_id: int) -> dict[str, dict[str, str]]:
+    """Each task of a job array as `scontrol show job -o` gives it, keyed by ArrayTaskId."""
+    lines = cluster.run(["scontrol", "show", "job", str(array_id), "-o"]).stdout.splitlines()
+    tasks = {}
+    for line in lines:
+        fields = dict(part.split("=", 1) for part in line.split() if "=" in part)
+        tasks[fields.get("ArrayTaskId", "")] = fields
+    return tasks
+
+
+def test_every_task_of_a_job_array_gets_the_lowered_limit_and_is_learned(
+    cluster: SlurmCluster, daemon: ServeProcess
+) -> None:
+    """SLURM calls job_submit once for the whole array: every task inherits the lowered limit
+    and the mark with the user's request; each task then runs, ends and is learned as a job."""
+    array_id = cluster.sbatch("--time=30", "--array=0-2", script="sleep 1")
+
+    def all_ended() -> dict[str, dict[str, str]] | None:
+        tasks = array_tasks(cluster, array_id)
+        done = len(tasks) == 3 and all(t["JobState"] in ("COMPLETED", "FAILED", "TIMEOUT", "CANCELLED")
+                                       for t in tasks.values())
+        return tasks if done else None
+
+    tasks = wait_for(all_ended, 60, "the array's tasks to end", cluster)
+    assert sorted(tasks) == ["0", "1", "2"]
+    for task in tasks.values():
+        assert task["JobState"] == "COMPLETED", task
+        assert task["AdminComment"].startswith("hpcpredict:request_s=1800,prediction_s="), task
+        prediction_s = int(task["AdminComment"].rsplit("=", 1)[1])
+        assert minutes(task["TimeLimit"]) == max(1, min(30, -(-prediction_s // 60)))
+    job_ids = [int(task["JobId"]) for task in tasks.values()]
+    assert len(set(job_ids)) == 3  # each task is a job of its own to the daemon
+    rows = wait_for(lambda: [r for j in job_ids if (r := stored_job(daemon, j)) and r.status == "ended"]
+                    if all((r := stored_job(daemon, j)) and r.status == "ended" for j in job_ids) else None,
+                    30, "the tasks learned", cluster)
+    assert all(row.requested_s == 1800 and row.learned for row in rows)
