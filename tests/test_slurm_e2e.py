@@ -249,3 +249,16 @@ def test_every_task_of_a_job_array_gets_the_lowered_limit_and_is_learned(
                     if all((r := stored_job(daemon, j)) and r.status == "ended" for j in job_ids) else None,
                     30, "the tasks learned", cluster)
     assert all(row.requested_s == 1800 and row.learned for row in rows)
+
+
+def test_each_component_of_a_heterogeneous_job_gets_its_own_prediction(
+    cluster: SlurmCluster, daemon: ServeProcess
+) -> None:
+    done = cluster.run(["sbatch", "--parsable", "-o", "/dev/null", "--time=20", "-n", "1", ":",
+                        "--time=40", "-n", "1", "--wrap", "sleep 1"])
+    leader = int(done.stdout.strip().split(";")[0])
+    lines = cluster.run(["scontrol", "show", "job", str(leader), "-o"]).stdout.splitlines()
+    components = [dict(p.split("=", 1) for p in line.split() if "=" in p) for line in lines]
+    assert len(components) == 2, lines
+    requests = sorted(c["AdminComment"].split(",")[0] for c in components)
+    assert requests == ["hpcpredict:request_s=1200", "hpcpredict:request_s=2400"], components
