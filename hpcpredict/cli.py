@@ -146,6 +146,11 @@ def info(log: Path, procs: int | None, lenient: bool, as_json: bool) -> None:
 
     Cleaning applies the reference's rules (docs/reproduction.md) and reports how many jobs
     each rule dropped or changed, so results stay comparable across tools.
+
+    \b
+    Examples:
+      hpcpredict info swf/KTH-SP2-sample.swf
+      hpcpredict info CEA-Curie-2011-2.1-cln.swf.gz --procs 80640 --json
     """
     workload = _load(log, procs, lenient)
     summary = _workload_summary(workload)
@@ -658,7 +663,13 @@ def campaign_report(campaign_file: Path, database_url: str | None, out_dir: Path
     """Tables, leave-one-log-out selection, correlations and plots of a campaign's stored runs.
 
     Works on a partial campaign too (only the stored runs are reported); leave-one-log-out uses
-    the triples stored on every log.
+    the triples stored on every log. With replicas, every figure is a mean over the replicas and
+    each configuration is paired with EASY++ (CI, wins, sign test; replicas.csv).
+
+    \b
+    Examples:
+      hpcpredict campaign-report sim/headline.toml
+      hpcpredict campaign-report sim/paper.toml --out /tmp/paper-report
     """
     from hpcpredict.sim.campaign_report import write_report
     from hpcpredict.sim.campaign_store import CampaignStore
