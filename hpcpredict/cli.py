@@ -304,6 +304,15 @@ _correction_option = click.option(
     help="Re-plan as soon as a prediction is corrected (the reference waits for the next event).",
 )
 @click.option(
+    "--starvation-guard",
+    "starvation_guard_s",
+    type=click.IntRange(min=0),
+    default=None,
+    help="Seconds: once the head job has waited this long, plan its reservation and backfill "
+    "around it with the users' requested times (plain EASY's rule), so its start cannot slide "
+    "any more. Default: off.",
+)
+@click.option(
     "--replicas",
     type=click.IntRange(min=1),
     default=1,
@@ -344,6 +353,7 @@ def simulate(
     output: Path | None,
     csv_path: Path | None,
     decide_on_correction: bool,
+    starvation_guard_s: int | None,
     replicas: int,
     shake_s: int,
     seed: int,
@@ -366,7 +376,7 @@ def simulate(
     try:
         spec = RunSpec(
             scheduler, predictor, correction, loss, eta, l2, decide_on_correction, negative,  # type: ignore[arg-type]
-            loss_unit_s,
+            loss_unit_s, starvation_guard_s,
         )
     except ValueError as error:
         raise click.BadParameter(str(error)) from None

@@ -37,6 +37,7 @@ File format (paths relative to the file, or found in the folder given by ``--log
     lambda = [4e9]
     loss_unit_s = [3600.0]
     negative = ["abs"]
+    starvation_guard_s = [86400]      # optional: the starvation guard (seconds); omitted = off
 """
 
 from __future__ import annotations
@@ -234,9 +235,10 @@ def _learned_grid(path: Path, entry: dict[str, Any]) -> Iterator[tuple[str, RunS
         "l2": entry.get("lambda", [defaults.l2]),
         "loss_unit_s": entry.get("loss_unit_s", [defaults.loss_unit_s]),
         "negative": entry.get("negative", [defaults.negative]),
+        "starvation_guard_s": entry.get("starvation_guard_s", [defaults.starvation_guard_s]),
     }
     unknown = set(entry) - {"losses", "corrections", "schedulers", "eta", "lambda",
-                            "loss_unit_s", "negative"}
+                            "loss_unit_s", "negative", "starvation_guard_s"}
     if unknown:
         raise CampaignError(f"{where}: unknown keys {sorted(unknown)}")
     for key, values in axes.items():
@@ -249,6 +251,8 @@ def _learned_grid(path: Path, entry: dict[str, Any]) -> Iterator[tuple[str, RunS
             f"learned {spec.loss} + {spec.correction} + {spec.scheduler}"
             f" (eta={spec.eta:g}, lambda={spec.l2:g}, unit={spec.loss_unit_s:g}s, {spec.negative})"
         )
+        if spec.starvation_guard_s is not None:
+            label += f" + guard {spec.starvation_guard_s / 3600:g} h"
         yield label, spec
 
 

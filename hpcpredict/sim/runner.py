@@ -8,6 +8,7 @@ objects for one workload and replays it. Keeping this in one place means a campa
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 
@@ -50,6 +51,7 @@ class RunSpec:
     decide_on_correction: bool = False
     negative: NegativeRule = DEFAULT_NEGATIVE
     loss_unit_s: float = DEFAULT_LOSS_UNIT_S
+    starvation_guard_s: int | None = None  # None: off (schedulers.Scheduler says what it does)
 
     def __post_init__(self) -> None:
         if self.scheduler not in SCHEDULERS:
@@ -69,6 +71,15 @@ class RunSpec:
             raise ValueError(f"negative must be 'clip' or 'abs', got {self.negative!r}")
         if not self.loss_unit_s > 0:
             raise ValueError(f"the loss unit must be > 0 seconds, got {self.loss_unit_s}")
+        if self.starvation_guard_s is not None:
+            if isinstance(self.starvation_guard_s, bool) or not isinstance(self.starvation_guard_s, int) \
+                    or self.starvation_guard_s < 0:
+                raise ValueError(
+                    f"the starvation guard must be a whole number of seconds >= 0, got "
+                    f"{self.starvation_guard_s!r}"
+                )
+            if SCHEDULERS[self.scheduler].backfill_order is None:
+                raise ValueError(f"the starvation guard needs a backfilling scheduler, not {self.scheduler}")
 
     @property
     def label(self) -> str:
@@ -76,10 +87,15 @@ class RunSpec:
         predictor = self.predictor
         if predictor == "learned":
             predictor = f"learned({self.loss})"
-        return f"{self.scheduler} + {predictor} + {self.correction}"
+        label = f"{self.scheduler} + {predictor} + {self.correction}"
+        if self.starvation_guard_s is not None:
+            label += f" + guard {self.starvation_guard_s / 3600:g} h"
+        return label
 
     def to_dict(self) -> dict[str, object]:
         settings = asdict(self)
+        if self.starvation_guard_s is None:  # off: absent, so older campaign keys stay valid
+            settings.pop("starvation_guard_s")
         if self.predictor != "learned":  # learning constants mean nothing for the others
             for key in ("loss", "eta", "l2", "negative", "loss_unit_s"):
                 settings.pop(key)
@@ -113,10 +129,13 @@ def run(
     workload: Workload, spec: RunSpec, *, progress: ProgressCallback | None = None
 ) -> SimulationResult:
     """Replay `workload` under `spec`; the result's settings record the spec and the log."""
+    scheduler = SCHEDULERS[spec.scheduler]
+    if spec.starvation_guard_s is not None:
+        scheduler = dataclasses.replace(scheduler, starvation_guard_s=spec.starvation_guard_s)
     result = simulate(
         workload.jobs,
         workload.machine_procs,
-        SCHEDULERS[spec.scheduler],
+        scheduler,
         build_predictor(spec, workload),
         CORRECTIONS[spec.correction],
         decide_on_correction=spec.decide_on_correction,

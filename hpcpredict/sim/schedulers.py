@@ -42,12 +42,22 @@ class WaitingQueue:
 
     __slots__ = (
         "procs", "prediction_s", "sjbf_key", "is_waiting", "_order", "_size", "count", "_head",
-        "procs_list", "prediction_list", "waiting_list",
+        "procs_list", "prediction_list", "waiting_list", "requested_s", "requested_list",
+        "submit_list",
     )
 
-    def __init__(self, procs: np.ndarray) -> None:
+    def __init__(
+        self,
+        procs: np.ndarray,
+        requested_s: np.ndarray | None = None,
+        submit_s: list[int] | None = None,
+    ) -> None:
         size = len(procs)
         self.procs = procs
+        # Requested times and submit times, read only by the starvation guard.
+        self.requested_s = requested_s if requested_s is not None else np.zeros(size, np.int64)
+        self.requested_list: list[int] = self.requested_s.tolist()
+        self.submit_list: list[int] = submit_s if submit_s is not None else [0] * size
         self.prediction_s = np.zeros(size, dtype=np.int64)
         self.sjbf_key = np.full(size, _NO_KEY, dtype=np.int64)
         self.is_waiting = np.zeros(size, dtype=bool)
@@ -122,18 +132,42 @@ StartJob = Callable[[int, bool], None]  # (job index, backfilled?)
 
 @dataclass(frozen=True)
 class Scheduler:
-    """A backfilling policy. `backfill_order` None means no backfilling (FCFS)."""
+    """A backfilling policy. `backfill_order` None means no backfilling (FCFS).
+
+    The starvation guard (`starvation_guard_s`, None: off). Backfilling with predictions breaks
+    EASY's promise to the head job: a job backfilled because it was predicted to end before the
+    head's shadow time outlives its prediction, the shadow slides, and it can slide again and
+    again. Once the head has waited `starvation_guard_s` seconds, its reservation is computed
+    from the running jobs' *requested* ends (`requested_profile`) and a candidate must end by the
+    shadow time by its *request*, or fit in the extra processors: plain EASY's rule, whose
+    reservation cannot slide, since no job outlives its request. The head then starts by the
+    shadow time of its first guarded decision at the latest; backfilling order is unchanged.
+    """
 
     name: str
     backfill_order: str | None  # None | "fcfs" | "shortest_prediction"
+    starvation_guard_s: int | None = None
+
+    def guard_due(self, now_s: int, waiting: WaitingQueue, head: int) -> bool:
+        """Has `head` waited long enough for the starvation guard?"""
+        return (
+            self.starvation_guard_s is not None
+            and now_s - waiting.submit_list[head] >= self.starvation_guard_s
+        )
 
     def schedule(
-        self, now_s: int, waiting: WaitingQueue, profile: RunningProfile, start: StartJob
+        self,
+        now_s: int,
+        waiting: WaitingQueue,
+        profile: RunningProfile,
+        start: StartJob,
+        requested_profile: RunningProfile | None = None,
     ) -> Reservation | None:
         """Start every job the policy starts at `now_s`, in start order.
 
         Returns the head's reservation as it stands after backfilling (None if there is none),
-        which stays valid until the running profile changes.
+        which stays valid until the running profile changes. `requested_profile` (the running
+        jobs by requested end) is needed when the starvation guard is on.
         """
         free = profile.free_now(now_s)
         procs = waiting.procs_list
@@ -146,10 +180,16 @@ class Scheduler:
         if self.backfill_order is None or waiting.count == 0:
             return None
         head = waiting.head()
-        shadow_s, extra = profile.reservation(procs[head], now_s)
+        guarded = self.guard_due(now_s, waiting, head)
+        if guarded:
+            if requested_profile is None:
+                raise ValueError("the starvation guard needs the running jobs by requested end")
+            shadow_s, extra = requested_profile.reservation(procs[head], now_s)
+        else:
+            shadow_s, extra = profile.reservation(procs[head], now_s)
         if waiting.count > 1 and free > 0:
-            extra = self._backfill(now_s, waiting, head, free, shadow_s, extra, start)
-        return Reservation(head, shadow_s, extra)
+            extra = self._backfill(now_s, waiting, head, free, shadow_s, extra, start, guarded)
+        return Reservation(head, shadow_s, extra, guarded)
 
     def _backfill(
         self,
@@ -160,8 +200,12 @@ class Scheduler:
         shadow_s: int,
         extra: int,
         start: StartJob,
+        guarded: bool = False,
     ) -> int:
-        """Backfill around the head's reservation; returns the extra processors left."""
+        """Backfill around the head's reservation; returns the extra processors left.
+
+        A candidate "ends by the shadow time" by its prediction, or by its request when the
+        reservation is guarded."""
         jobs = waiting.candidates()
         if len(jobs) > _SHORT_WINDOW:
             # Jobs wider than the free processors can never start in this pass (free only goes
@@ -169,11 +213,12 @@ class Scheduler:
             jobs = jobs[waiting.procs[jobs] <= free]
         if len(jobs) <= _SHORT_WINDOW:
             return self._backfill_short(
-                now_s, waiting, jobs.tolist(), head, free, shadow_s, extra, start
+                now_s, waiting, jobs.tolist(), head, free, shadow_s, extra, start, guarded
             )
         procs = waiting.procs[jobs]
         eligible = waiting.is_waiting[jobs] & (procs <= free) & (jobs != head)
-        ends_by_shadow = (waiting.prediction_s[jobs] + now_s) <= shadow_s
+        durations = waiting.requested_s if guarded else waiting.prediction_s
+        ends_by_shadow = (durations[jobs] + now_s) <= shadow_s
         eligible &= ends_by_shadow | (procs <= extra)
         positions = np.flatnonzero(eligible)
         if not len(positions):
@@ -205,6 +250,7 @@ class Scheduler:
         shadow_s: int,
         extra: int,
         start: StartJob,
+        guarded: bool = False,
     ) -> int:
         """`_backfill` on plain lists, for a short window where numpy's call overhead dominates.
 
@@ -214,14 +260,15 @@ class Scheduler:
         procs, prediction, is_waiting = (
             waiting.procs_list, waiting.prediction_list, waiting.waiting_list
         )
-        horizon_s = shadow_s - now_s  # ends by the shadow time: prediction <= horizon
+        horizon_s = shadow_s - now_s  # ends by the shadow time: duration <= horizon
+        duration = waiting.requested_list if guarded else prediction
         eligible = [
             job
             for job in jobs
             if is_waiting[job]
             and job != head
             and procs[job] <= free
-            and (prediction[job] <= horizon_s or procs[job] <= extra)
+            and (duration[job] <= horizon_s or procs[job] <= extra)
         ]
         if not eligible:
             return extra
@@ -229,7 +276,7 @@ class Scheduler:
             eligible.sort(key=lambda job: (prediction[job], job))
         for job in eligible:
             need = procs[job]
-            ends = prediction[job] <= horizon_s
+            ends = duration[job] <= horizon_s
             if need <= free and (ends or need <= extra):
                 start(job, True)
                 free -= need
@@ -259,12 +306,15 @@ class Scheduler:
         need = waiting.procs_list[job]
         if need > profile.free_now(now_s):
             return reservation
-        if now_s + waiting.prediction_list[job] <= reservation.shadow_s:
+        duration = waiting.requested_list if reservation.guarded else waiting.prediction_list
+        if now_s + duration[job] <= reservation.shadow_s:
             start(job, True)
             return reservation
         if need <= reservation.extra:
             start(job, True)
-            return Reservation(reservation.head, reservation.shadow_s, reservation.extra - need)
+            return Reservation(
+                reservation.head, reservation.shadow_s, reservation.extra - need, reservation.guarded
+            )
         return reservation
 
 
@@ -275,6 +325,7 @@ class Reservation:
     head: int
     shadow_s: int
     extra: int
+    guarded: bool = False  # computed by the starvation guard's rule (requested times)
 
 
 SCHEDULERS: dict[str, Scheduler] = {

@@ -97,8 +97,13 @@ def simulate(
     events: list[tuple[int, int, int, int]] = [
         (submit_s[index], SUBMISSION, index, index) for index in range(count)
     ]
-    waiting = WaitingQueue(np.asarray(procs, dtype=np.int64))
+    waiting = WaitingQueue(
+        np.asarray(procs, dtype=np.int64), np.asarray(requested_s, dtype=np.int64), submit_s
+    )
     profile = RunningProfile(machine_procs)
+    # The running jobs by requested end, for the starvation guard's reservations (requests,
+    # unlike predictions, never move: Scheduler's docstring).
+    by_request = RunningProfile(machine_procs) if scheduler.starvation_guard_s is not None else None
     finished = 0
     now_s = 0
     # The head's reservation after the last decision; None when a correction has changed the plan
@@ -110,6 +115,8 @@ def simulate(
         start_s[index] = now_s
         backfilled[index] = was_backfilled
         profile.add(index, now_s, now_s + prediction_s[index], procs[index])
+        if by_request is not None:
+            by_request.add(index, now_s, now_s + requested_s[index], procs[index], checked=False)
         predictor.job_started(requests[index], now_s)
         heappush(events, (now_s + run_s[index], TERMINATION, next(sequence), index))
         if prediction_s[index] < run_s[index]:
@@ -132,20 +139,24 @@ def simulate(
                 and not queue_was_empty
                 and reservation is not None
                 and not profile.ends_by(now_s)
+                # the head just became due for the guard: its reservation changes rule
+                and (reservation.guarded or not scheduler.guard_due(now_s, waiting, reservation.head))
             ):
                 reservation = scheduler.consider_new_job(
                     now_s, waiting, profile, reservation, index, start
                 )
             else:
-                reservation = scheduler.schedule(now_s, waiting, profile, start)
+                reservation = scheduler.schedule(now_s, waiting, profile, start, by_request)
                 remember(reservation)
         elif kind == TERMINATION:
             predictor.job_ended(requests[index], run_s[index], now_s)
             profile.remove(index, start_s[index] + prediction_s[index])
+            if by_request is not None:
+                by_request.remove(index, start_s[index] + requested_s[index])
             finished += 1
             if progress is not None and finished % progress_every == 0:
                 progress(finished)
-            reservation = scheduler.schedule(now_s, waiting, profile, start)
+            reservation = scheduler.schedule(now_s, waiting, profile, start, by_request)
             remember(reservation)
         else:
             elapsed = now_s - start_s[index]
@@ -168,7 +179,7 @@ def simulate(
             # that job's processors as free (it is predicted to end now) before its correction:
             # wait for the last correction of the instant.
             if decide_on_correction and events[0][:2] != (now_s, PREDICTION_OVER):
-                reservation = scheduler.schedule(now_s, waiting, profile, start)
+                reservation = scheduler.schedule(now_s, waiting, profile, start, by_request)
                 remember(reservation)
             else:
                 reservation = None

@@ -1,0 +1,103 @@
+"""The starvation guard (Scheduler.starvation_guard_s): a bound on how long the head job's
+reservation can slide when backfilling trusts predictions that are too short."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from hpcpredict.jobs import JobRequest
+from hpcpredict.predictors import RequestedPredictor
+from hpcpredict.sim import CORRECTIONS, SCHEDULERS, simulate
+from hpcpredict.sim.runner import RunSpec
+from test_simulation import PREDICTORS, build_predictor, make_job, peak_usage, workloads
+
+
+class OneSecond:
+    """Predicts 1 s for every job: the worst under-predictor, which starves a wide head job."""
+
+    name = "one-second"
+
+    def predict(self, request: JobRequest, now_s: int) -> int:
+        return 1
+
+    def job_started(self, request: JobRequest, now_s: int) -> None:
+        pass
+
+    def job_ended(self, request: JobRequest, run_s: int, end_s: int) -> None:
+        pass
+
+
+def guarded(name: str, guard_s: int | None):
+    return dataclasses.replace(SCHEDULERS[name], starvation_guard_s=guard_s)
+
+
+# A 10-processor machine. Job 0 (6 procs, 1000 s) runs; job 1 needs all 10 and becomes the head
+# at t=1. From t=2 a 4-processor job (900 s, predicted 1 s) arrives every 50 s until t=5000: each
+# "ends by the shadow time" by its prediction, so one is backfilled whenever 4 processors are free,
+# and the head never finds 10 free processors until the stream dries up.
+STREAM = [make_job(1, 0, 6, 1000, 1000), make_job(2, 1, 10, 100, 100)] + [
+    make_job(3 + k, 2 + 50 * k, 4, 900, 900) for k in range(100)
+]
+
+
+@pytest.mark.parametrize("scheduler", ["easy", "easy-sjbf"])
+def test_without_the_guard_the_head_starves_and_with_it_starts_when_the_requests_end(scheduler: str) -> None:
+    free_run = simulate(STREAM, 10, guarded(scheduler, None), OneSecond(), CORRECTIONS["incremental"])
+    assert free_run.start_s[1] > 4_000  # starved until the stream of backfilled jobs ended
+    guard = simulate(STREAM, 10, guarded(scheduler, 300), OneSecond(), CORRECTIONS["incremental"])
+    # Guarded from its first decision after 300 s of waiting: job 0 ends by its request at 1000,
+    # the first backfilled job by 902; nothing more may start unless it ends by 1000 by its
+    # request (none can: 900 s from t >= 301). So the head starts at 1000.
+    assert guard.start_s[1] == 1000
+    assert guard.start_s[1] - STREAM[1].submit_s <= 300 + max(job.requested_s for job in STREAM)
+
+
+@settings(max_examples=100, deadline=None)
+@given(workloads(), st.sampled_from(["easy", "easy-sjbf"]), st.sampled_from(PREDICTORS),
+       st.sampled_from(sorted(CORRECTIONS)), st.integers(0, 2_000))
+def test_guarded_schedules_keep_the_invariants_and_the_fast_path_is_exact(
+    workload, scheduler, predictor, correction, guard_s
+) -> None:
+    machine, jobs = workload
+    policy = guarded(scheduler, guard_s)
+    fast = simulate(jobs, machine, policy, build_predictor(predictor, jobs), CORRECTIONS[correction])
+    slow = simulate(jobs, machine, policy, build_predictor(predictor, jobs), CORRECTIONS[correction],
+                    exhaustive=True)
+    assert fast.start_s == slow.start_s
+    assert peak_usage(fast) <= machine
+    assert all(fast.start_s[i] >= job.submit_s for i, job in enumerate(jobs))
+
+
+@settings(max_examples=100, deadline=None)
+@given(workloads(), st.sampled_from(["easy", "easy-sjbf"]), st.sampled_from(PREDICTORS))
+def test_a_guard_that_never_fires_changes_nothing(workload, scheduler, predictor) -> None:
+    machine, jobs = workload
+    plain = simulate(jobs, machine, SCHEDULERS[scheduler], build_predictor(predictor, jobs),
+                     CORRECTIONS["incremental"])
+    never = simulate(jobs, machine, guarded(scheduler, 10**9), build_predictor(predictor, jobs),
+                     CORRECTIONS["incremental"])
+    assert never.start_s == plain.start_s
+
+
+@settings(max_examples=100, deadline=None)
+@given(workloads(), st.sampled_from(["easy", "easy-sjbf"]))
+def test_with_requested_times_the_guard_is_plain_easy(workload, scheduler) -> None:
+    """Predictions equal to requests make the guarded rule and the usual one the same rule."""
+    machine, jobs = workload
+    plain = simulate(jobs, machine, SCHEDULERS[scheduler], RequestedPredictor(), CORRECTIONS["requested"])
+    always = simulate(jobs, machine, guarded(scheduler, 0), RequestedPredictor(), CORRECTIONS["requested"])
+    assert always.start_s == plain.start_s
+
+
+def test_the_guard_is_an_option_of_a_run_and_off_by_default() -> None:
+    assert "starvation_guard_s" not in RunSpec().to_dict()  # off: campaign keys unchanged
+    spec = RunSpec(starvation_guard_s=43_200)
+    assert spec.to_dict()["starvation_guard_s"] == 43_200 and spec.label.endswith("guard 12 h")
+    with pytest.raises(ValueError, match="backfilling scheduler"):
+        RunSpec(scheduler="fcfs", starvation_guard_s=10)
+    with pytest.raises(ValueError, match=">= 0"):
+        RunSpec(starvation_guard_s=-1)
