@@ -41,7 +41,7 @@ ERROR_COLUMNS: tuple[str, ...] = (
     "ave2_mae_s",  # mean |AVE2 - runtime|
 )
 
-# method.md §10: at the same instant a submission is handled before a termination, so a job
+# docs/method.md §10: at the same instant a submission is handled before a termination, so a job
 # ending when another is submitted is not yet in the history the submission sees.
 _SUBMISSION, _TERMINATION = 0, 1
 
