@@ -211,3 +211,18 @@ def test_jobs_without_a_time_limit_pass_untouched(cluster: SlurmCluster, daemon:
     job_id = cluster.sbatch(script="sleep 1")
     fields = cluster.job_fields(job_id)
     assert "hpcpredict" not in fields.get("AdminComment", "")
+
+
+def test_a_job_array_is_predicted_once_and_every_task_carries_it(
+    cluster: SlurmCluster, daemon: ServeProcess
+) -> None:
+    """job_submit runs once per array submission; SLURM copies the lowered limit and the mark
+    to every task (docs/admin-guide.md, "What users and the admin see")."""
+    array_id = cluster.sbatch("--array=0-2", "--time=60", script="sleep 1")
+    records = [line for line in cluster.run(["scontrol", "show", "job", "-o", str(array_id)]).stdout.splitlines()
+               if line.strip()]
+    assert records
+    for record in records:
+        fields = dict(word.partition("=")[::2] for word in record.split(" ") if "=" in word)
+        assert fields["AdminComment"].startswith("hpcpredict:request_s=3600,prediction_s="), record
+        assert minutes(fields["TimeLimit"]) <= 60, record
