@@ -42,7 +42,7 @@ def main() -> None:
     args = parser.parse_args()
     procs = args.procs
     if procs is None and "Curie" in args.log.name:
-        procs = 80_640  # method.md §10
+        procs = 80_640  # docs/method.md §10
     print(f"python {platform.python_version()} on {platform.processor() or platform.machine()}")
     started = time.perf_counter()
     workload = load_workload(args.log, machine_procs=procs)

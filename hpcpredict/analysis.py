@@ -2,7 +2,7 @@
 
 Predictions are judged as the scheduler saw them: the *initial* prediction each job got at
 submission (before any correction), against its true runtime. Accuracy alone misleads (the
-reference's AVE2 had a lower MAE than the E-Loss model and scheduled worse, method.md §10), so the
+reference's AVE2 had a lower MAE than the E-Loss model and scheduled worse, docs/method.md §10), so the
 statistics include the E-Loss itself and the direction of the errors, and `predict-eval` prints
 them next to the AVEbsld each predictor produced.
 """

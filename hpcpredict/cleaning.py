@@ -1,4 +1,4 @@
-"""Turn parsed SWF records into the jobs a simulation replays (method.md §10).
+"""Turn parsed SWF records into the jobs a simulation replays (docs/method.md §10).
 
 `clean` applies the reference implementation's rules, in its order, and counts every job each rule
 drops or changes, so a kept count that differs from the published one (KTH-SP2 28,481;
@@ -13,14 +13,14 @@ The rules, in order (each sees only the jobs the previous ones kept):
 3. ``allocated_from_requested`` / ``requested_from_allocated``: when only one of the two is > 0,
    use it for both (counted as changed). The job's processor count is then the *requested*
    processors: that is what the reference simulator scheduled with (a scheduler only knows the
-   request at submission), and with it all fifteen reference AVEbsld figures of method.md §10 are
+   request at submission), and with it all fifteen reference AVEbsld figures of docs/method.md §10 are
    reproduced exactly; with the allocated count they are off by up to 4% (docs/reproduction.md).
 4. ``run_time_not_positive``: drop run_s <= 0.
 5. ``requested_time_not_positive``: drop requested_time_s <= 0.
 6. ``submit_negative``: drop submit_s < 0.
 7. ``run_time_above_request``: set run_s = requested_time_s when run_s exceeds it (changed).
 8. ``procs_above_machine``: when `machine_procs` is given, clamp processors to it (changed).
-   CEA-Curie's header says 93,312 processors but the reference simulated 80,640 (method.md §10)
+   CEA-Curie's header says 93,312 processors but the reference simulated 80,640 (docs/method.md §10)
    and clamped the few larger jobs rather than dropping them.
 
 Finally the jobs are stable-sorted by submission time, as the simulator requires; the report
@@ -35,7 +35,7 @@ Missing values (`-1` in SWF) are handled deliberately, field by field:
 * group, executable, queue and partition are copied as they are (-1 included) into the
   `JobRequest`, whose defaults are -1 too.
 * wait time, CPU time, memory, preceding job and think time are not used: the simulator computes
-  its own waits, and nothing known only at completion may reach a predictor (method.md §2).
+  its own waits, and nothing known only at completion may reach a predictor (docs/method.md §2).
 """
 
 from __future__ import annotations
@@ -141,7 +141,7 @@ def clean(
     max_procs_header: int | None,
     machine_procs: int | None = None,
 ) -> tuple[list[Job], CleaningReport]:
-    """Apply method.md §10's cleaning rules; return the kept jobs sorted by submit time.
+    """Apply docs/method.md §10's cleaning rules; return the kept jobs sorted by submit time.
 
     `max_procs_header` is the header's MaxProcs (None when the log has none: rule 1 is then
     skipped and the report says so). `machine_procs` is the simulated machine's size when it

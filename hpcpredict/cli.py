@@ -180,7 +180,7 @@ def info(log: Path, procs: int | None, lenient: bool, as_json: bool) -> None:
         value = summary.get(key)
         shown = f"{value:,}" if isinstance(value, int) and key != "unix_start_time" else value
         click.echo(f"{label:<26}{shown if value is not None else '-'}")
-    click.echo("\ncleaning (method.md §10 rules, in order):")
+    click.echo("\ncleaning (docs/method.md §10 rules, in order):")
     for line in workload.cleaning.lines():
         click.echo(f"  {line}")
 

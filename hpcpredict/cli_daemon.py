@@ -169,6 +169,7 @@ def train(
     Unix uids (what `hpcpredict slurm-convert` writes) for the histories to meet the live jobs.
     """
     from hpcpredict.cli import _bar, _load
+    from hpcpredict.daemon.history_judgements import JudgingPredictor
     from hpcpredict.learn.history import replay_history
 
     config = _config(config_path, db=db_url, time_zone=time_zone)
@@ -188,11 +189,13 @@ def train(
                 done += count
                 update(done)
 
-            replay = replay_history(workload.jobs, predictor, offset_s=offset_s, progress=progress)
+            judge = JudgingPredictor(predictor)  # keeps each job's prediction before it is learned
+            replay = replay_history(workload.jobs, judge, offset_s=offset_s, progress=progress)
         try:
             service.bootstrap(predictor, replace=replace)
         except ValueError as error:
             raise click.ClickException(f"{config.db}: {error}") from None
+        judge.save(service.store)
     finally:
         service.store.close()
     click.echo(
@@ -230,15 +233,29 @@ _since_option = click.option(
 )
 
 
+_source_option = click.option(
+    "--source", type=click.Choice(["both", "history", "live"]), default="both", show_default=True,
+    help="Which judged jobs: 'history' (predicted by `hpcpredict train` while replaying the log, "
+    "before learning each job), 'live' (predicted by the running daemon), or both.")
+
+
+def _source_label(judged, source: str) -> str:  # judged: pd.DataFrame with a "source" column
+    """Says which judgements a view holds, so history replay is never mistaken for live errors."""
+    counts = judged["source"].value_counts() if len(judged) else {}
+    parts = [f"{counts.get(name, 0):,} {name}" for name in ("history", "live") if source in (name, "both")]
+    return f"jobs judged: {' + '.join(parts)} (--source {source})"
+
+
 @click.command()
 @_config_option
 @_db_option
 @click.option("--user", "users", type=int, multiple=True, help="Only this user id (repeatable).")
 @_since_option
+@_source_option
 @click.option("--format", "output_format", type=click.Choice(["table", "json", "csv"]), default="table",
               show_default=True)
 def errors(config_path: Path | None, db_url: str | None, users: tuple[int, ...], since: str | None,
-           output_format: str) -> None:
+           source: str, output_format: str) -> None:
     """Per-user prediction errors, from the daemon's database (running or not).
 
     For each user: jobs judged, mean and median absolute error of the prediction given at
@@ -257,9 +274,8 @@ def errors(config_path: Path | None, db_url: str | None, users: tuple[int, ...],
     try:
         since_s = _since_s(since)
         unique_users = dict.fromkeys(users)  # `--user 5 --user 5` counts user 5's jobs once
-        frames = [judged_jobs(store, user_id=user, since_s=since_s) for user in unique_users] or [
-            judged_jobs(store, since_s=since_s)
-        ]
+        frames = [judged_jobs(store, user_id=user, since_s=since_s, source=source)
+                  for user in unique_users] or [judged_jobs(store, since_s=since_s, source=source)]
     finally:
         store.close()
     judged = pd.concat(frames, ignore_index=True) if len(frames) > 1 else frames[0]
@@ -272,32 +288,37 @@ def errors(config_path: Path | None, db_url: str | None, users: tuple[int, ...],
         click.echo("no judged job yet (jobs count once they have ended after a prediction)")
     else:
         click.echo(format_table(table))
+    if output_format == "table":  # last, so the table's header stays the first line
+        click.echo(_source_label(judged, source))
 
 
 @click.command()
 @_config_option
 @_db_option
 @_since_option
+@_source_option
 @click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path), required=True,
               help="Folder for index.html and its PNG plots (created if needed).")
-def report(config_path: Path | None, db_url: str | None, since: str | None, out_dir: Path) -> None:
+def report(config_path: Path | None, db_url: str | None, since: str | None, source: str,
+           out_dir: Path) -> None:
     """An HTML page of the prediction errors: per-user table, ECDF of errors (hpcpredict vs
     requests vs AVE2), per-user bars, error over time. Reads the database only."""
     from hpcpredict.daemon.errors import judged_jobs
     from hpcpredict.daemon.views import write_report
     from hpcpredict.outputs import OutputPathError, check_output_dir
 
+    store = _read_store(config_path, db_url)  # first: a refused store leaves no folder behind
     try:
-        check_output_dir(out_dir, what="--out")
+        check_output_dir(out_dir, what="--out")  # before the reading, which can be long
     except OutputPathError as error:
+        store.close()
         raise click.ClickException(str(error)) from None
-    store = _read_store(config_path, db_url)
     try:
-        judged = judged_jobs(store, since_s=_since_s(since))
+        judged = judged_jobs(store, since_s=_since_s(since), source=source)
     finally:
         store.close()
     written = write_report(judged, out_dir)
-    click.echo(f"{len(judged):,} jobs reported: {written.index}")
+    click.echo(f"{len(judged):,} jobs reported: {written.index}; {_source_label(judged, source)}")
 
 
 @click.command("slurm-convert")

@@ -1,7 +1,7 @@
-"""Per-user history and the 20 features of method.md §2, computed at submission.
+"""Per-user history and the 20 features of docs/method.md §2, computed at submission.
 
 One `FeatureState` is fed the three events every driver produces (a job is submitted, starts,
-ends) and answers, for a job being submitted, the vector x_j of method.md §2 from what is known
+ends) and answers, for a job being submitted, the vector x_j of docs/method.md §2 from what is known
 at that instant. The simulator and the daemon share this single implementation (style.md,
 "feature code written twice" is an anti-pattern).
 
@@ -18,7 +18,7 @@ What "known at r_j" means here:
   a 0/0 special case that would make a first job look extreme.
 * Features 17-20 (time of day and of week) use the absolute local time of the submission when a
   `FeatureContext` gives the log's UnixStartTime and TimeZoneString (SWF header), else the raw
-  ``submit_s`` read as UTC seconds, exactly the formula of method.md §2.
+  ``submit_s`` read as UTC seconds, exactly the formula of docs/method.md §2.
 
 Every event costs O(1) (amortised): running sums give the means, the sum of elapsed times is
 ``n * now - sum(starts)``, and the longest elapsed time is ``now - min(starts)`` read from a
@@ -54,7 +54,7 @@ from hpcpredict.jobs import JobRequest
 
 N_FEATURES = 20
 
-# Indices into x (0-based; method.md §2 numbers them from 1).
+# Indices into x (0-based; docs/method.md §2 numbers them from 1).
 REQUESTED_S = 0  # 1: p~_j
 LAST_RUN_S = 1  # 2
 SECOND_LAST_RUN_S = 2  # 3
@@ -99,8 +99,8 @@ FEATURE_NAMES: tuple[str, ...] = (
     "week_sin",
 )
 
-DAY_S = 86_400  # method.md §2, features 17-18
-WEEK_S = 604_800  # method.md §2, features 19-20
+DAY_S = 86_400  # docs/method.md §2, features 17-18
+WEEK_S = 604_800  # docs/method.md §2, features 19-20
 _TWO_PI = 2.0 * math.pi
 # A UTC offset is looked up once per bucket of this many seconds: every IANA transition since
 # 1970 falls on a multiple of 15 minutes, and a bucket holding one is never cached anyway.
@@ -112,7 +112,7 @@ class FeatureContext:
     """Where the log's clock is: its SWF header fields UnixStartTime and TimeZoneString.
 
     ``submit_s`` of an SWF log counts from ``unix_start_s``; the local time of day of a
-    submission is what users' habits follow (method.md §2, features 17-20), so it is read in
+    submission is what users' habits follow (docs/method.md §2, features 17-20), so it is read in
     ``time_zone`` (an IANA name such as ``"Europe/Paris"``, via `zoneinfo`, DST included). The
     default (0, None) reads ``submit_s`` itself as UTC seconds: the literal formula of §2. The
     daemon, whose times are Unix seconds, passes ``FeatureContext(0, site_time_zone)``.
@@ -240,7 +240,7 @@ class UserHistory:
 
 
 class FeatureState:
-    """All users' histories; computes x_j at submission (method.md §2). See the module doc."""
+    """All users' histories; computes x_j at submission (docs/method.md §2). See the module doc."""
 
     def __init__(self, context: FeatureContext | None = None) -> None:
         self.context = FeatureContext() if context is None else context
@@ -261,7 +261,7 @@ class FeatureState:
         """x_j for `request` submitted at `now_s`, without recording the submission.
 
         Reads only state built from events before this call, plus the request itself: nothing
-        known at the job's end can enter (method.md §2). `out`, if given, is a float64 buffer of
+        known at the job's end can enter (docs/method.md §2). `out`, if given, is a float64 buffer of
         length 20 that is filled and returned (the learner reuses one to avoid allocating).
         """
         user = self.users.get(request.user_id)

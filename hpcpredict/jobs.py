@@ -3,7 +3,7 @@
 A `JobRequest` is what is known when a job is submitted: the only thing a predictor may read
 when it predicts. A `Job` adds what the log tells us happened (the true runtime), which only the
 simulator and the clairvoyant oracle may read. Keeping them apart makes leakage a type error
-rather than a code-review finding (method.md §2: nothing known only at completion enters x_j).
+rather than a code-review finding (docs/method.md §2: nothing known only at completion enters x_j).
 All times are whole seconds; processors are counts.
 """
 

@@ -1,4 +1,4 @@
-"""The predictor protocol and the baseline predictors of method.md §6.
+"""The predictor protocol and the baseline predictors of docs/method.md §6.
 
 A predictor sees the same three events in the simulator and in the daemon: a job is submitted
 (`predict`), a job starts (`job_started`), a job ends and its true runtime is known
@@ -35,7 +35,7 @@ class Predictor(Protocol):
 
 
 def clip_prediction(value: float, requested_s: int) -> int:
-    """Clip a raw prediction to whole seconds in [1, requested_s] (method.md §5, last line).
+    """Clip a raw prediction to whole seconds in [1, requested_s] (docs/method.md §5, last line).
 
     NaN (a diverged model) falls back to the request, the safe answer for a scheduler.
     """

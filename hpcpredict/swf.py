@@ -4,7 +4,7 @@ An SWF file is a header of comment lines (starting with ';', many of them `Key: 
 as `MaxProcs: 100`) followed by one line per job of 18 whitespace-separated numbers, `-1` meaning
 "missing" (https://www.cs.huji.ac.il/labs/parallel/workload/swf.html). This module only parses:
 it returns every record as written, and deciding which jobs to simulate is `hpcpredict.cleaning`'s
-job (method.md §10), so that every dropped job is counted in one place.
+job (docs/method.md §10), so that every dropped job is counted in one place.
 
 Design choices, each for a reason:
 

@@ -3,7 +3,7 @@
 Every command that replays a log goes through `load_workload`, so `simulate`, `info` and the
 campaigns agree on which jobs a log has and on how many processors the machine has: the header's
 MaxProcs unless the caller says otherwise (CEA-Curie's header counts 93,312 processors, of which
-the log covers 80,640; method.md §10).
+the log covers 80,640; docs/method.md §10).
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """A real SLURM (Debian's slurmctld + slurmd + munge) on loopback, for the end-to-end tests.
 
 Everything lives in one temporary directory (config, state, spool, logs) and every command gets
-``SLURM_CONF`` pointing there (../shared/docs/slurm.md: measured facts this follows). The node
+``SLURM_CONF`` pointing there (the facts it follows were measured on Slurm 22.05 here). The node
 advertises more CPUs than the machine has (``SlurmdParameters=config_overrides``) so that several
 jobs run at once. Packages are installed when missing and we are root with apt-get; otherwise
 the tests are skipped — or fail, when ``HPCPREDICT_REQUIRE_SERVERS=1`` (CI).
@@ -79,7 +79,7 @@ class SlurmCluster:
         self.extra_files = extra_files or {}
         self.extra_config = extra_config or []
         # accounting: slurmdbd on a MariaDB of our own (data dir, socket and port in self.dir),
-        # so that sacct works; ../shared/docs/slurm.md.
+        # so that sacct works (measured on Slurm 22.05).
         self.accounting = accounting
         self.dbd_port = _free_port()
         self.processes: list[subprocess.Popen] = []

@@ -1,4 +1,4 @@
-"""The cleaning rules of hpcpredict/cleaning.py (method.md §10), one test per rule, plus the
+"""The cleaning rules of hpcpredict/cleaning.py (docs/method.md §10), one test per rule, plus the
 report, the ordering, the drop-count invariant and the published KTH-SP2 kept count."""
 
 from __future__ import annotations

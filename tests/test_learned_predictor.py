@@ -18,7 +18,7 @@ from hpcpredict.learn.polynomial import QuadraticExpansion
 from hpcpredict.predictors import Predictor
 
 Event = tuple[int, int, int, JobRequest, int]  # (time, kind, job id, request, runtime)
-SUBMIT, END, START = 1, 2, 3  # method.md §10 order at equal times: submission, end, start
+SUBMIT, END, START = 1, 2, 3  # docs/method.md §10 order at equal times: submission, end, start
 
 
 def make_stream(n_jobs: int, seed: int, n_users: int = 6) -> list[Event]:

@@ -1,4 +1,4 @@
-"""The 20 losses of method.md §4: values, weights, gradients against finite differences."""
+"""The 20 losses of docs/method.md §4: values, weights, gradients against finite differences."""
 
 from __future__ import annotations
 

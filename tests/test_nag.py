@@ -1,4 +1,4 @@
-"""NAG (method.md §5): a slow reference, scale invariance, convergence, exact checkpoints."""
+"""NAG (docs/method.md §5): a slow reference, scale invariance, convergence, exact checkpoints."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ SQUARED = AsymmetricLoss(Branch.SQUARE, Branch.SQUARE, Weight.CONSTANT)
 
 
 class SlowNag:
-    """method.md §5 written straight down, one coordinate at a time, in plain Python."""
+    """docs/method.md §5 written straight down, one coordinate at a time, in plain Python."""
 
     def __init__(self, n: int, eta: float, l2: float) -> None:
         self.eta, self.l2 = eta, l2
@@ -120,7 +120,7 @@ def _predictions(raw_x: np.ndarray, targets: np.ndarray, eta: float) -> np.ndarr
 
 @pytest.mark.parametrize("feature", [0, 1, 2])
 def test_rescaling_one_raw_feature_leaves_predictions_unchanged(feature: int) -> None:
-    """NAG's point (method.md §5): no normalisation needed, whatever a feature's unit."""
+    """NAG's point (docs/method.md §5): no normalisation needed, whatever a feature's unit."""
     rng = np.random.default_rng(feature)
     raw_x = _feature_stream(rng, 500, 3)
     targets = 100.0 + raw_x @ np.array([0.5, 2e-3, 30.0]) + rng.normal(0.0, 5.0, len(raw_x))

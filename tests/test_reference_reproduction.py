@@ -1,4 +1,4 @@
-"""The reference's baseline AVEbsld on the full archive logs (method.md §10), to the hundredth.
+"""The reference's baseline AVEbsld on the full archive logs (docs/method.md §10), to the hundredth.
 
 These involve no learning, so any difference is a cleaning or simulator difference. All fifteen
 reproduce exactly (docs/reproduction.md); the tolerance is rounding only.
@@ -20,7 +20,7 @@ CLAIRVOYANT_EASY = RunSpec("easy", "clairvoyant", "requested")
 CLAIRVOYANT_SJBF = RunSpec("easy-sjbf", "clairvoyant", "requested")
 SPECS = (EASY, SJBF, EASY_PLUS_PLUS, CLAIRVOYANT_EASY, CLAIRVOYANT_SJBF)
 
-# log -> (machine procs override, kept jobs, AVEbsld of SPECS in order), method.md §10.
+# log -> (machine procs override, kept jobs, AVEbsld of SPECS in order), docs/method.md §10.
 REFERENCE = {
     KTH_LOG: (None, 28_481, (92.58, 69.41, 63.50, 71.72, 49.85)),
     BLUE_LOG: (None, 232_542, (36.52, 19.83, 20.99, 30.62, 13.18)),

@@ -216,7 +216,7 @@ def test_fast_path_takes_the_same_decisions_as_exhaustive_passes(workload, sched
     assert fast.corrections == slow.corrections
 
 
-# A deliberately naive EASY, written straight from method.md §7 with plain lists, to check the
+# A deliberately naive EASY, written straight from docs/method.md §7 with plain lists, to check the
 # vectorised scan. Same event order: prediction-over, submission, termination.
 
 

@@ -25,7 +25,7 @@ import numpy as np
 import pandas as pd
 from sqlalchemy import func, select
 
-from hpcpredict.daemon.store import CorrectionRow, JobRow, PredictionRow, Store
+from hpcpredict.daemon.store import CorrectionRow, HistoryJudgementRow, JobRow, PredictionRow, Store
 from hpcpredict.jobs import JobRequest
 from hpcpredict.predictors import Ave2Predictor
 
@@ -41,7 +41,7 @@ ERROR_COLUMNS: tuple[str, ...] = (
     "ave2_mae_s",  # mean |AVE2 - runtime|
 )
 
-# method.md §10: at the same instant a submission is handled before a termination, so a job
+# docs/method.md §10: at the same instant a submission is handled before a termination, so a job
 # ending when another is submitted is not yet in the history the submission sees.
 _SUBMISSION, _TERMINATION = 0, 1
 
@@ -55,16 +55,49 @@ class _Job:
 
 JUDGED_COLUMNS: tuple[str, ...] = (
     "job_id", "user_id", "end_s", "predicted_s", "run_s", "requested_s", "ave2_s", "corrections",
+    "source",  # "live" (the daemon's predictions) or "history" (`hpcpredict train`'s replay)
 )
+
+SOURCES = ("history", "live", "both")
 
 
 def judged_jobs(
-    store: Store, *, user_id: int | None = None, since_s: int | None = None
+    store: Store, *, user_id: int | None = None, since_s: int | None = None, source: str = "live"
 ) -> pd.DataFrame:
-    """One row per judged job (see the module doc), columns `JUDGED_COLUMNS`, by job id.
+    """One row per judged job (see the module doc), columns `JUDGED_COLUMNS`: the history
+    replay's jobs first (by end), then the live ones by job id, as `source` asks.
 
     `since_s` is Unix seconds (the CLI converts ``--since DATE``).
     """
+    if source not in SOURCES:
+        raise ValueError(f"source must be one of {SOURCES}, got {source!r}")
+    frames = []
+    if source in ("history", "both"):
+        frames.append(_history_judged_jobs(store, user_id, since_s))
+    if source in ("live", "both"):
+        frames.append(_live_judged_jobs(store, user_id, since_s))
+    frames = [frame for frame in frames if len(frame)] or frames[:1]
+    return pd.concat(frames, ignore_index=True) if len(frames) > 1 else frames[0]
+
+
+def _history_judged_jobs(store: Store, user_id: int | None, since_s: int | None) -> pd.DataFrame:
+    """The jobs `hpcpredict train` judged (hpcpredict.daemon.history_judgements): no correction,
+    since the replay runs each job to its recorded end."""
+    query = select(HistoryJudgementRow).order_by(HistoryJudgementRow.end_s, HistoryJudgementRow.job_id)
+    if user_id is not None:
+        query = query.where(HistoryJudgementRow.user_id == user_id)
+    if since_s is not None:
+        query = query.where(HistoryJudgementRow.end_s >= since_s)
+    with store.session() as session:
+        records = [
+            (row.job_id, row.user_id, row.end_s, row.predicted_s, row.run_s, row.requested_s,
+             row.ave2_s, 0, "history")
+            for row in session.scalars(query)
+        ]
+    return pd.DataFrame.from_records(records, columns=list(JUDGED_COLUMNS))
+
+
+def _live_judged_jobs(store: Store, user_id: int | None, since_s: int | None) -> pd.DataFrame:
     jobs = _load_jobs(store, user_id)
     first_prediction = _first_predictions(store, user_id)
     corrections = _corrections_per_job(store, user_id)
@@ -88,6 +121,7 @@ def judged_jobs(
                 job.request.requested_s,
                 ave2_s[job_id],
                 corrections.get(job_id, 0),
+                "live",
             )
         )
     return pd.DataFrame.from_records(records, columns=list(JUDGED_COLUMNS))

@@ -16,7 +16,7 @@ in order:
 
 1. ``never_ran`` — ``run_s <= 0`` (cancelled while pending): no runtime was observed. Recorded,
    not learned, and kept out of the user's history, as the simulator's cleaning drops such jobs
-   (method.md §10, rule 4).
+   (docs/method.md §10, rule 4).
 2. ``unseen`` — the learner never saw the submission: learned through LearnedPredictor's
    ``learn_unseen`` path (an approximation its docstring describes), if the learner does.
    ``unseen_killed``: reported killed at a lowered limit although the daemon never saw it (state
@@ -39,7 +39,7 @@ The issue's draft said "not trained on, unless run_s < the prediction"; rules 4-
 made precise: below the prediction given at submission the runtime is true (4); above it, the
 bound is used only in the direction it is informative (5, 6).
 
-As the simulator's cleaning does (method.md §10, rule 7), a runtime above the request (SLURM's
+As the simulator's cleaning does (docs/method.md §10, rule 7), a runtime above the request (SLURM's
 ``OverTimeLimit`` grace) is learned as the request; the store keeps the reported value.
 """
 
@@ -151,7 +151,7 @@ def _apply_end(
         first_prediction_s=payload["first_prediction_s"],
         current_prediction_s=current,
     )
-    learned_run_s = min(run_s, request.requested_s)  # method.md §10, cleaning rule 7
+    learned_run_s = min(run_s, request.requested_s)  # docs/method.md §10, cleaning rule 7
     if rule.trains:
         predictor.job_ended(request, learned_run_s, end_s)
         learned = rule is not LearnRule.UNSEEN or predictor.learn_unseen

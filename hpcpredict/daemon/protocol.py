@@ -132,7 +132,7 @@ def get_flag(fields: Mapping[str, object], key: str) -> bool:
 def label_id(name: str) -> int:
     """A stable non-negative id for a partition or job name (CRC-32, 31 bits).
 
-    The learner reads neither (method.md §2), so the id only has to be stable across restarts
+    The learner reads neither (docs/method.md §2), so the id only has to be stable across restarts
     and hosts, which a hash is without a registry to keep in step.
     """
     return zlib.crc32(name.encode("utf-8")) & 0x7FFFFFFF

@@ -211,6 +211,24 @@ class CheckpointRow(Base):
     state_npz: Mapped[bytes] = mapped_column(LargeBinary)
 
 
+class HistoryJudgementRow(Base):
+    """A job of the history `hpcpredict train` replayed, judged as the replay predicted it
+    before learning it (hpcpredict.daemon.history_judgements). Kept apart from the live tables:
+    these jobs never ran under the daemon, and a site must be able to tell day-one errors on
+    its past from what the daemon did live. Replaced whole by each `train`.
+    """
+
+    __tablename__ = "history_judgements"
+
+    job_id: Mapped[int] = mapped_column(BigInteger, primary_key=True, autoincrement=False)
+    user_id: Mapped[int] = mapped_column(Integer)
+    end_s: Mapped[int] = mapped_column(BigInteger)
+    predicted_s: Mapped[int] = mapped_column(BigInteger)
+    run_s: Mapped[int] = mapped_column(BigInteger)
+    requested_s: Mapped[int] = mapped_column(BigInteger)
+    ave2_s: Mapped[int] = mapped_column(BigInteger)
+
+
 class UserErrorRow(Base):
     """A user's error totals over the jobs judged so far (hpcpredict.daemon.errors says which
     jobs are judged and how). Sums, not means, so that one job's end is one update; the exact

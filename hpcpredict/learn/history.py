@@ -4,7 +4,7 @@ The simulator re-schedules a log's jobs, so their start times are its own; a his
 instead takes each job's start from the log (submission + SWF wait) — what the site's real
 scheduler did, which is what a daemon that had been running then would have seen. Each job gives
 the predictor the three events the daemon receives live (submitted, started, ended), in time
-order, with the reference's same-instant order (method.md §10: submission, termination, start),
+order, with the reference's same-instant order (docs/method.md §10: submission, termination, start),
 so a model trained here is the model the daemon would have had.
 
 A job with an unknown wait (SWF -1) is taken to start at its submission: it then counts in its
@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from hpcpredict.jobs import Job, JobRequest
 from hpcpredict.predictors import Predictor
 
-# method.md §10: at one instant, submissions before terminations before starts.
+# docs/method.md §10: at one instant, submissions before terminations before starts.
 SUBMITTED, ENDED, STARTED = 1, 2, 3
 
 

@@ -1,4 +1,4 @@
-"""The 20 asymmetric weighted losses of method.md §4 and their derivative in the prediction.
+"""The 20 asymmetric weighted losses of docs/method.md §4 and their derivative in the prediction.
 
 For a prediction f of a job with true runtime p (seconds) and q processors:
 
@@ -26,7 +26,7 @@ Weights are kept positive and finite by one documented rule, `gamma_floor`:
   as a 2-hour one under large_area) while never giving a zero or negative weight, which would
   stop learning from a job or push the model the wrong way.
 
-The reference used 1 + log(q p) for large_area (method.md §10) with no floor; we follow §4.
+The reference used 1 + log(q p) for large_area (docs/method.md §10) with no floor; we follow §4.
 
 The unit. A squared branch is not unit-free: z^2 in seconds against a linear z makes
 over-predicting by more than one second cost more than under-predicting by the same amount,
@@ -63,7 +63,7 @@ class Branch(Enum):
 
 
 class Weight(Enum):
-    """gamma_j of method.md §4 (p = true runtime in seconds, q = processors)."""
+    """gamma_j of docs/method.md §4 (p = true runtime in seconds, q = processors)."""
 
     CONSTANT = "constant"  # 1
     SHORT_WIDE = "short_wide"  # 5 + log(q / p)
@@ -169,7 +169,7 @@ _ALIASES: dict[str, AsymmetricLoss] = {
 
 
 def all_losses() -> list[AsymmetricLoss]:
-    """The 2 x 2 x 5 = 20 losses of method.md §4, in a fixed order."""
+    """The 2 x 2 x 5 = 20 losses of docs/method.md §4, in a fixed order."""
     return [
         AsymmetricLoss(over, under, weight)
         for over in Branch

@@ -1,5 +1,5 @@
 """NAG, Normalized Adaptive Gradient (Ross, Mineiro & Langford, "Normalized online learning",
-UAI 2013), exactly the four steps of method.md §5, vectorised over the coordinates.
+UAI 2013), exactly the four steps of docs/method.md §5, vectorised over the coordinates.
 
 Why NAG: the features are raw seconds, counts and their products (a requested time squared is
 ~1e10, a break time is unbounded), and NAG needs no feature normalisation: each coordinate keeps
@@ -8,8 +8,8 @@ gradients) and the global N/t make the step size independent of the scale of the
 Without the l2 term, multiplying one feature by any constant leaves every prediction unchanged
 (tested in tests/test_nag.py).
 
-The l2 scaling. method.md §3 writes the penalty lambda * ||w||^2; like the reference (whose
-constants are eta = 5000, lambda = 4e9, method.md §10) we add ``lambda * w`` to the gradient,
+The l2 scaling. docs/method.md §3 writes the penalty lambda * ||w||^2; like the reference (whose
+constants are eta = 5000, lambda = 4e9, docs/method.md §10) we add ``lambda * w`` to the gradient,
 i.e. the penalty is (lambda / 2) ||w||^2, on every coordinate including the bias. Note that a
 plain lambda * w term is not scale-invariant: it weighs coordinates with large s_i (whose w_i are
 small) less; NAG's invariance holds exactly only for lambda = 0.
@@ -39,12 +39,12 @@ from pathlib import Path
 import numpy as np
 from scipy.linalg.blas import daxpy
 
-ETA_REFERENCE = 5000.0  # learning rate of the reference simulator (method.md §10)
-L2_REFERENCE = 4e9  # its l2 constant, added as lambda * w to the gradient (method.md §10)
+ETA_REFERENCE = 5000.0  # learning rate of the reference simulator (docs/method.md §10)
+L2_REFERENCE = 4e9  # its l2 constant, added as lambda * w to the gradient (docs/method.md §10)
 
 # Stand-in for sqrt(G_i) = 0. A G_i > 0 is at least the smallest subnormal (5e-324), whose root
 # is 2.2e-162 > 1e-300, so the floor only ever replaces exact zeros, where g_i = 0 too: the update
-# there is 0 / 1e-300 = 0, which is method.md §5's "only for g_i != 0" without a mask.
+# there is 0 / 1e-300 = 0, which is docs/method.md §5's "only for g_i != 0" without a mask.
 _SQRT_G_FLOOR = 1e-300
 
 
@@ -68,8 +68,8 @@ class NagState:
 
     w: np.ndarray
     s: np.ndarray
-    g_sum: np.ndarray  # G_i of method.md §5
-    n_sum: float  # N of method.md §5
+    g_sum: np.ndarray  # G_i of docs/method.md §5
+    n_sum: float  # N of docs/method.md §5
     t: int
 
     @classmethod
@@ -131,7 +131,7 @@ def save_npz_atomic(path: str | os.PathLike[str], arrays: dict[str, np.ndarray])
 
 
 class Nag:
-    """The optimiser with its state; `step` is method.md §5 for one example.
+    """The optimiser with its state; `step` is docs/method.md §5 for one example.
 
     The step is about fifteen numpy calls on preallocated buffers; two of them are BLAS daxpy
     (y += a x, in place), which saves a temporary and a pass each. Results are deterministic for

@@ -1,4 +1,4 @@
-"""Degree-2 polynomial expansion Phi(x) of method.md §3.
+"""Degree-2 polynomial expansion Phi(x) of docs/method.md §3.
 
 Phi(x) = (1, x_1..x_n, x_1^2..x_n^2, x_k x_l for k < l): 1 + 2n + n(n-1)/2 terms, 231 for the
 20 features. All of them are entries of the outer product of (1, x) with itself, so the expansion
@@ -20,7 +20,7 @@ import numpy as np
 
 
 def n_quadratic_terms(n_features: int) -> int:
-    """1 + 2n + n(n-1)/2 (method.md §3): 231 for n = 20."""
+    """1 + 2n + n(n-1)/2 (docs/method.md §3): 231 for n = 20."""
     return 1 + 2 * n_features + n_features * (n_features - 1) // 2
 
 

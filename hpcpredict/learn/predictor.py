@@ -1,7 +1,7 @@
 """`LearnedPredictor`: the online runtime learner behind the `Predictor` protocol.
 
 It composes the three objects of style.md §2 — features (`hpcpredict.features`), a loss
-(`losses`) and an optimiser (`nag`) — over the degree-2 model of method.md §3:
+(`losses`) and an optimiser (`nag`) — over the degree-2 model of docs/method.md §3:
 
 * at submission (`predict`) it computes x_j from the per-user state, Phi = Phi(x_j) and
   f = w . Phi with the weights of that moment, and keeps Phi for the job (by job id);
@@ -14,8 +14,8 @@ features at submission without predicting (e.g. a daemon replaying SLURM history
 and a job whose submission was missed entirely is learned, if `learn_unseen`, from the
 approximation `FeatureState.late_submission` documents.
 
-Turning f into whole seconds (method.md §5, last line): a negative f becomes |f| with
-``negative="abs"`` (the default, as the reference did, method.md §10) or 1 s with
+Turning f into whole seconds (docs/method.md §5, last line): a negative f becomes |f| with
+``negative="abs"`` (the default, as the reference did, docs/method.md §10) or 1 s with
 ``negative="clip"``.
 Clipping is the projection onto [1, p~_j] that the loss reasons about, and we expected it to
 win; measured, it does not (docs/results.md): a 1-s prediction makes a job fit in every

@@ -1,4 +1,4 @@
-"""What to do when a running job reaches its predicted end and is still running (method.md §8).
+"""What to do when a running job reaches its predicted end and is still running (docs/method.md §8).
 
 A correction policy is a pure function of the job's request, its initial prediction, how many
 times it has been corrected and how long it has run: no hidden state, so the simulator and the
@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Protocol
 
-#: INCREMENTAL steps after the k-th correction (Tsafrir, Etsion & Feitelson, TPDS 2007; method.md §8).
+#: INCREMENTAL steps after the k-th correction (Tsafrir, Etsion & Feitelson, TPDS 2007; docs/method.md §8).
 #: They replace each other (initial + step k), they do not accumulate.
 INCREMENTAL_STEPS_S: tuple[int, ...] = (
     60, 5 * 60, 15 * 60, 30 * 60, 3600, 2 * 3600, 5 * 3600, 10 * 3600, 20 * 3600, 50 * 3600,
@@ -59,7 +59,7 @@ class IncrementalCorrection:
 class DoublingCorrection:
     """RECURSIVE DOUBLING: the job has run `elapsed_s`; predict twice that, capped at the request.
 
-    The reference doubled without the cap (a bug, method.md §10); we cap.
+    The reference doubled without the cap (a bug, docs/method.md §10); we cap.
     """
 
     name: str = "doubling"

@@ -1,4 +1,4 @@
-"""Scheduling and prediction metrics of a simulation (method.md §9).
+"""Scheduling and prediction metrics of a simulation (docs/method.md §9).
 
 bsld_j = max((wait_j + p_j) / max(p_j, tau), 1) with tau = 10 s, averaged over every job of the
 cleaned log with no warm-up cut, as the reference did. Tails are reported too: about 0.1% of jobs
@@ -17,7 +17,7 @@ import numpy as np
 from hpcpredict.sim.replica_stats import mean_ci
 from hpcpredict.sim.simulation import SimulationResult
 
-BSLD_TAU_S = 10.0  # method.md §9
+BSLD_TAU_S = 10.0  # docs/method.md §9
 
 
 @dataclass(frozen=True)

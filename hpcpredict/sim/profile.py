@@ -4,7 +4,7 @@ Backfilling plans with predicted ends, not true ones: a job occupies its process
 start until start + current prediction in the plan, and until it really ends on the machine.
 The two differ only at one instant: a job whose predicted end is exactly now and whose
 termination event has not been processed yet (same-instant order: prediction-over, submission,
-termination; method.md §10). The reference's CPU snapshot already counts such processors as free
+termination; docs/method.md §10). The reference's CPU snapshot already counts such processors as free
 at that instant, so `free_now` does too; a job whose predicted end is past but which is still
 running never exists here, because its prediction-over event corrected it first.
 

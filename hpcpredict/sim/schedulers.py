@@ -1,4 +1,4 @@
-"""Scheduling decisions: FCFS, EASY and EASY-SJBF backfilling (method.md §7).
+"""Scheduling decisions: FCFS, EASY and EASY-SJBF backfilling (docs/method.md §7).
 
 A scheduler decides which waiting jobs start now; it never predicts and never touches the event
 queue. Each decision is applied at once through the `start` callback, because a start changes what

@@ -3,7 +3,7 @@
 The simulation owns the machine state (waiting queue, running profile, per-job outcome) and
 wires the parts: the engine orders events, the scheduler decides, the predictor predicts and
 learns, the correction policy extends predictions. Same-instant order is the reference's
-(method.md §10): prediction-over, then submission, then termination; jobs decided to start at an
+(docs/method.md §10): prediction-over, then submission, then termination; jobs decided to start at an
 instant start at that instant.
 
 Decisions are taken at every submission and every termination. At a submission, when nothing but
@@ -30,7 +30,7 @@ from itertools import count as counter
 from hpcpredict.sim.profile import RunningProfile
 from hpcpredict.sim.schedulers import Reservation, Scheduler, WaitingQueue
 
-PREDICTION_OVER, SUBMISSION, TERMINATION = 0, 1, 2  # same-instant order, method.md §10
+PREDICTION_OVER, SUBMISSION, TERMINATION = 0, 1, 2  # same-instant order, docs/method.md §10
 
 ProgressCallback = Callable[[int], None]  # called with the number of jobs finished so far
 

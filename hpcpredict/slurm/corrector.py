@@ -7,7 +7,7 @@ pure function of what SLURM itself shows — the request and the prediction (fro
 after a restart it reads SLURM again and decides the same, and a limit it already raised is
 never raised twice for the same reason.
 
-The new limit is the correction policy's (method.md §8, the simulator's own `CorrectionPolicy`),
+The new limit is the correction policy's (docs/method.md §8, the simulator's own `CorrectionPolicy`),
 rounded up to SLURM's whole minutes: INCREMENTAL gives prediction + 1 min, + 5 min, + 15 min,
 ... then the request. A step that would leave less than `margin_s` of headroom is skipped for the
 next one (the corrector only looks every few seconds), and the request is always the last
