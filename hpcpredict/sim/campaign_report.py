@@ -53,11 +53,14 @@ class LooChoice:
     best_on_held_out: float
 
 
-def leave_one_log_out(table: pd.DataFrame) -> list[LooChoice]:
+def leave_one_log_out(table: pd.DataFrame, allowed: pd.DataFrame | None = None) -> list[LooChoice]:
     """For each log (column), the triple with the best summed AVEbsld on the other logs.
 
     Only triples with a result on every log compete; ties go to the first label in sorted
-    order, so the choice is deterministic.
+    order, so the choice is deterministic. With `allowed` (a boolean table shaped like `table`),
+    only triples allowed on every *other* log compete for a held-out log: a constraint judged,
+    like the score, without looking at the log it is scored on. A log for which no triple is
+    allowed gets no choice.
     """
     complete = table.dropna().sort_index()
     if complete.shape[1] < 2:
@@ -65,6 +68,12 @@ def leave_one_log_out(table: pd.DataFrame) -> list[LooChoice]:
     choices = []
     for log in complete.columns:
         others = complete.drop(columns=log).sum(axis=1)
+        if allowed is not None:
+            permitted = allowed.reindex(index=complete.index, columns=complete.columns)
+            permitted = permitted.drop(columns=log).fillna(False).astype(bool).all(axis=1)
+            others = others[permitted]
+            if others.empty:
+                continue
         triple = str(others.idxmin())  # first minimum in sorted label order
         held = complete[log]
         choices.append(
@@ -123,6 +132,23 @@ def _relative_ci(difference) -> str:  # type: ignore[no-untyped-def]
             f"{difference.relative_ci_high:+.1%}]{mark}")
 
 
+STARVATION_BOUND = 1.25  # mean max wait at most this multiple of plain EASY's
+
+
+def within_starvation_bound(
+    runs: pd.DataFrame, reference: str = "EASY", bound: float = STARVATION_BOUND
+) -> pd.DataFrame | None:
+    """label x log: is the mean (over replicas) max wait at most `bound` x the reference's?
+
+    None when the runs carry no max wait or no reference run. A site that deploys predictions
+    accepts a better average only if no job waits far longer than it would under plain EASY.
+    """
+    if "m_max_wait_s" not in runs or reference not in set(runs["label"]):
+        return None
+    max_wait = runs.pivot_table(index="label", columns="log", values="m_max_wait_s", aggfunc="mean")
+    return max_wait.le(max_wait.loc[reference] * bound)
+
+
 def log_correlations(table: pd.DataFrame) -> pd.DataFrame:
     """Pearson correlation of triples' AVEbsld between each pair of logs."""
     return table.dropna().corr(method="pearson")
@@ -178,6 +204,33 @@ def write_report(runs: pd.DataFrame, out_dir: Path, title: str) -> list[Path]:
                   "For each log, the triple with the lowest summed AVEbsld on the other logs, "
                   "scored on that log.", "", _markdown(loo), ""]
         chosen = sorted({choice.triple for choice in choices})
+        allowed = within_starvation_bound(runs)
+        if allowed is not None:
+            bounded = leave_one_log_out(
+                learned[[log for log in logs if log in learned.columns]], allowed=allowed
+            )
+            max_wait = runs.pivot_table(index="label", columns="log", values="m_max_wait_s",
+                                        aggfunc="mean")
+            frame = pd.DataFrame([choice.__dict__ for choice in bounded])
+            if not frame.empty:
+                frame = frame.set_index("held_out")
+                frame["max wait / EASY's"] = [
+                    f"{max_wait.loc[c.triple, c.held_out] / max_wait.loc['EASY', c.held_out]:.2f}"
+                    for c in bounded
+                ]
+                frame["within bound on held-out"] = [bool(allowed.loc[c.triple, c.held_out])
+                                                     for c in bounded]
+                if "EASY++" in baselines.index:
+                    frame["vs EASY++"] = [
+                        f"{c.ave_bsld / baselines.loc['EASY++', c.held_out] - 1:+.1%}"
+                        for c in bounded
+                    ]
+                save_csv(frame, "loo_bounded.csv")
+                chosen = sorted(set(chosen) | {choice.triple for choice in bounded})
+            lines += ["## Leave-one-log-out selection under the starvation bound", "",
+                      f"As above, but a triple competes for a held-out log only if its mean max "
+                      f"wait is at most {STARVATION_BOUND}x plain EASY's on every other log.", "",
+                      _markdown(frame) if not frame.empty else "No triple meets the bound.", ""]
     else:
         chosen = []
     best = [str(learned[log].dropna().idxmin()) for log in learned.columns if learned[log].notna().any()]
