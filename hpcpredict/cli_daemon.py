@@ -38,7 +38,8 @@ def _config(config_path: Path | None, **overrides: object) -> DaemonConfig:
         raise click.ClickException(str(error)) from None
 
 
-def _open_service(config: DaemonConfig):  # -> PredictionService (SQLAlchemy imported lazily)
+def _open_service(config: DaemonConfig, store=None):  # -> PredictionService (SQLAlchemy lazily)
+    """The service on `config.db`, or on `store` when the caller already opened (and locked) it."""
     from sqlalchemy.exc import SQLAlchemyError
 
     from hpcpredict.daemon.service import PredictionService
@@ -47,7 +48,7 @@ def _open_service(config: DaemonConfig):  # -> PredictionService (SQLAlchemy imp
     if config.db.startswith("sqlite:///"):
         Path(config.db.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
     try:
-        store = Store(config.db)
+        store = Store(config.db) if store is None else store
         return PredictionService.open(
             store, config.predictor_factory, checkpoint_every=config.checkpoint_every
         )
@@ -131,15 +132,38 @@ def serve(
         slurm_interval_s=slurm_interval_s,
         correction_margin_s=correction_margin_s,
     )
-    service = _open_service(config)
-    if service.replayed_events:
-        click.echo(f"replayed {service.replayed_events:,} events after the last checkpoint", err=True)
+    store, lock = _locked_store(config)
     try:
-        Daemon(config, service).run()
+        service = _open_service(config, store)
+        if service.replayed_events:
+            click.echo(f"replayed {service.replayed_events:,} events after the last checkpoint", err=True)
+        Daemon(config, service, lock=lock).run()
     except DaemonError as error:
-        service.store.close()
         raise click.ClickException(str(error)) from None
-    service.store.close()
+    finally:
+        lock.release()
+        store.close()
+
+
+def _locked_store(config: DaemonConfig):  # -> (Store, StoreLock)
+    """The store, locked before anything reads it: a second ``serve`` stops here, before
+    replaying or checkpointing a log another daemon is writing (issue 17, item 4)."""
+    from sqlalchemy.exc import SQLAlchemyError
+
+    from hpcpredict.daemon.lock import StoreLockedError, lock_store
+    from hpcpredict.daemon.store import Store
+
+    if config.db.startswith("sqlite:///"):
+        Path(config.db.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
+    store = Store(config.db)
+    try:
+        return store, lock_store(store.engine)
+    except StoreLockedError as error:
+        store.close()
+        raise click.ClickException(str(error)) from None
+    except (SQLAlchemyError, OSError) as error:
+        store.close()
+        raise click.ClickException(f"{config.db}: cannot lock the store: {error}") from None
 
 
 @click.command()
