@@ -145,6 +145,29 @@ def serve(
         store.close()
 
 
+def _refuse_foreign_sqlite(database: Path) -> None:
+    """Refuse an existing file that is empty or not an SQLite database (issue 17, item 3).
+
+    SQLite happily turns a zero-byte file (a truncated copy, a mistyped --db touched by hand) into
+    a new store, and the daemon would then serve from an empty model; a mistyped path to some
+    other file would fail later with an obscure error. Either is a one-line refusal here.
+    """
+    try:
+        with database.open("rb") as stream:
+            header = stream.read(16)
+    except FileNotFoundError:
+        return  # a new store: created by the migrations
+    except OSError as error:
+        raise click.ClickException(f"{database}: cannot read the database ({error.strerror})") from None
+    if not header:
+        raise click.ClickException(
+            f"{database}: the database file is empty (zero bytes): not an hpcpredict store; "
+            "remove it to start a new one, or give the right --db"
+        )
+    if header != b"SQLite format 3\x00":
+        raise click.ClickException(f"{database}: not an SQLite database, so not an hpcpredict store; check --db")
+
+
 def _locked_store(config: DaemonConfig):  # -> (Store, StoreLock)
     """The store, locked before anything reads it: a second ``serve`` stops here, before
     replaying or checkpointing a log another daemon is writing (issue 17, item 4)."""
@@ -154,7 +177,9 @@ def _locked_store(config: DaemonConfig):  # -> (Store, StoreLock)
     from hpcpredict.daemon.store import Store
 
     if config.db.startswith("sqlite:///"):
-        Path(config.db.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
+        database = Path(config.db.removeprefix("sqlite:///"))
+        _refuse_foreign_sqlite(database)
+        database.parent.mkdir(parents=True, exist_ok=True)
     store = Store(config.db)
     try:
         return store, lock_store(store.engine)

@@ -342,3 +342,20 @@ def test_an_interrupted_ingestion_is_finished_first(config: DaemonConfig, short_
         assert spool.exists() and not (short_dir / "jobcomp.spool.ingesting").exists()
     finally:
         daemon.stop()
+
+
+@pytest.mark.parametrize(("content", "message"), [(b"", "empty (zero bytes)"), (b"#!/bin/sh\necho hi\n", "not an SQLite database")])
+def test_hpcpredict_serve_refuses_an_empty_or_foreign_database_file(
+    short_dir: Path, content: bytes, message: str
+) -> None:
+    database = short_dir / "state.db"
+    database.write_bytes(content)
+    result = subprocess.run(
+        [sys.executable, "-m", "hpcpredict.cli", "serve", "--db", f"sqlite:///{database}",
+         "--socket", str(short_dir / "d.sock"), "--http", "", "--spool", str(short_dir / "s.spool")],
+        capture_output=True, text=True, timeout=60,
+    )
+    assert result.returncode != 0
+    assert message in result.stderr
+    assert "Traceback" not in result.stderr
+    assert database.read_bytes() == content
