@@ -38,7 +38,8 @@ def _config(config_path: Path | None, **overrides: object) -> DaemonConfig:
         raise click.ClickException(str(error)) from None
 
 
-def _open_service(config: DaemonConfig):  # -> PredictionService (SQLAlchemy imported lazily)
+def _open_service(config: DaemonConfig, store=None):  # -> PredictionService (SQLAlchemy lazily)
+    """The service on `config.db`, or on `store` when the caller already opened (and locked) it."""
     from sqlalchemy.exc import SQLAlchemyError
 
     from hpcpredict.daemon.service import PredictionService
@@ -47,7 +48,7 @@ def _open_service(config: DaemonConfig):  # -> PredictionService (SQLAlchemy imp
     if config.db.startswith("sqlite:///"):
         Path(config.db.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
     try:
-        store = Store(config.db)
+        store = Store(config.db) if store is None else store
         return PredictionService.open(
             store, config.predictor_factory, checkpoint_every=config.checkpoint_every
         )
@@ -131,15 +132,63 @@ def serve(
         slurm_interval_s=slurm_interval_s,
         correction_margin_s=correction_margin_s,
     )
-    service = _open_service(config)
-    if service.replayed_events:
-        click.echo(f"replayed {service.replayed_events:,} events after the last checkpoint", err=True)
+    store, lock = _locked_store(config)
     try:
-        Daemon(config, service).run()
+        service = _open_service(config, store)
+        if service.replayed_events:
+            click.echo(f"replayed {service.replayed_events:,} events after the last checkpoint", err=True)
+        Daemon(config, service, lock=lock).run()
     except DaemonError as error:
-        service.store.close()
         raise click.ClickException(str(error)) from None
-    service.store.close()
+    finally:
+        lock.release()
+        store.close()
+
+
+def _refuse_foreign_sqlite(database: Path) -> None:
+    """Refuse an existing file that is empty or not an SQLite database (issue 17, item 3).
+
+    SQLite happily turns a zero-byte file (a truncated copy, a mistyped --db touched by hand) into
+    a new store, and the daemon would then serve from an empty model; a mistyped path to some
+    other file would fail later with an obscure error. Either is a one-line refusal here.
+    """
+    try:
+        with database.open("rb") as stream:
+            header = stream.read(16)
+    except FileNotFoundError:
+        return  # a new store: created by the migrations
+    except OSError as error:
+        raise click.ClickException(f"{database}: cannot read the database ({error.strerror})") from None
+    if not header:
+        raise click.ClickException(
+            f"{database}: the database file is empty (zero bytes): not an hpcpredict store; "
+            "remove it to start a new one, or give the right --db"
+        )
+    if header != b"SQLite format 3\x00":
+        raise click.ClickException(f"{database}: not an SQLite database, so not an hpcpredict store; check --db")
+
+
+def _locked_store(config: DaemonConfig):  # -> (Store, StoreLock)
+    """The store, locked before anything reads it: a second ``serve`` stops here, before
+    replaying or checkpointing a log another daemon is writing (issue 17, item 4)."""
+    from sqlalchemy.exc import SQLAlchemyError
+
+    from hpcpredict.daemon.lock import StoreLockedError, lock_store
+    from hpcpredict.daemon.store import Store
+
+    if config.db.startswith("sqlite:///"):
+        database = Path(config.db.removeprefix("sqlite:///"))
+        _refuse_foreign_sqlite(database)
+        database.parent.mkdir(parents=True, exist_ok=True)
+    store = Store(config.db)
+    try:
+        return store, lock_store(store.engine)
+    except StoreLockedError as error:
+        store.close()
+        raise click.ClickException(str(error)) from None
+    except (SQLAlchemyError, OSError) as error:
+        store.close()
+        raise click.ClickException(f"{config.db}: cannot lock the store: {error}") from None
 
 
 @click.command()

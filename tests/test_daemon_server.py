@@ -7,6 +7,8 @@ import os
 import shutil
 import socket
 import stat
+import subprocess
+import sys
 import tempfile
 import urllib.error
 import urllib.request
@@ -19,7 +21,7 @@ import pytest
 
 from hpcpredict.daemon.client import DaemonReplyError
 from hpcpredict.daemon.config import DaemonConfig
-from hpcpredict.daemon.server import Daemon, DaemonError
+from hpcpredict.daemon.server import Daemon, DaemonError, _clear_stale_socket
 from hpcpredict.daemon.service import PredictionService
 from hpcpredict.daemon.store import Store
 
@@ -148,6 +150,65 @@ def test_a_second_daemon_on_the_same_socket_is_refused(running: Running) -> None
         second.run(install_signal_handlers=False)
     with running.client() as daemon:  # the first one still serves
         assert daemon.request("PING")["version"] == "1"
+
+
+def test_a_second_daemon_on_the_same_store_is_refused_even_on_another_socket(
+    running: Running, short_dir: Path
+) -> None:
+    """Two daemons on one store each checkpoint events the other learned (issue 17, item 4)."""
+    other = replace(running.config, socket=str(short_dir / "other.sock"))
+    with pytest.raises(DaemonError, match="already serving this store"):
+        Daemon(other, running.service).run(install_signal_handlers=False)
+    assert not Path(other.socket).exists()
+    with running.client() as daemon:
+        assert daemon.request("PING")["version"] == "1"
+
+
+def test_the_store_lock_is_freed_when_the_daemon_stops(config: DaemonConfig) -> None:
+    Running(config).stop()
+    second = Running(config)  # the same store, the same socket: free again
+    try:
+        with second.client() as client:
+            assert client.request("PING")["version"] == "1"
+    finally:
+        second.stop()
+
+
+def test_hpcpredict_serve_refuses_a_store_another_daemon_serves(running: Running, short_dir: Path) -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "hpcpredict.cli", "serve", "--db", running.config.db,
+         "--socket", str(short_dir / "second.sock"), "--http", "", "--spool", str(short_dir / "s.spool")],
+        capture_output=True, text=True, timeout=60,
+    )
+    assert result.returncode != 0
+    assert "already serving this store" in result.stderr
+    assert "Traceback" not in result.stderr
+    assert not (short_dir / "second.sock").exists()
+
+
+def test_a_busy_live_socket_is_not_taken_as_stale(short_dir: Path) -> None:
+    """A daemon whose accept queue is full answers EAGAIN, not "refused": its socket stays."""
+    path = short_dir / "busy.sock"
+    busy = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    busy.bind(str(path))
+    busy.listen(0)
+    waiting = []
+    try:
+        while True:  # fill the accept queue without ever accepting
+            client = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            client.setblocking(False)
+            waiting.append(client)
+            try:
+                client.connect(str(path))
+            except BlockingIOError:
+                break
+        with pytest.raises(DaemonError, match="may still be serving"):
+            _clear_stale_socket(path)
+        assert path.exists()
+    finally:
+        for client in waiting:
+            client.close()
+        busy.close()
 
 
 def test_a_stale_socket_file_is_replaced(config: DaemonConfig) -> None:
@@ -281,3 +342,20 @@ def test_an_interrupted_ingestion_is_finished_first(config: DaemonConfig, short_
         assert spool.exists() and not (short_dir / "jobcomp.spool.ingesting").exists()
     finally:
         daemon.stop()
+
+
+@pytest.mark.parametrize(("content", "message"), [(b"", "empty (zero bytes)"), (b"#!/bin/sh\necho hi\n", "not an SQLite database")])
+def test_hpcpredict_serve_refuses_an_empty_or_foreign_database_file(
+    short_dir: Path, content: bytes, message: str
+) -> None:
+    database = short_dir / "state.db"
+    database.write_bytes(content)
+    result = subprocess.run(
+        [sys.executable, "-m", "hpcpredict.cli", "serve", "--db", f"sqlite:///{database}",
+         "--socket", str(short_dir / "d.sock"), "--http", "", "--spool", str(short_dir / "s.spool")],
+        capture_output=True, text=True, timeout=60,
+    )
+    assert result.returncode != 0
+    assert message in result.stderr
+    assert "Traceback" not in result.stderr
+    assert database.read_bytes() == content

@@ -38,6 +38,7 @@ from sqlalchemy import select
 from hpcpredict.daemon import user_errors
 from hpcpredict.daemon.config import DaemonConfig, parse_host_port
 from hpcpredict.daemon.handlers import Handlers
+from hpcpredict.daemon.lock import StoreLock, StoreLockedError, lock_store
 from hpcpredict.daemon.paths import state_dir
 from hpcpredict.daemon.protocol import (
     MAX_LINE_BYTES,
@@ -65,9 +66,14 @@ class DaemonError(RuntimeError):
 class Daemon:
     """The running daemon: `run()` serves until `stop()` (or SIGTERM/SIGINT)."""
 
-    def __init__(self, config: DaemonConfig, service: PredictionService) -> None:
+    def __init__(
+        self, config: DaemonConfig, service: PredictionService, *, lock: StoreLock | None = None
+    ) -> None:
+        """`lock`: the store's lock when the caller took it before opening the service (the CLI
+        does, so that a second ``serve`` does not even replay); otherwise `run` takes it."""
         self.config = config
         self.service = service
+        self.lock = lock
         self.handlers = Handlers(service)
         self.started_at = time.time()
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -79,7 +85,18 @@ class Daemon:
 
     # ------------------------------------------------------------------ life cycle
     def run(self, *, install_signal_handlers: bool = True) -> None:
-        asyncio.run(self._main(install_signal_handlers))
+        own_lock = self.lock is None
+        if own_lock:
+            try:
+                self.lock = lock_store(self.service.store.engine)
+            except StoreLockedError as error:
+                raise DaemonError(str(error)) from None
+        try:
+            asyncio.run(self._main(install_signal_handlers))
+        finally:
+            if own_lock and self.lock is not None:
+                self.lock.release()
+                self.lock = None
 
     def stop(self) -> None:
         """Ask a running daemon to stop (from any thread)."""
@@ -431,7 +448,12 @@ def _socket_folder(path: Path) -> None:
 
 
 def _clear_stale_socket(path: Path) -> None:
-    """Remove a socket file left by a daemon that died; refuse if one is still answering."""
+    """Remove a socket file left by a daemon that died; refuse if one is still answering.
+
+    Only "connection refused" (nobody listens) and "no such file" mean stale. Anything else, above
+    all EAGAIN (a live daemon whose accept queue is full) or a timeout, means someone may be
+    there: unlinking its socket would steal a busy daemon's path (issue 17, item 4).
+    """
     try:
         mode = path.lstat().st_mode
     except FileNotFoundError:
@@ -445,9 +467,11 @@ def _clear_stale_socket(path: Path) -> None:
     except (ConnectionRefusedError, FileNotFoundError):
         path.unlink(missing_ok=True)  # nobody listens: a leftover
         return
-    except OSError:
-        path.unlink(missing_ok=True)
-        return
+    except OSError as error:
+        raise DaemonError(
+            f"{path}: a daemon may still be serving there (probe: {error.strerror or error}); refusing to "
+            "replace its socket"
+        ) from None
     finally:
         probe.close()
     raise DaemonError(f"another daemon is already serving on {path}")
