@@ -19,7 +19,7 @@ the jobs eligible at the outset (a numpy filter over the waiting window), re-che
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 import numpy as np
@@ -228,17 +228,11 @@ class Scheduler:
         # Eligibility only shrinks as jobs start (free and extra only go down), so one pass in
         # backfilling order over the jobs eligible at the outset, re-checking each against what
         # is left, starts exactly the jobs that "start the first eligible one, repeat" would.
-        for job, need, ends in zip(
-            jobs[positions].tolist(), procs[positions].tolist(), ends_by_shadow[positions].tolist()
-        ):
-            if need <= free and (ends or need <= extra):
-                start(job, True)
-                free -= need
-                if not ends:
-                    extra -= need
-                if free == 0:
-                    break
-        return extra
+        return _start_in_order(
+            zip(jobs[positions].tolist(), procs[positions].tolist(),
+                ends_by_shadow[positions].tolist()),
+            free, extra, start,
+        )
 
     def _backfill_short(
         self,
@@ -274,17 +268,9 @@ class Scheduler:
             return extra
         if self.backfill_order == "shortest_prediction":
             eligible.sort(key=lambda job: (prediction[job], job))
-        for job in eligible:
-            need = procs[job]
-            ends = duration[job] <= horizon_s
-            if need <= free and (ends or need <= extra):
-                start(job, True)
-                free -= need
-                if not ends:
-                    extra -= need
-                if free == 0:
-                    break
-        return extra
+        return _start_in_order(
+            ((job, procs[job], duration[job] <= horizon_s) for job in eligible), free, extra, start
+        )
 
     def consider_new_job(
         self,
@@ -316,6 +302,22 @@ class Scheduler:
                 reservation.head, reservation.shadow_s, reservation.extra - need, reservation.guarded
             )
         return reservation
+
+
+def _start_in_order(
+    candidates: Iterable[tuple[int, int, bool]], free: int, extra: int, start: StartJob
+) -> int:
+    """Backfill (job, processors, ends by the shadow time?) candidates in the order given, each
+    re-checked against what is left; returns the extra processors left at the shadow time."""
+    for job, need, ends in candidates:
+        if need <= free and (ends or need <= extra):
+            start(job, True)
+            free -= need
+            if not ends:
+                extra -= need
+            if free == 0:
+                break
+    return extra
 
 
 @dataclass(frozen=True, slots=True)
