@@ -219,6 +219,7 @@ def train(
     """
     from hpcpredict.cli import _bar, _load
     from hpcpredict.daemon.history_judgements import JudgingPredictor
+    from hpcpredict.daemon.staleness import history_age
     from hpcpredict.learn.history import replay_history
 
     config = _config(config_path, db=db_url, time_zone=time_zone)
@@ -254,6 +255,9 @@ def train(
     if replay.unknown_wait:
         click.echo(f"{replay.unknown_wait:,} jobs had no wait time and were started at submission", err=True)
     click.echo(f"model stored in {config.db}")
+    warning = history_age(predictor.features, time.time()).warning()
+    if warning:
+        click.echo(f"warning: {warning}", err=True)
 
 
 def _read_store(config_path: Path | None, db_url: str | None):  # -> Store, read-only use

@@ -257,6 +257,9 @@ def test_stop_checkpoints_so_a_restart_replays_nothing(config: DaemonConfig) -> 
 def test_http_api(running: Running) -> None:
     status, health = http(running, "/health")
     assert status == 200 and health["status"] == "ok" and health["protocol_version"] == 1
+    # staleness (daemon/staleness.py): a stale model says why, a fresh one says nothing
+    assert isinstance(health["stale_history"], bool)
+    assert bool(health["warning"]) == health["stale_history"]
 
     status, answer = http(running, "/predict", json.dumps({"uid": 4, "procs": 2, "time_limit": 900}).encode())
     assert status == 200 and 1 <= answer["prediction_s"] <= 900 and answer["time_limit_s"] == 900

@@ -108,3 +108,59 @@ def test_train_with_a_config_file(sample_log: Path, tmp_path: Path) -> None:
     bad.write_text("[learner]\netta = 1\n")
     result = CliRunner().invoke(main, ["train", str(sample_log), "--config", str(bad)])
     assert result.exit_code == 1 and "unknown key(s) ['etta'] in [learner]" in result.output
+
+
+def _moved_to(sample_log: Path, tmp_path: Path, unix_start_s: int) -> Path:
+    """The sample with its UnixStartTime moved (every job keeps its offset from it)."""
+    text = sample_log.read_text()
+    lines = [f"; UnixStartTime: {unix_start_s}" if line.startswith("; UnixStartTime:") else line
+             for line in text.splitlines()]
+    moved = tmp_path / "moved.swf"
+    moved.write_text("\n".join(lines) + "\n")
+    return moved
+
+
+def test_a_history_years_old_is_flagged_by_train_ping_and_health(sample_log: Path, tmp_path: Path) -> None:
+    """The bundled sample is from 1996: every user's time since last job extrapolates."""
+    from hpcpredict.daemon.handlers import Handlers
+
+    db = f"sqlite:///{tmp_path / 'old.db'}"
+    result = CliRunner().invoke(main, ["train", str(sample_log), "--db", db])
+    assert result.exit_code == 0, result.output
+    assert "warning: the newest job the model learned ended" in result.output
+    assert "fall back to their requests" in result.output
+    store = Store(db)
+    try:
+        service = PredictionService.open(store, DaemonConfig().predictor_factory)
+        ping = Handlers(service).ping({})
+        assert ping["stale"] == 1 and ping["history_age_d"] > 365 * 25
+    finally:
+        store.close()
+
+
+def test_a_recent_history_is_not_flagged(sample_log: Path, tmp_path: Path) -> None:
+    import time as clock
+
+    from hpcpredict.daemon.handlers import Handlers
+
+    # the last job ends about 84 days after the start: 100 days ago leaves it ~16 days old
+    recent = _moved_to(sample_log, tmp_path, int(clock.time()) - 100 * 86_400)
+    db = f"sqlite:///{tmp_path / 'recent.db'}"
+    result = CliRunner().invoke(main, ["train", str(recent), "--db", db])
+    assert result.exit_code == 0, result.output
+    assert "warning" not in result.output
+    store = Store(db)
+    try:
+        service = PredictionService.open(store, DaemonConfig().predictor_factory)
+        ping = Handlers(service).ping({})
+        assert ping["stale"] == 0 and 0 <= ping["history_age_d"] <= 30
+    finally:
+        store.close()
+
+
+def test_an_untrained_model_is_flagged() -> None:
+    from hpcpredict.daemon.staleness import history_age
+    from hpcpredict.features import FeatureState
+
+    age = history_age(FeatureState(), now_s=1e9)
+    assert age.stale and age.age_days is None and "no job yet" in age.warning()

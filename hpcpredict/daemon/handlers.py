@@ -91,10 +91,13 @@ class Handlers:
 
     # ------------------------------------------------------------------ verbs
     def ping(self, fields: Mapping[str, Any]) -> dict[str, object]:
+        age = self.service.history_age(self._now())
         return {
             "version": PROTOCOL_VERSION,
             "model_t": self.service.model_updates,
             "last_event": self.service.last_event_seq,
+            "history_age_d": -1 if age.age_days is None else age.age_days,
+            "stale": int(age.stale),  # 1: predictions fall back to requests (staleness.py)
         }
 
     def predict(self, fields: Mapping[str, Any]) -> dict[str, object]:

@@ -124,6 +124,9 @@ class Daemon:
                 self.service.model_updates,
                 self.service.last_event_seq,
             )
+            warning = self.service.history_age(time.time()).warning()
+            if warning:
+                logger.warning("%s", warning)
             self._start_watcher()
             self.ready.set()
             await self._stop.wait()
@@ -222,8 +225,12 @@ class Daemon:
         return future.result(timeout_s)
 
     def health(self) -> dict[str, object]:
+        age = self.service.history_age(time.time())
         return {
             "status": "ok",
+            "history_age_days": age.age_days,
+            "stale_history": age.stale,
+            "warning": age.warning(),
             "protocol_version": PROTOCOL_VERSION,
             "model_updates": self.service.model_updates,
             "last_event_seq": self.service.last_event_seq,

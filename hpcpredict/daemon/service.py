@@ -39,6 +39,7 @@ from sqlalchemy import delete, select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
+from hpcpredict.daemon.staleness import HistoryAge, history_age
 from hpcpredict.daemon import user_errors
 from hpcpredict.daemon.events import EventKind, dump_payload, idempotency_key, request_to_json
 from hpcpredict.daemon.learning import Applied, LearnRule, apply_event
@@ -152,6 +153,10 @@ class PredictionService:
     def model_updates(self) -> int:
         """How many learning steps the model has taken (NAG's t)."""
         return int(self._predictor.nag.state.t)
+
+    def history_age(self, now_s: float) -> HistoryAge:
+        """How old the newest job the model learned is, at `now_s` (staleness.py says why)."""
+        return history_age(self._predictor.features, now_s)
 
     @property
     def replayed_events(self) -> int:

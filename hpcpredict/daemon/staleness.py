@@ -1,0 +1,51 @@
+"""Is the model's knowledge of its users out of date?
+
+The learner's features include the time since each user's last job ended. A daemon trained on an
+old history (the bundled 1996 sample, or a site's export from last year) meets its users again
+with those features far beyond anything it learned from: the model extrapolates, and the
+predictions hit their cap, the user's own request. Nothing is wrong with the daemon, yet it
+predicts nothing useful. So the age of the newest thing it learned is measured and said: by
+`hpcpredict train`, in the start log line, in PING and in /health, until recent jobs have been
+learned.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from hpcpredict.features import FeatureState
+
+STALE_AFTER_S = 30 * 86_400  # a month without a single learned job
+
+
+@dataclass(frozen=True)
+class HistoryAge:
+    newest_end_s: float | None  # end time of the newest job learned (None: nothing learned)
+    age_s: float | None  # now - newest_end_s
+    stale: bool
+
+    @property
+    def age_days(self) -> int | None:
+        return None if self.age_s is None else int(self.age_s // 86_400)
+
+    def warning(self) -> str | None:
+        """A sentence for a sysadmin when stale, else None."""
+        if not self.stale:
+            return None
+        if self.newest_end_s is None:
+            return "the model has learned no job yet: predictions are the users' requests"
+        return (
+            f"the newest job the model learned ended {self.age_days:,} days ago: for users with no "
+            "recent job the time-since features extrapolate and predictions fall back to their "
+            "requests; train on recent history (hpcpredict slurm-convert --sacct --starttime ...)"
+        )
+
+
+def history_age(features: FeatureState, now_s: float, stale_after_s: float = STALE_AFTER_S) -> HistoryAge:
+    """The age of the newest job end in the learner's user histories, at `now_s`."""
+    ends = [user.last_end_s for user in features.users.values() if user.last_end_s > 0]
+    if not ends:
+        return HistoryAge(None, None, True)
+    newest = max(ends)
+    age = now_s - newest
+    return HistoryAge(newest, age, age > stale_after_s)
