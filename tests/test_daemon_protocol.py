@@ -103,6 +103,16 @@ def test_job_fields_become_a_request() -> None:
         ({"uid": "1", "procs": "2", "time_limit": "-5"}, "bad_request"),
         ({"uid": "1", "procs": "2", "time_limit": "1e3"}, "bad_request"),
         ({"uid": "1", "procs": "2", "time_limit": str(2**70)}, "bad_request"),
+        # loose numbers Python's int() would take (issue: "1_000", "+1001", other scripts' digits)
+        ({"uid": "1", "procs": "1_000", "time_limit": "60"}, "bad_request"),
+        ({"uid": "+1001", "procs": "2", "time_limit": "60"}, "bad_request"),
+        ({"uid": "1", "procs": "2", "time_limit": "\u0661\u0662"}, "bad_request"),  # Arabic-Indic 12
+        ({"uid": "1", "procs": " 2", "time_limit": "60"}, "bad_request"),
+        # beyond the store's columns or any sane limit: refused alike on SQLite and PostgreSQL
+        ({"uid": "1", "procs": "2", "time_limit": "9223372036854775807"}, "bad_request"),
+        ({"uid": str(2**31), "procs": "2", "time_limit": "60"}, "bad_request"),
+        ({"uid": "1", "procs": str(2**31), "time_limit": "60"}, "bad_request"),
+        ({"uid": "1", "gid": str(2**31), "procs": "2", "time_limit": "60"}, "bad_request"),
         ({"user": "no-such-user-hpcpredict", "procs": "2", "time_limit": "60"}, "unknown_user"),
     ],
 )
@@ -110,6 +120,24 @@ def test_bad_job_fields(fields: dict[str, str], code: str) -> None:
     with pytest.raises(ProtocolError) as caught:
         job_request(fields, job_id=1, now_s=0)
     assert caught.value.code == code
+
+
+def test_the_largest_accepted_values_pass() -> None:
+    from hpcpredict.daemon.protocol import INT32_MAX, MAX_DURATION_S
+
+    job = job_request({"uid": str(INT32_MAX), "gid": str(INT32_MAX), "procs": str(INT32_MAX),
+                       "time_limit": str(MAX_DURATION_S)}, job_id=1, now_s=0)
+    assert (job.user_id, job.procs, job.requested_s) == (INT32_MAX, INT32_MAX, MAX_DURATION_S)
+
+
+@pytest.mark.parametrize("state", ["x" * 33, "COMPLETED;DROP", "CANCELLED by 0", "\u00c9TAT"])
+def test_a_state_that_the_store_could_not_hold_the_same_way_is_refused(state: str) -> None:
+    from hpcpredict.daemon.protocol import get_state
+
+    with pytest.raises(ProtocolError) as caught:
+        get_state({"state": state})
+    assert caught.value.code == "bad_request"
+    assert get_state({"state": "OUT_OF_MEMORY"}) == "OUT_OF_MEMORY" and get_state({}) == "COMPLETED"
 
 
 def test_user_name_is_resolved_to_its_uid() -> None:

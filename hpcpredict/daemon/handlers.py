@@ -22,6 +22,7 @@ from hpcpredict.daemon.protocol import (
     format_ok,
     get_flag,
     get_int,
+    get_state,
     has_request,
     job_request,
     parse_request,
@@ -140,7 +141,7 @@ class Handlers:
             job_id,
             run_s,
             end_s,
-            str(fields.get("state") or "COMPLETED"),
+            get_state(fields),
             get_flag(fields, "lowered_kill"),
             request=self._optional_request(fields, job_id, now_s),
         )

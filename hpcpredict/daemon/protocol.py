@@ -26,6 +26,24 @@ VERBS = ("PING", "PREDICT", "SUBMIT", "START", "END", "LIMIT")
 _KEY = re.compile(r"[a-z_][a-z0-9_]*\Z")
 # Largest value an integer field may take: SQL BIGINT, and far beyond any real time or count.
 _MAX_INT = 2**63 - 1
+# The largest value each numeric field may take: the store's column limits (32-bit Integer columns
+# for ids and counts), so that SQLite, which would store anything, and PostgreSQL, which would
+# refuse it inside the event's transaction, accept and refuse the same requests; and bounds that
+# keep a time limit a time limit (a century) and a date a date (year 9999).
+INT32_MAX = 2**31 - 1
+MAX_DURATION_S = 100 * 366 * 86_400
+MAX_UNIX_S = 253_402_300_799  # 9999-12-31 23:59:59 UTC
+FIELD_MAXIMUM: dict[str, int] = {
+    "uid": INT32_MAX, "gid": INT32_MAX, "procs": INT32_MAX,
+    "time_limit": MAX_DURATION_S, "limit": MAX_DURATION_S, "predicted": MAX_DURATION_S,
+    "run": MAX_DURATION_S,
+    "submit": MAX_UNIX_S, "start": MAX_UNIX_S, "end": MAX_UNIX_S, "at": MAX_UNIX_S,
+}
+# Decimal integers as the plugin writes them: ASCII digits, an optional minus, nothing else
+# (Python's int() would also take "1_000", "+1", " 12 " and other scripts' digits).
+_DECIMAL = re.compile(r"-?[0-9]{1,19}")
+STATE_MAX_CHARS = 32  # jobs.final_state is String(32)
+_STATE = re.compile(r"[A-Za-z0-9_]{1,%d}" % STATE_MAX_CHARS)
 
 
 class ProtocolError(ValueError):
@@ -111,15 +129,34 @@ def get_int(
         return default
     if isinstance(raw, bool):
         raise ProtocolError("bad_request", f"{key}: expected an integer, got {raw!r}")
+    if isinstance(raw, str) and not _DECIMAL.fullmatch(raw):
+        raise ProtocolError(
+            "bad_request", f"{key}: expected a decimal integer (ASCII digits), got {raw[:40]!r}"
+        )
     try:
         value = operator.index(raw) if isinstance(raw, int) else int(str(raw), 10)
     except (TypeError, ValueError):
-        raise ProtocolError("bad_request", f"{key}: expected an integer, got {raw!r}") from None
-    if abs(value) > _MAX_INT:
-        raise ProtocolError("bad_request", f"{key}: {value} is out of range")
+        raise ProtocolError("bad_request", f"{key}: expected an integer, got {str(raw)[:40]!r}") from None
+    maximum = FIELD_MAXIMUM.get(key, _MAX_INT)
+    if value > maximum or value < -_MAX_INT:
+        raise ProtocolError("bad_request", f"{key}: {value} is out of range (at most {maximum})")
     if minimum is not None and value < minimum:
         raise ProtocolError("bad_request", f"{key}: must be >= {minimum}, got {value}")
     return value
+
+
+def get_state(fields: Mapping[str, object], default: str = "COMPLETED") -> str:
+    """A job's final state as SLURM names it (letters, digits, _), at most 32 characters."""
+    raw = fields.get("state")
+    if raw in (None, ""):
+        return default
+    if not isinstance(raw, str) or not _STATE.fullmatch(raw):
+        raise ProtocolError(
+            "bad_request",
+            f"state: expected a SLURM state name (letters, digits, _; at most {STATE_MAX_CHARS}), "
+            f"got {str(raw)[:40]!r}",
+        )
+    return raw
 
 
 def get_flag(fields: Mapping[str, object], key: str) -> bool:
