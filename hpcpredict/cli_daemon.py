@@ -6,8 +6,11 @@ the learner constants `serve` will run it with, or the daemon refuses the checkp
 
 from __future__ import annotations
 
+import functools
 import logging
+import os
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import click
@@ -36,6 +39,25 @@ def _config(config_path: Path | None, **overrides: object) -> DaemonConfig:
         return load_config(config_path).with_overrides(**overrides)
     except ConfigError as error:
         raise click.ClickException(str(error)) from None
+
+
+def _private_files(command: Callable[..., None]) -> Callable[..., None]:
+    """While `command` runs, the files and folders it creates are its user's alone (0600 / 0700):
+    the database holds every user's jobs, and SQLite gives its -wal and -shm files the database
+    file's mode. A stricter umask set by the caller (or systemd's UMask=) is kept, and the previous
+    one is restored on return; the socket's own mode and group are set explicitly (socket_mode,
+    socket_group)."""
+
+    @functools.wraps(command)
+    def private(*args: object, **kwargs: object) -> None:
+        previous = os.umask(0o077)
+        os.umask(previous | 0o077)
+        try:
+            command(*args, **kwargs)
+        finally:
+            os.umask(previous)
+
+    return private
 
 
 def _open_service(config: DaemonConfig, store=None):  # -> PredictionService (SQLAlchemy lazily)
@@ -85,6 +107,7 @@ def _open_service(config: DaemonConfig, store=None):  # -> PredictionService (SQ
               "exceed two intervals + SLURM's 30 s limit check).")
 @click.option("--log-level", type=click.Choice(["debug", "info", "warning", "error"]),
               default="info", show_default=True)
+@_private_files
 def serve(
     config_path: Path | None,
     db_url: str | None,
@@ -201,6 +224,7 @@ def _locked_store(config: DaemonConfig):  # -> (Store, StoreLock)
 @click.option("--replace", is_flag=True, help="Replace a model bootstrapped earlier (allowed only "
               "while the daemon has learned nothing live).")
 @click.option("--time-zone", default=None, help="The site's IANA time zone (as for serve).")
+@_private_files
 def train(
     log: Path,
     config_path: Path | None,

@@ -38,12 +38,13 @@ def test_the_daemon_quick_start_works_as_written(tmp_path: Path) -> None:
     assert [words[:2] for words in commands] == [["hpcpredict", "train"], ["hpcpredict", "serve"],
                                                  ["hpcpredict", "errors"]]
     env = {**os.environ, "HPCPREDICT_STATE_DIR": str(tmp_path / "state"), "CI": "true"}
+    shell_umask = 0o022  # as most shells set it: the commands must tighten it themselves
     trained = subprocess.run(command(commands[0]), cwd=REPO_ROOT, env=env, capture_output=True,
-                             text=True, timeout=120)
+                             text=True, timeout=120, umask=shell_umask)
     assert trained.returncode == 0, trained.stderr
     assert "4,997 learning steps" in trained.stdout
     assert "warning" in trained.stderr  # the sample is from 1996: said plainly (docs/daemon.md)
-    serve = subprocess.Popen(command(commands[1]), cwd=REPO_ROOT, env=env,
+    serve = subprocess.Popen(command(commands[1]), cwd=REPO_ROOT, env=env, umask=shell_umask,
                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
         wait_until_answering(str(tmp_path / "state" / "hpcpredict.sock"), serve, lambda: "")
@@ -57,6 +58,13 @@ def test_the_daemon_quick_start_works_as_written(tmp_path: Path) -> None:
                 assert time.monotonic() < deadline, "no HTTP API on 127.0.0.1:8765"
                 time.sleep(0.2)
         assert health["status"] == "ok" and health["stale_history"] is True
+        # every user's jobs are in there: the state folder and the database files are private
+        state = tmp_path / "state"
+        assert state.stat().st_mode & 0o777 == 0o700
+        database_files = [path for path in state.iterdir() if path.name.startswith("hpcpredict.db")]
+        assert any(path.name.endswith("-wal") for path in database_files)  # WAL: served live
+        for path in database_files:
+            assert path.stat().st_mode & 0o777 == 0o600, path
         as_written = subprocess.run(command(commands[2]), cwd=REPO_ROOT, env=env,
                                     capture_output=True, text=True, timeout=60)
         assert as_written.returncode == 0, as_written.stderr
