@@ -169,7 +169,7 @@ def serve(
 
 
 def _refuse_foreign_sqlite(database: Path) -> None:
-    """Refuse an existing file that is empty or not an SQLite database (issue 17, item 3).
+    """Refuse an existing file that is empty or not an SQLite database.
 
     SQLite happily turns a zero-byte file (a truncated copy, a mistyped --db touched by hand) into
     a new store, and the daemon would then serve from an empty model; a mistyped path to some
@@ -193,7 +193,7 @@ def _refuse_foreign_sqlite(database: Path) -> None:
 
 def _locked_store(config: DaemonConfig):  # -> (Store, StoreLock)
     """The store, locked before anything reads it: a second ``serve`` stops here, before
-    replaying or checkpointing a log another daemon is writing (issue 17, item 4)."""
+    replaying or checkpointing a log another daemon is writing."""
     from sqlalchemy.exc import SQLAlchemyError
 
     from hpcpredict.daemon.lock import StoreLockedError, lock_store

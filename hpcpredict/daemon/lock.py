@@ -1,7 +1,7 @@
 """One daemon per store: the lock `hpcpredict serve` holds for as long as it runs.
 
 Two daemons on one store each checkpoint events the other learned, so after a restart the model
-has skipped learning steps the log holds (issue 17, item 4). The socket cannot prevent it: two
+has skipped learning steps the log holds. The socket cannot prevent it: two
 daemons may be given two sockets. So the store itself is locked:
 
 * SQLite: an exclusive ``flock`` on ``<database>.lock`` beside the file (not on the database

@@ -459,7 +459,7 @@ def _clear_stale_socket(path: Path) -> None:
 
     Only "connection refused" (nobody listens) and "no such file" mean stale. Anything else, above
     all EAGAIN (a live daemon whose accept queue is full) or a timeout, means someone may be
-    there: unlinking its socket would steal a busy daemon's path (issue 17, item 4).
+    there: unlinking its socket would steal a busy daemon's path.
     """
     try:
         mode = path.lstat().st_mode
