@@ -250,9 +250,8 @@ def _learned_grid(path: Path, entry: dict[str, Any]) -> Iterator[tuple[str, RunS
         label = (
             f"learned {spec.loss} + {spec.correction} + {spec.scheduler}"
             f" (eta={spec.eta:g}, lambda={spec.l2:g}, unit={spec.loss_unit_s:g}s, {spec.negative})"
+            f"{spec.guard_label}"
         )
-        if spec.starvation_guard_s is not None:
-            label += f" + guard {spec.starvation_guard_s / 3600:g} h"
         yield label, spec
 
 

@@ -22,7 +22,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from hpcpredict.sim.replica_stats import mean_ci, paired_difference
+from hpcpredict.sim.replica_stats import PairedDifference, mean_ci, paired_difference
 
 BASELINE_ORDER = ("EASY", "EASY-SJBF", "EASY++", "clairvoyant EASY", "clairvoyant EASY-SJBF")
 
@@ -124,7 +124,7 @@ def replica_summary(
     return pd.DataFrame(rows).set_index(["configuration", "log"]) if rows else pd.DataFrame()
 
 
-def _relative_ci(difference) -> str:  # type: ignore[no-untyped-def]
+def _relative_ci(difference: PairedDifference) -> str:
     if difference.n < 2:
         return f"{difference.relative:+.1%}"
     mark = " *" if difference.significant else ""
@@ -135,17 +135,23 @@ def _relative_ci(difference) -> str:  # type: ignore[no-untyped-def]
 STARVATION_BOUND = 1.25  # mean max wait at most this multiple of plain EASY's
 
 
-def within_starvation_bound(
-    runs: pd.DataFrame, reference: str = "EASY", bound: float = STARVATION_BOUND
-) -> pd.DataFrame | None:
-    """label x log: is the mean (over replicas) max wait at most `bound` x the reference's?
-
-    None when the runs carry no max wait or no reference run. A site that deploys predictions
-    accepts a better average only if no job waits far longer than it would under plain EASY.
-    """
-    if "m_max_wait_s" not in runs or reference not in set(runs["label"]):
+def mean_max_wait(runs: pd.DataFrame) -> pd.DataFrame | None:
+    """label x log: the max wait, averaged over the replicas (None when runs carry none)."""
+    if "m_max_wait_s" not in runs:
         return None
-    max_wait = runs.pivot_table(index="label", columns="log", values="m_max_wait_s", aggfunc="mean")
+    return runs.pivot_table(index="label", columns="log", values="m_max_wait_s", aggfunc="mean")
+
+
+def within_starvation_bound(
+    max_wait: pd.DataFrame, reference: str = "EASY", bound: float = STARVATION_BOUND
+) -> pd.DataFrame | None:
+    """label x log: is the mean max wait (`mean_max_wait`) at most `bound` x the reference's?
+
+    None without a reference run. A site that deploys predictions accepts a better average only
+    if no job waits far longer than it would under plain EASY.
+    """
+    if reference not in max_wait.index:
+        return None
     return max_wait.le(max_wait.loc[reference] * bound)
 
 
@@ -204,13 +210,12 @@ def write_report(runs: pd.DataFrame, out_dir: Path, title: str) -> list[Path]:
                   "For each log, the triple with the lowest summed AVEbsld on the other logs, "
                   "scored on that log.", "", _markdown(loo), ""]
         chosen = sorted({choice.triple for choice in choices})
-        allowed = within_starvation_bound(runs)
+        max_wait = mean_max_wait(runs)
+        allowed = None if max_wait is None else within_starvation_bound(max_wait)
         if allowed is not None:
             bounded = leave_one_log_out(
                 learned[[log for log in logs if log in learned.columns]], allowed=allowed
             )
-            max_wait = runs.pivot_table(index="label", columns="log", values="m_max_wait_s",
-                                        aggfunc="mean")
             frame = pd.DataFrame([choice.__dict__ for choice in bounded])
             if not frame.empty:
                 frame = frame.set_index("held_out")

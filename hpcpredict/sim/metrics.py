@@ -132,25 +132,11 @@ _TABLE_ROWS: tuple[tuple[str, str, str], ...] = (
 
 def metrics_table(columns: list[tuple[str, Metrics]]) -> list[str]:
     """A plain-text table: one row per metric, one column per (heading, metrics)."""
-    label_width = max(len(heading) for _, heading, _ in _TABLE_ROWS)
     cells = [
         [fmt.format(getattr(metrics, attr)) for attr, _, fmt in _TABLE_ROWS]
         for _, metrics in columns
     ]
-    widths = [
-        max(len(title), *(len(cell) for cell in column))
-        for (title, _), column in zip(columns, cells)
-    ]
-    lines = [
-        " " * label_width
-        + "".join(f"  {title:>{width}}" for (title, _), width in zip(columns, widths))
-    ]
-    for row, (_, heading, _) in enumerate(_TABLE_ROWS):
-        lines.append(
-            f"{heading:<{label_width}}"
-            + "".join(f"  {column[row]:>{width}}" for column, width in zip(cells, widths))
-        )
-    return lines
+    return _layout([title for title, _ in columns], [heading for _, heading, _ in _TABLE_ROWS], cells)
 
 
 def replica_table(titles: list[str], replicated: list[list[Metrics]]) -> list[str]:
@@ -162,11 +148,16 @@ def replica_table(titles: list[str], replicated: list[list[Metrics]]) -> list[st
         return f"{fmt.format(estimate.mean)} +- {fmt.format(half)}"
 
     rows = [row for row in _TABLE_ROWS if row[0] not in ("makespan_s", "utilisation")]
-    label_width = max(len(heading) for _, heading, _ in rows)
     cells = [[cell(values, attr, fmt) for attr, _, fmt in rows] for values in replicated]
+    return _layout(titles, [heading for _, heading, _ in rows], cells)
+
+
+def _layout(titles: list[str], headings: list[str], cells: list[list[str]]) -> list[str]:
+    """Row headings down the left, one right-aligned column of `cells` per title."""
+    label_width = max(len(heading) for heading in headings)
     widths = [max(len(title), *(len(c) for c in column)) for title, column in zip(titles, cells)]
     lines = [" " * label_width + "".join(f"  {t:>{w}}" for t, w in zip(titles, widths))]
-    for row, (_, heading, _) in enumerate(rows):
+    for row, heading in enumerate(headings):
         lines.append(
             f"{heading:<{label_width}}"
             + "".join(f"  {column[row]:>{width}}" for column, width in zip(cells, widths))

@@ -87,10 +87,14 @@ class RunSpec:
         predictor = self.predictor
         if predictor == "learned":
             predictor = f"learned({self.loss})"
-        label = f"{self.scheduler} + {predictor} + {self.correction}"
-        if self.starvation_guard_s is not None:
-            label += f" + guard {self.starvation_guard_s / 3600:g} h"
-        return label
+        return f"{self.scheduler} + {predictor} + {self.correction}{self.guard_label}"
+
+    @property
+    def guard_label(self) -> str:
+        """`` + guard 24 h`` when the starvation guard is on, else empty."""
+        if self.starvation_guard_s is None:
+            return ""
+        return f" + guard {self.starvation_guard_s / 3600:g} h"
 
     def to_dict(self) -> dict[str, object]:
         settings = asdict(self)
