@@ -422,8 +422,8 @@ def slurm_convert(use_sacct: bool, starttime: str, endtime: str, jobcomp_file: P
     One source: --sacct (accounting), --jobcomp FILE, or --db URL. User ids are Unix uids, so a
     model trained on the output meets the live users.
     """
+    from hpcpredict.cli import _check_file
     from hpcpredict.daemon.views import ViewError
-    from hpcpredict.outputs import OutputPathError, check_output_file
     from hpcpredict.slurm.convert import (
         ConvertError,
         read_jobcomp_filetxt,
@@ -435,10 +435,7 @@ def slurm_convert(use_sacct: bool, starttime: str, endtime: str, jobcomp_file: P
 
     if use_sacct + (jobcomp_file is not None) + (db_url is not None) != 1:
         raise click.UsageError("give exactly one source: --sacct, --jobcomp FILE or --db URL")
-    try:
-        check_output_file(output, what="-o/--output")
-    except OutputPathError as error:
-        raise click.ClickException(str(error)) from None
+    _check_file(output, "-o/--output")
     try:
         if jobcomp_file is not None:
             source, jobs = jobcomp_file.name, list(read_jobcomp_filetxt(jobcomp_file))
