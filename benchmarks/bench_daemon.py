@@ -7,7 +7,10 @@ Run on demand (never from the test suite) and copy the printed table into docs/p
 
 A real `hpcpredict serve` process is started on a fresh SQLite store bootstrapped with
 `hpcpredict train` (so predictions go through a trained model and real user histories), then
-client *processes* send PREDICT requests built from the log's jobs, in two modes:
+client *processes* send PREDICT requests built from the log's jobs, in two modes. The log is
+trained on with its dates moved so that it ends a day ago: a history older than 30 days makes the
+daemon not ready (docs/daemon.md), and PREDICT would then answer the requests without asking
+the model, which is not what is measured here.
 
 * ``persistent`` — one connection per client, requests back to back (a tool, the corrector);
 * ``per-request`` — connect, ask, close, as the SLURM plugin does at every ``sbatch``.
@@ -94,6 +97,14 @@ def run_mode(socket_path: str, requests: list[bytes], clients: int, per_client: 
     }
 
 
+def ending_a_day_ago(log: Path, workload) -> str:  # workload: hpcpredict.workload.Workload
+    """The log's text with its UnixStartTime moved so that its last job ended a day ago."""
+    last_end_s = max(job.request.submit_s + max(job.wait_s, 0) + job.run_s for job in workload.jobs)
+    start_s = int(time.time()) - 86_400 - last_end_s
+    lines = [line for line in log.read_text().splitlines() if not line.startswith("; UnixStartTime:")]
+    return f"; UnixStartTime: {start_s}\n" + "\n".join(lines) + "\n"
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("log", nargs="?", type=Path, default=DEFAULT_LOG)
@@ -110,7 +121,9 @@ def main() -> None:
     db = f"sqlite:///{directory / 'state.db'}"
     socket_path = str(directory / "d.sock")
     try:
-        subprocess.run([sys.executable, "-m", "hpcpredict.cli", "train", str(args.log), "--db", db], check=True)
+        recent = directory / "recent.swf"
+        recent.write_text(ending_a_day_ago(args.log, workload))
+        subprocess.run([sys.executable, "-m", "hpcpredict.cli", "train", str(recent), "--db", db], check=True)
         daemon = subprocess.Popen(
             [sys.executable, "-m", "hpcpredict.cli", "serve", "--db", db, "--socket", socket_path,
              "--http", "", "--spool", str(directory / "jobcomp.spool"), "--log-level", "warning"]
@@ -121,6 +134,11 @@ def main() -> None:
                 raise SystemExit("the daemon did not start")
             time.sleep(0.05)
         time.sleep(0.3)
+        with socket.socket(socket.AF_UNIX) as probe:
+            probe.connect(socket_path)
+            probe.sendall(b"PING\n")
+            if b" ready=1" not in probe.recv(4096):
+                raise SystemExit("the daemon is not ready: PREDICT would not go through the model")
         rows = [
             run_mode(socket_path, requests, args.clients, args.requests, per_request=False),
             run_mode(socket_path, requests, args.clients, args.requests, per_request=True),

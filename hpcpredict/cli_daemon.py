@@ -72,7 +72,10 @@ def _open_service(config: DaemonConfig, store=None):  # -> PredictionService (SQ
     try:
         store = Store(config.db) if store is None else store
         return PredictionService.open(
-            store, config.predictor_factory, checkpoint_every=config.checkpoint_every
+            store,
+            config.predictor_factory,
+            checkpoint_every=config.checkpoint_every,
+            min_trained_jobs=config.min_trained_jobs,
         )
     except (SQLAlchemyError, ValueError) as error:
         raise click.ClickException(f"{config.db}: {error}") from None
@@ -94,6 +97,10 @@ def _open_service(config: DaemonConfig, store=None):  # -> PredictionService (SQ
 @click.option("--time-zone", default=None, help="The site's IANA time zone (time-of-day features).")
 @click.option("--checkpoint-every", type=click.IntRange(min=1), default=None,
               help="Events between model checkpoints (a restart replays at most this many).")
+@click.option("--min-trained-jobs", type=click.IntRange(min=0), default=None,
+              help="Until the model has learned this many jobs, PREDICT answers every job with "
+              "its own request and says it is not ready (default 231, one per weight of the "
+              "model; 0 acts on an untrained model). `train` on a history gets past it at once.")
 @click.option("--slurm/--no-slurm", default=None, help="Watch SLURM: report submitted, started "
               "and ended jobs to the model and raise lowered time limits before they expire "
               "(see docs/admin-guide.md). Off by default.")
@@ -118,6 +125,7 @@ def serve(
     spool: str | None,
     time_zone: str | None,
     checkpoint_every: int | None,
+    min_trained_jobs: int | None,
     slurm: bool | None,
     slurm_backend: str | None,
     slurm_interval_s: float | None,
@@ -150,6 +158,7 @@ def serve(
         spool=spool,
         time_zone=time_zone,
         checkpoint_every=checkpoint_every,
+        min_trained_jobs=min_trained_jobs,
         slurm=slurm,
         slurm_backend=slurm_backend,
         slurm_interval_s=slurm_interval_s,

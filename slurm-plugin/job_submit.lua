@@ -9,6 +9,9 @@ the corrector can raise the limit again up to the request and nothing is lost.
 
 It FAILS OPEN: no time limit, daemon down or slow (total timeout below), an answer that is not a
 prediction, any Lua error -> the job passes untouched and the reason goes to slurmctld's log.
+A daemon whose model is not ready (too few jobs learned, or a history too old) answers with the
+request and ready=0: the limit is kept, the reason logged (an answer without `ready`, from an
+older daemon, is acted on as before).
 The plugin runs while slurmctld holds its locks: keep the timeout small.
 
 Needs hpcpredict_common.lua beside it (the socket exchange and the settings it shares with
@@ -34,7 +37,7 @@ local function requested_cpus(job_desc)
 	return (common.positive(job_desc.num_tasks) or 1) * (common.positive(job_desc.cpus_per_task) or 1)
 end
 
--- The daemon's prediction in seconds, or nil and why not.
+-- The daemon's prediction in seconds and the answer's fields, or nil and why not.
 local function ask_daemon(request)
 	local answer, why = common.exchange(SETTINGS, request)
 	if not answer then
@@ -46,7 +49,7 @@ local function ask_daemon(request)
 	if not seconds then
 		return nil, "unexpected answer: " .. answer:sub(1, 200)
 	end
-	return seconds
+	return seconds, fields
 end
 
 local function predict_and_apply(job_desc, submit_uid)
@@ -68,9 +71,9 @@ local function predict_and_apply(job_desc, submit_uid)
 	if common.positive(job_desc.group_id) then
 		request = request .. string.format(" gid=%d", job_desc.group_id)
 	end
-	local seconds, why = ask_daemon(request .. "\n")
+	local seconds, fields = ask_daemon(request .. "\n")
 	if not seconds then
-		return why .. ": untouched"
+		return fields .. ": untouched"
 	end
 	local minutes = math.max(1, math.min(limit_min, math.ceil(seconds / 60)))
 	local tag = string.format("%srequest_s=%d,prediction_s=%d", common.TAG, limit_min * 60, seconds)
@@ -79,6 +82,9 @@ local function predict_and_apply(job_desc, submit_uid)
 		job_desc.admin_comment = tag .. " " .. previous
 	else
 		job_desc.admin_comment = tag
+	end
+	if fields.ready == "0" then
+		return string.format("prediction %d s recorded, limit %d min kept (daemon not ready: %s)", seconds, limit_min, fields.reason or "?")
 	end
 	if SETTINGS.mode == "lower" and minutes < limit_min then
 		job_desc.time_limit = minutes

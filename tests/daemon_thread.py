@@ -21,7 +21,10 @@ class Running:
     def __init__(self, config: DaemonConfig) -> None:
         self.config = config
         self.store = Store(config.db)
-        self.service = PredictionService.open(self.store, config.predictor_factory, checkpoint_every=20)
+        self.service = PredictionService.open(
+            self.store, config.predictor_factory, checkpoint_every=20,
+            min_trained_jobs=config.min_trained_jobs,
+        )
         self.daemon = Daemon(config, self.service)
         self.error: BaseException | None = None
         self.thread = threading.Thread(target=self._run)

@@ -256,7 +256,9 @@ def test_stop_checkpoints_so_a_restart_replays_nothing(config: DaemonConfig) -> 
 # ---------------------------------------------------------------------------- HTTP
 def test_http_api(running: Running) -> None:
     status, health = http(running, "/health")
-    assert status == 200 and health["status"] == "ok" and health["protocol_version"] == 1
+    # a fresh store: answering (200), with the users' requests until the model has learned enough
+    assert status == 200 and health["status"] == "not_ready" and health["protocol_version"] == 1
+    assert health["reasons"] == ["untrained"] and health["trained_jobs"] == 0
     # staleness (daemon/staleness.py): a stale model says why, a fresh one says nothing
     assert isinstance(health["stale_history"], bool)
     assert bool(health["warning"]) == health["stale_history"]

@@ -57,7 +57,9 @@ def test_the_daemon_quick_start_works_as_written(tmp_path: Path) -> None:
             except OSError:
                 assert time.monotonic() < deadline, "no HTTP API on 127.0.0.1:8765"
                 time.sleep(0.2)
-        assert health["status"] == "ok" and health["stale_history"] is True
+        # the 1996 sample is stale: the daemon answers, with the users' requests, and says why
+        assert health["status"] == "not_ready" and health["stale_history"] is True
+        assert health["ready"] is False and health["reasons"] == ["stale"]
         # every user's jobs are in there: the state folder and the database files are private
         state = tmp_path / "state"
         assert state.stat().st_mode & 0o777 == 0o700

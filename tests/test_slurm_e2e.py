@@ -1,9 +1,10 @@
 """End to end on a real SLURM (issue 7): slurmctld + slurmd on loopback with slurm-plugin's
 job_submit.lua and jobcomp.lua, and `hpcpredict serve --slurm` as a real process.
 
-The daemon starts from an untrained model, which predicts 1 s for every job: the plugin lowers
-every limit to 1 minute, so a job that runs 100 s is killed (limit + SLURM's 30 s check) unless
-the corrector raises its limit in time. The tests run in file order on one cluster; the long
+The daemon starts from an untrained model with the readiness floor off (``--min-trained-jobs 0``,
+docs/daemon.md), so it predicts 1 s for every job: the plugin lowers every limit to 1 minute,
+and a job that runs 100 s is killed (limit + SLURM's 30 s check) unless the corrector raises its
+limit in time. The tests run in file order on one cluster; the long
 scenario (corrector, with a daemon killed and restarted in the middle) comes first, while the
 model is still untrained.
 """
@@ -43,7 +44,7 @@ class ServeProcess:
     def start(self) -> None:
         log = (self.cluster.dir / "serve.log").open("ab")
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "hpcpredict.cli", "serve", "--db", self.db, "--socket", self.socket,
+            [sys.executable, "-m", "hpcpredict.cli", "serve", "--db", self.db, "--min-trained-jobs", "0", "--socket", self.socket,
              "--http", "", "--spool", self.spool, "--slurm", "--slurm-backend", "cli",
              "--slurm-interval", "2", "--correction-margin", "90", "--log-level", "info"],
             env=self.cluster.env, stdout=log, stderr=subprocess.STDOUT,

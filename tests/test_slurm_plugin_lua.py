@@ -110,6 +110,7 @@ def daemon(plugin_dir: Path) -> Iterator[Running]:
     config = DaemonConfig(
         db=f"sqlite:///{plugin_dir / 'state.db'}", socket=str(plugin_dir / "d.sock"), http="",
         spool=str(plugin_dir / "jobcomp.spool"),
+        min_trained_jobs=0,  # an untrained model, acted on: it lowers every limit (1 s predicted)
     )
     running = Running(config)
     settings(plugin_dir, socket=config.socket, timeout_ms=300, spool=config.spool)
@@ -124,9 +125,24 @@ def test_the_limit_is_lowered_to_the_prediction_and_the_request_kept(plugin_dir:
     result = submit(plugin_dir)
     assert result["rc"] == "0"
     minutes = max(1, min(60, -(-expected // 60)))
-    assert result["time_limit"] == str(minutes)
+    assert expected == 1 and result["time_limit"] == str(minutes) == "1"  # untrained: w = 0
     assert result["admin_comment"] == f"hpcpredict:request_s=3600,prediction_s={expected}"
-    assert any("time limit 60 ->" in log or "limit 60 min kept" in log for log in result["logs"])
+    assert any("time limit 60 -> 1 min" in log for log in result["logs"])
+
+
+def test_a_daemon_not_ready_keeps_the_limit_and_the_log_says_why(plugin_dir: Path) -> None:
+    """The daemon's default floor (min_trained_jobs): its untrained model is never acted on."""
+    config = DaemonConfig(db=f"sqlite:///{plugin_dir / 'fresh.db'}", socket=str(plugin_dir / "f.sock"),
+                          http="", spool=str(plugin_dir / "jobcomp.spool"))
+    running = Running(config)
+    try:
+        settings(plugin_dir, socket=config.socket, mode="lower")
+        result = submit(plugin_dir)
+    finally:
+        running.stop()
+    assert result["rc"] == "0" and result["time_limit"] == "60"
+    assert result["admin_comment"] == "hpcpredict:request_s=3600,prediction_s=3600"
+    assert any("limit 60 min kept (daemon not ready: untrained)" in log for log in result["logs"])
 
 
 def test_record_mode_keeps_the_limit(plugin_dir: Path, daemon: Running) -> None:
@@ -204,6 +220,17 @@ def test_the_answer_is_read_by_key_whatever_the_order(plugin_dir: Path) -> None:
         stop()
     assert result["time_limit"] == "10"  # 600 s
     assert "prediction_s=600" in str(result["admin_comment"])
+
+
+def test_an_answer_saying_ready_0_is_never_lowered(plugin_dir: Path) -> None:
+    path, stop = answering(plugin_dir, b"OK prediction=600 time_limit=3600 ready=0 reason=stale\n")
+    try:
+        settings(plugin_dir, socket=path, mode="lower")
+        result = submit(plugin_dir)
+    finally:
+        stop()
+    assert result["time_limit"] == "60"
+    assert any("daemon not ready: stale" in log for log in result["logs"])
 
 
 def test_without_the_common_file_every_job_passes_untouched(plugin_dir: Path, daemon: Running) -> None:

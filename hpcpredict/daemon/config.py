@@ -9,6 +9,7 @@
     http = "127.0.0.1:8765"       # "" disables the admin API
     spool = "/var/spool/hpcpredict/jobcomp.spool"  # where jobcomp.lua spools when we are down
     checkpoint_every = 1000       # events between model checkpoints
+    min_trained_jobs = 231        # until the model has learned this many, PREDICT answers requests
     time_zone = "Europe/Paris"    # the site's; time-of-day features follow it (default: UTC)
     slurm = true                  # watch SLURM (hpcpredict/slurm/watcher.py)
     slurm_backend = "auto"        # cli (Slurm commands) | pyslurm (matching Slurm only) | auto
@@ -37,6 +38,7 @@ from pathlib import Path
 from typing import Any
 
 from hpcpredict.daemon.paths import default_db_url, state_dir
+from hpcpredict.daemon.readiness import DEFAULT_MIN_TRAINED_JOBS
 from hpcpredict.features import FeatureContext
 from hpcpredict.learn.predictor import (
     DEFAULT_ETA,
@@ -82,6 +84,7 @@ class DaemonConfig:
     http: str = DEFAULT_HTTP
     spool: str = field(default_factory=lambda: str(state_dir() / "jobcomp.spool"))
     checkpoint_every: int = 1000
+    min_trained_jobs: int = DEFAULT_MIN_TRAINED_JOBS  # readiness.py says why 231
     time_zone: str | None = None
     slurm: bool = False  # watch SLURM: report jobs' lives, raise lowered limits in time
     slurm_backend: str = "auto"  # auto | cli | pyslurm (hpcpredict.slurm.adapter)
@@ -99,7 +102,8 @@ class DaemonConfig:
 
 
 _DAEMON_KEYS = {
-    "db", "socket", "socket_mode", "socket_group", "http", "spool", "checkpoint_every", "time_zone",
+    "db", "socket", "socket_mode", "socket_group", "http", "spool", "checkpoint_every",
+    "min_trained_jobs", "time_zone",
     "slurm", "slurm_backend", "slurm_interval_s", "correction_margin_s",
 }
 _LEARNER_KEYS = {f.name for f in dataclasses.fields(LearnerConfig)}
@@ -160,6 +164,9 @@ def parse_host_port(value: str) -> tuple[str, int]:
 def _checked(config: DaemonConfig) -> DaemonConfig:
     if config.checkpoint_every < 1:
         raise ConfigError(f"checkpoint_every must be >= 1, got {config.checkpoint_every}")
+    if isinstance(config.min_trained_jobs, bool) or not isinstance(config.min_trained_jobs, int) \
+            or config.min_trained_jobs < 0:
+        raise ConfigError(f"min_trained_jobs must be an integer >= 0, got {config.min_trained_jobs!r}")
     if config.http:
         parse_host_port(config.http)
     if config.slurm_backend not in ("auto", "cli", "pyslurm"):

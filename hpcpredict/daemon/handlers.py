@@ -92,19 +92,33 @@ class Handlers:
 
     # ------------------------------------------------------------------ verbs
     def ping(self, fields: Mapping[str, Any]) -> dict[str, object]:
-        age = self.service.history_age(self._now())
+        readiness = self.service.readiness(self._now())
+        age = readiness.history
         return {
             "version": PROTOCOL_VERSION,
             "model_t": self.service.model_updates,
             "last_event": self.service.last_event_seq,
             "history_age_d": -1 if age.age_days is None else age.age_days,
-            "stale": int(age.stale),  # 1: predictions fall back to requests (staleness.py)
+            "stale": int(age.stale),  # the history is old, or empty (staleness.py)
+            "ready": readiness.ready,  # 0: PREDICT answers the request (readiness.py)
+            "reason": readiness.reason_text or None,
+            "trained_jobs": readiness.trained_jobs,
+            "min_trained_jobs": readiness.min_trained_jobs,
         }
 
     def predict(self, fields: Mapping[str, Any]) -> dict[str, object]:
         now_s = self._now()
         job = job_request(fields, job_id=ANONYMOUS_JOB_ID, now_s=now_s)
-        return {"prediction": self.service.peek(job, now_s), "time_limit": job.requested_s}
+        readiness = self.service.readiness(now_s)
+        answer: dict[str, object] = {
+            "prediction": self.service.peek(job, now_s),  # the request while not ready
+            "time_limit": job.requested_s,
+            "ready": readiness.ready,
+        }
+        if not readiness.ready:
+            answer["reason"] = readiness.reason_text
+            self.metrics.fallbacks[readiness.reason_text] += 1
+        return answer
 
     def submit(self, fields: Mapping[str, Any]) -> dict[str, object]:
         now_s = self._now()

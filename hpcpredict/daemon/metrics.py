@@ -21,6 +21,8 @@ class Metrics:
     _latency_sum_s: float = 0.0
     _latency_count: int = 0
     connections: int = 0
+    # PREDICTs answered with the request because the model was not ready, by reason(s)
+    fallbacks: Counter[str] = field(default_factory=Counter)
 
     def observe(self, verb: str, outcome: str, seconds: float) -> None:
         self.requests[(verb, outcome)] += 1
@@ -51,7 +53,12 @@ class Metrics:
             "# HELP hpcpredict_connections_total Socket connections accepted.",
             "# TYPE hpcpredict_connections_total counter",
             f"hpcpredict_connections_total {self.connections}",
+            "# HELP hpcpredict_fallback_predictions_total PREDICTs answered with the user's request "
+            "because the model was not ready, by reason.",
+            "# TYPE hpcpredict_fallback_predictions_total counter",
         ]
+        for reason, count in sorted(self.fallbacks.items()):
+            lines.append(f'hpcpredict_fallback_predictions_total{{reason="{reason}"}} {count}')
         for name, (help_text, value) in gauges.items():
             lines += [f"# HELP {name} {help_text}", f"# TYPE {name} gauge", f"{name} {value!r}"]
         return "\n".join(lines) + "\n"

@@ -124,9 +124,7 @@ class Daemon:
                 self.service.model_updates,
                 self.service.last_event_seq,
             )
-            warning = self.service.history_age(time.time()).warning()
-            if warning:
-                logger.warning("%s", warning)
+            self.service.readiness(time.time())  # logs "ready: ..." or "not ready, ..." once
             self._start_watcher()
             self.ready.set()
             await self._stop.wait()
@@ -225,9 +223,16 @@ class Daemon:
         return future.result(timeout_s)
 
     def health(self) -> dict[str, object]:
-        age = self.service.history_age(time.time())
+        """``status``: "ok", or "not_ready" (answering, with the users' requests: `reasons`)."""
+        readiness = self.service.readiness(time.time())
+        age = readiness.history
         return {
-            "status": "ok",
+            "status": "ok" if readiness.ready else "not_ready",
+            "ready": readiness.ready,
+            "reasons": [reason.value for reason in readiness.reasons],
+            "readiness": readiness.describe(),
+            "trained_jobs": readiness.trained_jobs,
+            "min_trained_jobs": readiness.min_trained_jobs,
             "history_age_days": age.age_days,
             "stale_history": age.stale,
             "warning": age.warning(),
@@ -240,7 +245,12 @@ class Daemon:
         }
 
     def metrics_text(self) -> str:
+        readiness = self.service.readiness(time.time())
         gauges = {
+            "hpcpredict_ready": ("1 when PREDICT answers the model's predictions, 0 when it answers "
+                                 "the users' requests (see /health's reasons).", int(readiness.ready)),
+            "hpcpredict_min_trained_jobs": ("Learned jobs needed before predictions are used.",
+                                            readiness.min_trained_jobs),
             "hpcpredict_model_updates": ("Learning steps taken by the model.", self.service.model_updates),
             "hpcpredict_last_event_seq": ("Sequence number of the last event applied.", self.service.last_event_seq),
             "hpcpredict_uptime_seconds": ("Seconds since the daemon started.", time.time() - self.started_at),
@@ -372,7 +382,8 @@ class _ApiHandler(BaseHTTPRequestHandler):
             elif method == "POST" and parts == ["predict"]:
                 fields = self._body_fields()
                 answer = self.api.on_loop(lambda: self.api.handlers.predict(fields))
-                self._json(HTTPStatus.OK, {"prediction_s": answer["prediction"], "time_limit_s": answer["time_limit"]})
+                self._json(HTTPStatus.OK, {"prediction_s": answer["prediction"], "time_limit_s": answer["time_limit"],
+                                           "ready": answer["ready"], "reason": answer.get("reason", "")})
             elif method == "GET" and parts == ["users"]:
                 self._json(HTTPStatus.OK, user_errors.user_totals(self.api.service.store))
             elif method == "GET" and parts == ["errors"]:

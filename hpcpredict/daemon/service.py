@@ -39,8 +39,9 @@ from sqlalchemy import delete, select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
-from hpcpredict.daemon.staleness import HistoryAge, history_age
 from hpcpredict.daemon import user_errors
+from hpcpredict.daemon.readiness import DEFAULT_MIN_TRAINED_JOBS, Readiness, assess
+from hpcpredict.daemon.staleness import HistoryAge, age_at, newest_learned_end_s
 from hpcpredict.daemon.events import EventKind, dump_payload, idempotency_key, request_to_json
 from hpcpredict.daemon.learning import Applied, LearnRule, apply_event
 from hpcpredict.daemon.store import (
@@ -109,17 +110,25 @@ class PredictionService:
         *,
         checkpoint_every: int = DEFAULT_CHECKPOINT_EVERY,
         keep_checkpoints: int = DEFAULT_KEEP_CHECKPOINTS,
+        min_trained_jobs: int = DEFAULT_MIN_TRAINED_JOBS,
     ) -> None:
         if checkpoint_every < 1:
             raise ValueError(f"checkpoint_every must be >= 1 event, got {checkpoint_every}")
         if keep_checkpoints < 1:
             raise ValueError(f"keep_checkpoints must be >= 1, got {keep_checkpoints}")
+        if min_trained_jobs < 0:
+            raise ValueError(f"min_trained_jobs must be >= 0, got {min_trained_jobs}")
         self.store = store
         self.checkpoint_every = checkpoint_every
         self.keep_checkpoints = keep_checkpoints
+        self.min_trained_jobs = min_trained_jobs
         self._factory = predictor_factory
         self._broken: BaseException | None = None
         self._touched = False
+        self._generation = 0  # +1 at every restore: keys the cache of the history's newest end
+        self._newest_end_key: tuple[int, int] | None = None
+        self._newest_end_s: float | None = None
+        self._announced: tuple[object, ...] | None = None
         self._restore()
 
     @classmethod
@@ -130,6 +139,7 @@ class PredictionService:
         *,
         checkpoint_every: int = DEFAULT_CHECKPOINT_EVERY,
         keep_checkpoints: int = DEFAULT_KEEP_CHECKPOINTS,
+        min_trained_jobs: int = DEFAULT_MIN_TRAINED_JOBS,
     ) -> PredictionService:
         """Upgrade the store's schema, restore the last checkpoint, replay what follows it."""
         store.upgrade()
@@ -141,6 +151,7 @@ class PredictionService:
             predictor_factory,
             checkpoint_every=checkpoint_every,
             keep_checkpoints=keep_checkpoints,
+            min_trained_jobs=min_trained_jobs,
         )
 
     # ------------------------------------------------------------------ state
@@ -155,8 +166,29 @@ class PredictionService:
         return int(self._predictor.nag.state.t)
 
     def history_age(self, now_s: float) -> HistoryAge:
-        """How old the newest job the model learned is, at `now_s` (staleness.py says why)."""
-        return history_age(self._predictor.features, now_s)
+        """How old the newest job the model learned is, at `now_s` (staleness.py says why).
+
+        The newest end is recomputed (O(users)) only after the learner changed: an event or a
+        restore; PREDICT asks this at every request.
+        """
+        key = (self._generation, self._last_seq)
+        if self._newest_end_key != key:
+            self._newest_end_s = newest_learned_end_s(self._predictor.features)
+            self._newest_end_key = key
+        return age_at(self._newest_end_s, now_s)
+
+    def readiness(self, now_s: float) -> Readiness:
+        """Whether predictions may be acted on now (readiness.py); a change is logged once."""
+        readiness = assess(
+            trained_jobs=self.model_updates,
+            min_trained_jobs=self.min_trained_jobs,
+            history=self.history_age(now_s),
+        )
+        if readiness.reasons != self._announced:
+            self._announced = readiness.reasons
+            log = logger.info if readiness.ready else logger.warning
+            log("%s", readiness.describe())
+        return readiness
 
     @property
     def replayed_events(self) -> int:
@@ -195,6 +227,7 @@ class PredictionService:
         self._last_seq = last_seq
         self._replayed = replayed
         self._since_checkpoint = replayed
+        self._generation += 1
         if replayed:
             logger.info("restored checkpoint at event %d, replayed %d events", after_seq, replayed)
 
@@ -204,9 +237,12 @@ class PredictionService:
 
         What SLURM's ``job_submit`` plugin asks: the job has no id yet. The submission is
         recorded when the job is reported with its id (`submitted` with ``given_prediction_s``).
+        While the model is not ready (`readiness`), the answer is the request.
         """
         self._check_usable()
         job = _whole_request(job)
+        if not self.readiness(now_s).ready:
+            return job.requested_s  # readiness.py: never act on a model that is not ready
         return clip_prediction(self._predictor.peek(job, operator.index(now_s)), job.requested_s)
 
     def submitted(

@@ -41,11 +41,23 @@ class HistoryAge:
         )
 
 
+def newest_learned_end_s(features: FeatureState) -> float | None:
+    """The end time of the newest job in the learner's user histories (None: no job yet).
+
+    O(users): the daemon keeps it between events (`PredictionService.history_age`).
+    """
+    ends = [user.last_end_s for user in features.users.values() if user.last_end_s > 0]
+    return max(ends) if ends else None
+
+
+def age_at(newest_end_s: float | None, now_s: float, stale_after_s: float = STALE_AFTER_S) -> HistoryAge:
+    """The age of a history whose newest job ended at `newest_end_s`, at `now_s`."""
+    if newest_end_s is None:
+        return HistoryAge(None, None, True)
+    age = now_s - newest_end_s
+    return HistoryAge(newest_end_s, age, age > stale_after_s)
+
+
 def history_age(features: FeatureState, now_s: float, stale_after_s: float = STALE_AFTER_S) -> HistoryAge:
     """The age of the newest job end in the learner's user histories, at `now_s`."""
-    ends = [user.last_end_s for user in features.users.values() if user.last_end_s > 0]
-    if not ends:
-        return HistoryAge(None, None, True)
-    newest = max(ends)
-    age = now_s - newest
-    return HistoryAge(newest, age, age > stale_after_s)
+    return age_at(newest_learned_end_s(features), now_s, stale_after_s)
