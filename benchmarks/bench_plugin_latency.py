@@ -53,7 +53,7 @@ def main() -> None:
     cluster.start()
     socket_path = str(cluster.dir / "hpcpredict.sock")
     daemon = subprocess.Popen(
-        [sys.executable, "-m", "hpcpredict.cli", "serve", "--db", f"sqlite:///{cluster.dir / 'd.db'}",
+        [sys.executable, "-m", "hpcpredict.cli", "serve", "--db", f"sqlite:///{cluster.dir / 'd.db'}", "--create-db",
          "--socket", socket_path, "--http", "", "--spool", str(cluster.dir / "jobcomp.spool"), "--log-level", "warning"],
         env=cluster.env,
     )

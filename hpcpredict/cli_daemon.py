@@ -9,6 +9,7 @@ from __future__ import annotations
 import functools
 import logging
 import os
+import sqlite3
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -112,6 +113,9 @@ def _open_service(config: DaemonConfig, store=None):  # -> PredictionService (SQ
 @click.option("--correction-margin", "correction_margin_s", type=click.IntRange(min=0), default=None,
               help="Raise a lowered limit this many seconds before it expires (default 120; must "
               "exceed two intervals + SLURM's 30 s limit check).")
+@click.option("--create-db", is_flag=True, help="Create the SQLite database if it does not exist "
+              "(needed outside the default state directory: a missing file elsewhere is refused as a "
+              "mistyped --db; `hpcpredict train` creates one with a warmed model).")
 @click.option("--log-level", type=click.Choice(["debug", "info", "warning", "error"]),
               default="info", show_default=True)
 @_private_files
@@ -130,6 +134,7 @@ def serve(
     slurm_backend: str | None,
     slurm_interval_s: float | None,
     correction_margin_s: int | None,
+    create_db: bool,
     log_level: str,
 ) -> None:
     """Run the prediction daemon until SIGTERM or Ctrl-C.
@@ -164,7 +169,7 @@ def serve(
         slurm_interval_s=slurm_interval_s,
         correction_margin_s=correction_margin_s,
     )
-    store, lock = _locked_store(config)
+    store, lock = _locked_store(config, create=create_db)
     try:
         service = _open_service(config, store)
         if service.replayed_events:
@@ -177,18 +182,33 @@ def serve(
         store.close()
 
 
-def _refuse_foreign_sqlite(database: Path) -> None:
-    """Refuse an existing file that is empty or not an SQLite database.
+def _check_sqlite_file(database: Path, *, create: bool) -> None:
+    """Refuse, in one line, a --db file hpcpredict must not serve from or write into.
 
-    SQLite happily turns a zero-byte file (a truncated copy, a mistyped --db touched by hand) into
-    a new store, and the daemon would then serve from an empty model; a mistyped path to some
-    other file would fail later with an obscure error. Either is a one-line refusal here.
+    * Missing: created only under the default state directory (the quick start) or with
+      ``--create-db``; elsewhere a missing file is most likely a mistyped path, and a new empty
+      store there would serve from an untrained model while the real one sits unused. `train`
+      creates a store on purpose (with a model warmed on the site's history).
+    * Empty (zero bytes): SQLite would happily turn a truncated copy into a new store.
+    * Not SQLite, or SQLite holding none of hpcpredict's tables but others (some other
+      application's database): the migrations would add hpcpredict's tables to it. Read here
+      read-only, before `Store` connects, whose connections switch the file to WAL mode.
     """
+    from hpcpredict.daemon.paths import DB_FILE_NAME, state_dir
+    from hpcpredict.daemon.store import Base
+
     try:
         with database.open("rb") as stream:
             header = stream.read(16)
     except FileNotFoundError:
-        return  # a new store: created by the migrations
+        if create or database.resolve() == (state_dir() / DB_FILE_NAME).resolve():
+            return  # a new store: created by the migrations
+        raise click.ClickException(
+            f"{database}: no such database. `hpcpredict train HISTORY.swf --db sqlite:///{database}` "
+            "creates it with a model warmed on your history (`hpcpredict slurm-convert --sacct` "
+            "writes one); `hpcpredict serve --create-db` starts it from an untrained model; or "
+            "check --db"
+        ) from None
     except OSError as error:
         raise click.ClickException(f"{database}: cannot read the database ({error.strerror})") from None
     if not header:
@@ -198,29 +218,73 @@ def _refuse_foreign_sqlite(database: Path) -> None:
         )
     if header != b"SQLite format 3\x00":
         raise click.ClickException(f"{database}: not an SQLite database, so not an hpcpredict store; check --db")
+    try:
+        connection = sqlite3.connect(f"{database.resolve().as_uri()}?mode=ro", uri=True)
+        try:
+            tables = {name for (name,) in connection.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+        finally:
+            connection.close()
+    except sqlite3.Error as error:
+        raise click.ClickException(
+            f"{database}: cannot read the database ({error}): damaged? restore it from a backup, "
+            "or move it aside to start a new store"
+        ) from None
+    ours = set(Base.metadata.tables)
+    if tables and not tables & ours:
+        shown = ", ".join(sorted(tables)[:5]) + (", ..." if len(tables) > 5 else "")
+        raise click.ClickException(
+            f"{database}: an SQLite database of something else (tables {shown}; none of "
+            "hpcpredict's): refusing to add hpcpredict's tables to it; check --db"
+        )
 
 
-def _locked_store(config: DaemonConfig):  # -> (Store, StoreLock)
+def _check_integrity(store, database: Path) -> None:  # store: Store on the SQLite file `database`
+    """SQLite's quick_check at start: a damaged file is refused here, in one line, rather than
+    failing every event later (PostgreSQL checks its own pages)."""
+    from sqlalchemy.exc import DBAPIError
+
+    try:
+        problems = store.integrity_problems()
+    except DBAPIError as error:
+        problems = [str(error.orig)]
+    if problems:
+        more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
+        raise click.ClickException(
+            f"{database}: the database is damaged (SQLite quick_check: {problems[0]}{more}); the daemon "
+            "will not serve from it: restore it from a backup, or move it aside to start a new store"
+        )
+
+
+def _locked_store(config: DaemonConfig, *, create: bool = False):  # -> (Store, StoreLock)
     """The store, locked before anything reads it: a second ``serve`` stops here, before
-    replaying or checkpointing a log another daemon is writing."""
+    replaying or checkpointing a log another daemon is writing; then checked for damage."""
     from sqlalchemy.exc import SQLAlchemyError
 
     from hpcpredict.daemon.lock import StoreLockedError, lock_store
     from hpcpredict.daemon.store import Store
 
+    database = None
     if config.db.startswith("sqlite:///"):
         database = Path(config.db.removeprefix("sqlite:///"))
-        _refuse_foreign_sqlite(database)
+        _check_sqlite_file(database, create=create)
         database.parent.mkdir(parents=True, exist_ok=True)
     store = Store(config.db)
     try:
-        return store, lock_store(store.engine)
+        lock = lock_store(store.engine)
     except StoreLockedError as error:
         store.close()
         raise click.ClickException(str(error)) from None
     except (SQLAlchemyError, OSError) as error:
         store.close()
         raise click.ClickException(f"{config.db}: cannot lock the store: {error}") from None
+    try:
+        if database is not None:
+            _check_integrity(store, database)
+    except click.ClickException:
+        lock.release()
+        store.close()
+        raise
+    return store, lock
 
 
 @click.command()

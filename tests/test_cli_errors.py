@@ -97,7 +97,7 @@ def test_lenient_still_suggested_for_a_bad_line(runner: CliRunner, tmp_path: Pat
 
 def test_serve_refuses_a_socket_in_a_missing_folder(runner: CliRunner, tmp_path: Path) -> None:
     socket_path = tmp_path / "nonexistent" / "x.sock"
-    message = one_line_error(runner.invoke(main, ["serve", "--db", f"sqlite:///{tmp_path}/d.db", "--http", "",
+    message = one_line_error(runner.invoke(main, ["serve", "--db", f"sqlite:///{tmp_path}/d.db", "--create-db", "--http", "",
                                                   "--socket", str(socket_path)]))
     assert "does not exist" in message
     assert not socket_path.parent.exists()

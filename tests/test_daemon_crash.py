@@ -58,7 +58,7 @@ class DaemonProcess:
         self.db = f"sqlite:///{directory / 'state.db'}"
         self.log = (directory / "daemon.log").open("ab")
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "hpcpredict.cli", "serve", "--db", self.db, "--socket", self.socket,
+            [sys.executable, "-m", "hpcpredict.cli", "serve", "--db", self.db, "--create-db", "--socket", self.socket,
              "--http", "", "--spool", str(directory / "jobcomp.spool"), "--checkpoint-every", "100", "--log-level", "warning"],
             stdout=self.log, stderr=subprocess.STDOUT,
         )

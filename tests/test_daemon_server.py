@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import shutil
 import socket
+import sqlite3
 import stat
 import subprocess
 import sys
@@ -18,12 +20,15 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
+from click.testing import CliRunner
 
+from hpcpredict.cli import main
 from hpcpredict.daemon.client import DaemonReplyError
 from hpcpredict.daemon.config import DaemonConfig
 from hpcpredict.daemon.server import Daemon, DaemonError, _clear_stale_socket
 from hpcpredict.daemon.service import PredictionService
 from hpcpredict.daemon.store import Store
+from hpcpredict.jobs import JobRequest
 
 from daemon_thread import Running
 
@@ -364,3 +369,74 @@ def test_hpcpredict_serve_refuses_an_empty_or_foreign_database_file(
     assert message in result.stderr
     assert "Traceback" not in result.stderr
     assert database.read_bytes() == content
+
+
+def serve_once(short_dir: Path, *arguments: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    """`hpcpredict serve` that is expected to refuse to start (a timeout if it serves instead)."""
+    return subprocess.run(
+        [sys.executable, "-m", "hpcpredict.cli", "serve", "--socket", str(short_dir / "d.sock"), "--http", "",
+         "--spool", str(short_dir / "s.spool"), *arguments],
+        capture_output=True, text=True, timeout=60, env=env,
+    )
+
+
+def test_hpcpredict_serve_refuses_another_applications_sqlite_database(short_dir: Path) -> None:
+    database = short_dir / "app.db"
+    connection = sqlite3.connect(database)
+    connection.execute("CREATE TABLE customers (id INTEGER PRIMARY KEY, name TEXT)")
+    connection.execute("INSERT INTO customers (name) VALUES ('ACME')")
+    connection.commit()
+    connection.close()
+    content = database.read_bytes()
+    result = serve_once(short_dir, "--db", f"sqlite:///{database}")
+    assert result.returncode == 1
+    assert result.stderr.strip() == (
+        f"Error: {database}: an SQLite database of something else (tables customers; none of "
+        "hpcpredict's): refusing to add hpcpredict's tables to it; check --db"
+    )
+    assert database.read_bytes() == content and sorted(p.name for p in short_dir.iterdir()) == ["app.db"]
+
+
+def test_hpcpredict_serve_refuses_a_missing_database_outside_the_state_directory(short_dir: Path) -> None:
+    database = short_dir / "hpcpredcit.db"  # a typo
+    result = serve_once(short_dir, "--db", f"sqlite:///{database}")
+    assert result.returncode == 1 and "Traceback" not in result.stderr
+    assert f"{database}: no such database. `hpcpredict train HISTORY.swf --db sqlite:///{database}` creates it" in result.stderr
+    assert "--create-db" in result.stderr
+    assert not database.exists()
+
+
+def test_a_missing_database_is_created_in_the_state_directory_or_when_asked(tmp_path: Path) -> None:
+    """Created (then the missing socket folder stops serve): under the default state directory,
+    the quick start's, and anywhere with --create-db."""
+    state = tmp_path / "state"
+    runner = CliRunner(env={"HPCPREDICT_STATE_DIR": str(state)})
+    result = runner.invoke(main, ["serve", "--http", "", "--socket", str(tmp_path / "no" / "d.sock")])
+    assert "does not exist" in result.output and (state / "hpcpredict.db").is_file()
+    elsewhere = tmp_path / "site" / "store.db"
+    result = runner.invoke(main, ["serve", "--db", f"sqlite:///{elsewhere}", "--create-db", "--http", "",
+                                  "--socket", str(tmp_path / "no" / "d.sock")])
+    assert "does not exist" in result.output and elsewhere.is_file()
+
+
+def test_hpcpredict_serve_refuses_a_damaged_sqlite_file(short_dir: Path) -> None:
+    database = short_dir / "state.db"
+    store = Store(f"sqlite:///{database}")
+    service = PredictionService.open(store, checkpoint_every=50)
+    for job_id in range(1, 101):
+        submit_s = 1_700_000_000 + 1000 * job_id
+        service.submitted(JobRequest(job_id, submit_s, 4, 3600, job_id % 7), submit_s)
+        service.started(job_id, submit_s)
+        service.ended(job_id, 600, submit_s + 600, "COMPLETED")
+    service.close()
+    store.close()
+    with database.open("r+b") as stream:  # 4 KiB of garbage over the tenth page
+        stream.seek(10 * 4096)
+        stream.write(random.Random(10).randbytes(4096))
+    damaged = database.read_bytes()
+    result = serve_once(short_dir, "--db", f"sqlite:///{database}")
+    assert result.returncode == 1, result.stderr
+    assert f"{database}: the database is damaged (SQLite quick_check: " in result.stderr
+    assert "restore it from a backup" in result.stderr
+    assert "Traceback" not in result.stderr and len(result.stderr.strip().splitlines()) == 1
+    assert database.read_bytes() == damaged

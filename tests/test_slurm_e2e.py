@@ -44,7 +44,7 @@ class ServeProcess:
     def start(self) -> None:
         log = (self.cluster.dir / "serve.log").open("ab")
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "hpcpredict.cli", "serve", "--db", self.db, "--min-trained-jobs", "0", "--socket", self.socket,
+            [sys.executable, "-m", "hpcpredict.cli", "serve", "--db", self.db, "--create-db", "--min-trained-jobs", "0", "--socket", self.socket,
              "--http", "", "--spool", self.spool, "--slurm", "--slurm-backend", "cli",
              "--slurm-interval", "2", "--correction-margin", "90", "--log-level", "info"],
             env=self.cluster.env, stdout=log, stderr=subprocess.STDOUT,

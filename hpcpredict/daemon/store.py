@@ -391,6 +391,24 @@ class Store:
             context = MigrationContext.configure(connection, opts={"compare_type": True})
             return list(compare_metadata(context, Base.metadata))
 
+    def integrity_problems(self, max_rows: int = 5) -> list[str]:
+        """What SQLite's ``PRAGMA quick_check`` finds wrong in the file (empty: nothing).
+
+        quick_check reads every page and checks the b-trees' structure (not that indexes match
+        their tables, which the full integrity_check adds at several times the cost): damage
+        such as garbage written over a page shows up here at start rather than as failing
+        events later. PostgreSQL checks its own pages; nothing to do there.
+        """
+        if self.engine.dialect.name != "sqlite":
+            return []
+        with self.engine.connect() as connection:
+            rows = connection.exec_driver_sql(f"PRAGMA quick_check({int(max_rows)})").fetchall()
+        if [row[0] for row in rows] == ["ok"]:
+            return []
+        # A row may hold several lines, the first naming the schema ("*** in database main ***").
+        lines = (line.strip() for row in rows for line in str(row[0]).splitlines())
+        return [line for line in lines if line and not line.startswith("***")]
+
     # ------------------------------------------------------------------ reading the log
     def latest_checkpoint(self) -> StoredCheckpoint | None:
         """The checkpoint covering the most events, or None."""
