@@ -230,6 +230,15 @@ class UserHistory:
         self._start_heap = [(start_s, job_id) for job_id, (_, start_s) in self.running.items()]
         heapq.heapify(self._start_heap)
 
+    def copy(self) -> UserHistory:
+        """An independent copy (the daemon's undo of an event that failed to commit)."""
+        twin = UserHistory.__new__(UserHistory)
+        for name in UserHistory.__slots__:
+            setattr(twin, name, getattr(self, name))
+        twin.running = dict(self.running)
+        twin._start_heap = list(self._start_heap)
+        return twin
+
     def add_completed(self, run_s: float, end_s: float) -> None:
         self.n_completed += 1
         self.sum_run_s += run_s

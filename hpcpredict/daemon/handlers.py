@@ -4,11 +4,16 @@ Every answer is built here, errors included, so that whatever arrives — garbag
 unknown user, a missing field, an event for a job never seen — the front end writes one answer
 line and goes on serving. Only `ServiceBrokenError` (the learner could not be rebuilt from the
 store) makes the service refuse work; it answers ``unavailable`` until restarted.
+
+A failure nobody planned for (a bug, a database error) is answered ``ERR internal`` with a short
+error id and nothing else: the exception's text may hold SQL and its parameters, other users'
+values included. The traceback goes to the daemon's log under that id.
 """
 
 from __future__ import annotations
 
 import logging
+import secrets
 import time
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -27,7 +32,12 @@ from hpcpredict.daemon.protocol import (
     job_request,
     parse_request,
 )
-from hpcpredict.daemon.service import PredictionService, ServiceBrokenError, UnknownJobError
+from hpcpredict.daemon.service import (
+    PredictionService,
+    ServiceBrokenError,
+    StoreUnavailableError,
+    UnknownJobError,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -68,9 +78,9 @@ class Handlers:
             outcome = "ok"
         except ProtocolError as error:
             answer, outcome = format_error(error.code, str(error)), error.code
-        except Exception as error:  # noqa: BLE001 - a parser bug must not cost the connection
-            logger.exception("internal error parsing %r", line[:200])
-            answer, outcome = format_error("internal", f"{type(error).__name__}: {error}"), "internal"
+        except Exception:  # noqa: BLE001 - a parser bug must not cost the connection
+            answer = format_error("internal", internal_error(f"parsing {line[:200]!r}"))
+            outcome = "internal"
         self.metrics.observe(verb, outcome, time.perf_counter() - began)
         return answer
 
@@ -82,13 +92,12 @@ class Handlers:
             raise
         except UnknownJobError as error:
             raise ProtocolError("unknown_job", str(error)) from error
-        except ServiceBrokenError as error:
+        except (ServiceBrokenError, StoreUnavailableError) as error:
             raise ProtocolError("unavailable", str(error)) from error
         except (ValueError, TypeError, OverflowError) as error:
             raise ProtocolError("bad_request", str(error)) from error
         except Exception as error:  # noqa: BLE001 - the daemon must outlive any one request
-            logger.exception("internal error on %s", request.verb)
-            raise ProtocolError("internal", f"{type(error).__name__}: {error}") from error
+            raise ProtocolError("internal", internal_error(request.verb)) from error
 
     # ------------------------------------------------------------------ verbs
     def ping(self, fields: Mapping[str, Any]) -> dict[str, object]:
@@ -104,6 +113,8 @@ class Handlers:
             "reason": readiness.reason_text or None,
             "trained_jobs": readiness.trained_jobs,
             "min_trained_jobs": readiness.min_trained_jobs,
+            "healthy": self.service.healthy,  # 0: events fail (the last one did)
+            "failing_events": self.service.failing_events,
         }
 
     def predict(self, fields: Mapping[str, Any]) -> dict[str, object]:
@@ -182,3 +193,10 @@ class Handlers:
     @staticmethod
     def _optional_request(fields: Mapping[str, Any], job_id: int, now_s: int):  # -> JobRequest | None
         return job_request(fields, job_id=job_id, now_s=now_s) if has_request(fields) else None
+
+
+def internal_error(context: str) -> str:
+    """Log the exception being handled under a short new id; the message to answer with."""
+    error_id = secrets.token_hex(4)
+    logger.exception("internal error %s (%s)", error_id, context)
+    return f"error id {error_id}; details in the daemon's log"

@@ -30,8 +30,12 @@ class Metrics:
         self._latency_sum_s += seconds
         self._latency_count += 1
 
-    def render(self, gauges: dict[str, tuple[str, float]]) -> str:
-        """Prometheus exposition text; `gauges` maps a name to (help, value)."""
+    def render(
+        self,
+        gauges: dict[str, tuple[str, float]],
+        counters: dict[str, tuple[str, float]] | None = None,
+    ) -> str:
+        """Prometheus exposition text; `gauges` and `counters` map a name to (help, value)."""
         lines = [
             "# HELP hpcpredict_requests_total Requests answered, by verb and outcome.",
             "# TYPE hpcpredict_requests_total counter",
@@ -59,6 +63,8 @@ class Metrics:
         ]
         for reason, count in sorted(self.fallbacks.items()):
             lines.append(f'hpcpredict_fallback_predictions_total{{reason="{reason}"}} {count}')
+        for name, (help_text, value) in (counters or {}).items():
+            lines += [f"# HELP {name} {help_text}", f"# TYPE {name} counter", f"{name} {value!r}"]
         for name, (help_text, value) in gauges.items():
             lines += [f"# HELP {name} {help_text}", f"# TYPE {name} gauge", f"{name} {value!r}"]
         return "\n".join(lines) + "\n"

@@ -37,7 +37,7 @@ from sqlalchemy import select
 
 from hpcpredict.daemon import user_errors
 from hpcpredict.daemon.config import DaemonConfig, parse_host_port
-from hpcpredict.daemon.handlers import Handlers
+from hpcpredict.daemon.handlers import Handlers, internal_error
 from hpcpredict.daemon.lock import StoreLock, StoreLockedError, lock_store
 from hpcpredict.daemon.paths import state_dir
 from hpcpredict.daemon.protocol import (
@@ -223,16 +223,23 @@ class Daemon:
         return future.result(timeout_s)
 
     def health(self) -> dict[str, object]:
-        """``status``: "ok", or "not_ready" (answering, with the users' requests: `reasons`)."""
+        """``status``: "ok"; "not_ready" (answering, with the users' requests: `reasons`); or
+        "unhealthy" (events fail, or the learner awaits a rebuild), answered with HTTP 503."""
         readiness = self.service.readiness(time.time())
         age = readiness.history
+        if not self.service.healthy:
+            status = "unhealthy"
+        else:
+            status = "ok" if readiness.ready else "not_ready"
         return {
-            "status": "ok" if readiness.ready else "not_ready",
+            "status": status,
             "ready": readiness.ready,
             "reasons": [reason.value for reason in readiness.reasons],
             "readiness": readiness.describe(),
             "trained_jobs": readiness.trained_jobs,
             "min_trained_jobs": readiness.min_trained_jobs,
+            "failing_events": self.service.failing_events,
+            "event_failures": self.service.event_failures,
             "history_age_days": age.age_days,
             "stale_history": age.stale,
             "warning": age.warning(),
@@ -251,6 +258,10 @@ class Daemon:
                                  "the users' requests (see /health's reasons).", int(readiness.ready)),
             "hpcpredict_min_trained_jobs": ("Learned jobs needed before predictions are used.",
                                             readiness.min_trained_jobs),
+            "hpcpredict_healthy": ("0 while events fail or the learner awaits a rebuild.",
+                                   int(self.service.healthy)),
+            "hpcpredict_failing_events": ("Events failed in a row (0 once one commits).",
+                                          self.service.failing_events),
             "hpcpredict_model_updates": ("Learning steps taken by the model.", self.service.model_updates),
             "hpcpredict_last_event_seq": ("Sequence number of the last event applied.", self.service.last_event_seq),
             "hpcpredict_uptime_seconds": ("Seconds since the daemon started.", time.time() - self.started_at),
@@ -258,7 +269,12 @@ class Daemon:
         for key, value in user_errors.site_totals(self.service.store).items():
             name, help_text = user_errors.SITE_GAUGES[key]
             gauges[name] = (help_text, value)
-        return self.handlers.metrics.render(gauges)
+        counters = {
+            "hpcpredict_event_failures_total": ("Events whose transaction failed.", self.service.event_failures),
+            "hpcpredict_model_rebuilds_total": ("Learner rebuilt from the store after a commit in doubt.",
+                                                self.service.rebuilds),
+        }
+        return self.handlers.metrics.render(gauges, counters)
 
     def recent_predictions(self, limit: int) -> list[dict[str, object]]:
         statement = (
@@ -376,7 +392,9 @@ class _ApiHandler(BaseHTTPRequestHandler):
         parts = [part for part in url.path.split("/") if part]
         try:
             if method == "GET" and parts == ["health"]:
-                self._json(HTTPStatus.OK, self.api.on_loop(self.api.health))
+                health = self.api.on_loop(self.api.health)
+                unhealthy = health["status"] == "unhealthy"
+                self._json(HTTPStatus.SERVICE_UNAVAILABLE if unhealthy else HTTPStatus.OK, health)
             elif method == "GET" and parts == ["metrics"]:
                 self._send(HTTPStatus.OK, self.api.on_loop(self.api.metrics_text).encode(), "text/plain; version=0.0.4")
             elif method == "POST" and parts == ["predict"]:
@@ -405,9 +423,9 @@ class _ApiHandler(BaseHTTPRequestHandler):
             self._json(error.status, {"error": error.message, "code": error.code})
         except ProtocolError as error:
             self._json(HTTPStatus.BAD_REQUEST, {"error": str(error), "code": error.code})
-        except Exception as error:  # noqa: BLE001 - one bad request must not kill the thread
-            logger.exception("http %s %s", method, self.path)
-            self._json(HTTPStatus.INTERNAL_SERVER_ERROR, {"error": f"{type(error).__name__}: {error}", "code": "internal"})
+        except Exception:  # noqa: BLE001 - one bad request must not kill the thread
+            message = internal_error(f"http {method} {self.path[:200]}")
+            self._json(HTTPStatus.INTERNAL_SERVER_ERROR, {"error": message, "code": "internal"})
 
     def _errors(self, uid: int | None, query: dict[str, str]) -> list[dict[str, object]]:
         from hpcpredict.daemon.errors import user_error_statistics  # pandas: only when asked

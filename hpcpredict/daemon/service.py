@@ -15,10 +15,14 @@ idempotent); after it, the event is in the log and will be replayed. So at any i
 learner equals "last checkpoint + events after it", which is exactly what `PredictionService`
 rebuilds when it is constructed: restart loses nothing learned, and replay is bit for bit.
 
-If applying an event or committing fails after the learner was touched, the in-memory learner no
-longer matches the store; it is rebuilt from the store before the error is re-raised (and the
-service refuses to work if even that fails, rather than predict from a model nobody can
-reproduce).
+If an event's transaction fails after the learner was touched, the learner is put back as it
+was before the event (a savepoint of the little one event can change: NAG's arrays, one user's
+history, one job's features), so it equals the store again without a replay: a store that fails
+every event (a damaged file, a full disk) costs each event its transaction, never a rebuild of
+the model. Only a failed *commit* is in doubt (PostgreSQL may have committed before the connection
+broke): the log is read back for the event; if even that read fails, the learner is rebuilt from
+the store before the next event, once the store answers again. The failures are counted
+(`event_failures`, `failing_events`) for ``/health`` and PING.
 
 Answers are given from memory; the service is single-threaded by design (one writer, design.md
 "Daemon and store"): a front end serialises calls, e.g. one thread draining a queue.
@@ -36,7 +40,7 @@ from typing import Any
 
 import numpy as np
 from sqlalchemy import delete, select
-from sqlalchemy.exc import IntegrityError
+from sqlalchemy.exc import DBAPIError, IntegrityError, SQLAlchemyError
 from sqlalchemy.orm import Session
 
 from hpcpredict.daemon import user_errors
@@ -73,6 +77,11 @@ class UnknownJobError(LookupError):
 
 class ServiceBrokenError(RuntimeError):
     """The in-memory learner could not be rebuilt from the store after a failed event."""
+
+
+class StoreUnavailableError(RuntimeError):
+    """The learner must be rebuilt from the store before the next event, and the store does not
+    answer yet (the event is refused; the sender retries, and the next event tries again)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -124,7 +133,13 @@ class PredictionService:
         self.min_trained_jobs = min_trained_jobs
         self._factory = predictor_factory
         self._broken: BaseException | None = None
+        self._needs_rebuild = False  # a failed commit left the learner possibly ahead of the log
         self._touched = False
+        self._undo: Callable[[], None] | None = None
+        self._ingested_seq: int | None = None
+        self.event_failures = 0  # events whose transaction failed, since start
+        self.failing_events = 0  # ... in a row: 0 once an event commits again
+        self.rebuilds = 0  # learner rebuilt from the store since start (after a commit in doubt)
         self._generation = 0  # +1 at every restore: keys the cache of the history's newest end
         self._newest_end_key: tuple[int, int] | None = None
         self._newest_end_s: float | None = None
@@ -191,6 +206,11 @@ class PredictionService:
         return readiness
 
     @property
+    def healthy(self) -> bool:
+        """False while events fail (the last one did) or the learner awaits a rebuild."""
+        return self.failing_events == 0 and not self._needs_rebuild and self._broken is None
+
+    @property
     def replayed_events(self) -> int:
         """How many logged events the last restore replayed after its checkpoint."""
         return self._replayed
@@ -237,9 +257,11 @@ class PredictionService:
 
         What SLURM's ``job_submit`` plugin asks: the job has no id yet. The submission is
         recorded when the job is reported with its id (`submitted` with ``given_prediction_s``).
-        While the model is not ready (`readiness`), the answer is the request.
+        While the model is not ready (`readiness`), the answer is the request. Answered from
+        memory: a learner waiting for a rebuild after a commit in doubt still answers.
         """
-        self._check_usable()
+        if self._broken is not None:
+            self._check_usable()
         job = _whole_request(job)
         if not self.readiness(now_s).ready:
             return job.requested_s  # readiness.py: never act on a model that is not ready
@@ -473,8 +495,9 @@ class PredictionService:
         return self._last_seq
 
     def close(self, *, checkpoint: bool = True) -> None:
-        """Checkpoint (unless told not to) so that the next start replays nothing."""
-        if checkpoint and self._broken is None:
+        """Checkpoint (unless told not to) so that the next start replays nothing. A learner that
+        awaits a rebuild is not checkpointed: the next start replays the log instead."""
+        if checkpoint and self._broken is None and not self._needs_rebuild:
             self.checkpoint()
 
     def _after_event(self, session: Session, seq: int) -> None:
@@ -485,6 +508,7 @@ class PredictionService:
     def _committed(self, seq: int) -> None:
         """After the commit: the counters follow what is now durable."""
         self._last_seq = seq
+        self.failing_events = 0
         if self._since_checkpoint + 1 >= self.checkpoint_every:
             self._checkpoint_seq = seq
             self._since_checkpoint = 0
@@ -508,34 +532,82 @@ class PredictionService:
     # ------------------------------------------------------------------ helpers
     @contextmanager
     def _transaction(self) -> Iterator[Session]:
-        """One event's transaction; rebuilds the learner from the store if it fails after the
-        learner was touched (the learner must always equal checkpoint + logged events)."""
+        """One event's transaction. If it fails after the learner was touched, the learner is put
+        back as it was (module doc): it always equals checkpoint + logged events."""
         self._check_usable()
         self._touched = False
+        self._undo = None
+        self._ingested_seq = None
+        committing = False
         session = self.store.session()
         try:
             with session.begin():
                 yield session
-        except BaseException:
+                committing = True  # the body is done: what fails now is the commit itself
+        except BaseException as error:
+            if self._touched or isinstance(error, SQLAlchemyError):
+                self.event_failures += 1
+                self.failing_events += 1
             if self._touched:
-                self._recover()
+                if committing:
+                    self._after_failed_commit()
+                else:
+                    self._put_learner_back()
             raise
         finally:
             session.close()
 
-    def _recover(self) -> None:
+    def _put_learner_back(self) -> None:
+        assert self._undo is not None
+        self._undo()
+        self._undo = None
+
+    def _after_failed_commit(self) -> None:
+        """A commit that raised may still have happened (PostgreSQL: the connection broke after
+        the server committed): the log says which."""
+        seq = self._ingested_seq
         try:
-            self._restore()
-        except Exception as error:  # noqa: BLE001 - any failure: refuse to serve, say why
-            self._broken = error
-            logger.error("cannot rebuild the learner from the store: %s", error)
+            committed = seq is not None and self.store.has_event(seq)
+        except SQLAlchemyError as error:
+            logger.error("cannot tell whether event %s was committed (%s): the learner will be "
+                         "rebuilt from the store before the next event", seq, type(error).__name__)
+            self._needs_rebuild = True
+            return
+        if committed:
+            assert seq is not None
+            logger.warning("event %d was committed although its commit reported an error", seq)
+            self._committed(seq)
+        else:
+            self._put_learner_back()
 
     def _check_usable(self) -> None:
         if self._broken is not None:
             raise ServiceBrokenError(
-                "the learner could not be rebuilt from the store after a failed event "
-                f"({self._broken}); restart the daemon (PredictionService.open)"
+                "the learner could not be rebuilt from the store after a failed event; restart "
+                "the daemon (its log says why)"
             )
+        if self._needs_rebuild:
+            self._rebuild()
+
+    def _rebuild(self) -> None:
+        """The learner from the store, after a commit in doubt. While the store does not answer,
+        the event is refused and the next one tries again; damage makes the service broken."""
+        try:
+            self._restore()
+        except DBAPIError as error:
+            logger.error("the store does not answer yet (%s): cannot rebuild the learner", type(error).__name__)
+            raise StoreUnavailableError(
+                "the store does not answer: the daemon cannot record events yet"
+            ) from error
+        except Exception as error:  # noqa: BLE001 - any other failure: refuse to serve, say why
+            self._broken = error
+            logger.error("cannot rebuild the learner from the store: %s", error)
+            raise ServiceBrokenError(
+                "the learner could not be rebuilt from the store; restart the daemon (its log says why)"
+            ) from error
+        self._needs_rebuild = False
+        self.rebuilds += 1
+        logger.info("learner rebuilt from the store (event %d)", self._last_seq)
 
     def _ingest(
         self,
@@ -558,8 +630,14 @@ class PredictionService:
         try:
             session.flush()
         except IntegrityError as error:
-            # The unique key, not a lookup first: it also holds against a second writer.
+            # The unique key, not a lookup first: it also holds against a second writer. Only
+            # that key means "sent before"; any other refusal is a failure the sender must see
+            # (taken for a duplicate, the event would be answered as done and never resent).
+            if "idempotency_key" not in str(error.orig):
+                raise
             raise _DuplicateEvent() from error
+        self._ingested_seq = row.seq
+        self._undo = self._predictor.savepoint(payload["job"]["user_id"], job_id)
         self._touched = True
         return row.seq, apply_event(self._predictor, kind, payload)
 

@@ -431,6 +431,22 @@ class Store:
                     row.seq, row.kind, row.job_id, json.loads(row.payload_json), row.occurred_at_s
                 )
 
+    def has_event(self, seq: int) -> bool:
+        """True when the log holds event number `seq` (committed)."""
+        with self.session() as session:
+            return session.get(EventRow, seq) is not None
+
+    def events_after(self, seq: int) -> Iterator[StoredEvent]:
+        """Events with a sequence number above `seq`, in order (what a restart replays)."""
+        with self.session() as session:
+            rows = session.scalars(
+                select(EventRow).where(EventRow.seq > seq).order_by(EventRow.seq)
+            )
+            for row in rows:
+                yield StoredEvent(
+                    row.seq, row.kind, row.job_id, json.loads(row.payload_json), row.occurred_at_s
+                )
+
     def last_event_seq(self) -> int:
         """Sequence number of the last event stored, 0 when the log is empty."""
         with self.session() as session:

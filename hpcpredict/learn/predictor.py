@@ -51,6 +51,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+from collections.abc import Callable
 from typing import Any, Literal
 
 import numpy as np
@@ -171,6 +172,34 @@ class LearnedPredictor:
             phi = self._expansion.expand(self.features.compute(request, now_s, self._x))
         return self._to_seconds(float(self.nag.state.w.dot(phi)), request.requested_s)
 
+    def savepoint(self, user_id: int, job_id: int) -> Callable[[], None]:
+        """A function that puts back everything one event of job `job_id` (of user `user_id`) can
+        change: NAG's state, that user's history and the job's pending features.
+
+        `predict`, `job_started`, `job_ended`, `discard` and `observe_submission` for one job
+        touch nothing else (the feature clock's cache is a pure function of time). The daemon
+        takes one before applying an event and calls it when the event's transaction fails, so
+        that the learner equals "checkpoint + logged events" again without a replay.
+        """
+        nag = self.nag.state
+        saved_nag = NagState(nag.w.copy(), nag.s.copy(), nag.g_sum.copy(), nag.n_sum, nag.t)
+        user = self.features.users.get(user_id)
+        saved_user = None if user is None else user.copy()
+        saved_phi = self._pending_phi.get(job_id)  # never written in place: kept by reference
+
+        def restore() -> None:
+            self.nag.state = saved_nag
+            if saved_user is None:
+                self.features.users.pop(user_id, None)
+            else:
+                self.features.users[user_id] = saved_user
+            if saved_phi is None:
+                self._pending_phi.pop(job_id, None)
+            else:
+                self._pending_phi[job_id] = saved_phi
+
+        return restore
+
     def raw_prediction(self, request: JobRequest) -> float:
         """f = w . Phi(x_j) before clipping, for a job already predicted or observed."""
         return float(np.dot(self.nag.state.w, self._pending_phi[request.job_id]))
@@ -224,7 +253,9 @@ class LearnedPredictor:
             state[f"nag/{key}"] = value
         for key, value in self.features.to_state().items():
             state[f"features/{key}"] = value
-        job_ids = list(self._pending_phi)
+        # By job id, not in arrival order: equal learners give equal states even when one of
+        # them put a job's features back after a failed event (`savepoint`).
+        job_ids = sorted(self._pending_phi)
         state["pending/job_id"] = np.array(job_ids, dtype=np.int64)
         state["pending/phi"] = (
             np.stack([self._pending_phi[j] for j in job_ids])
