@@ -65,7 +65,7 @@ def _open_service(config: DaemonConfig, store=None):  # -> PredictionService (SQ
     """The service on `config.db`, or on `store` when the caller already opened (and locked) it."""
     from sqlalchemy.exc import SQLAlchemyError
 
-    from hpcpredict.daemon.service import PredictionService
+    from hpcpredict.daemon.service import PredictionService, ReplayError
     from hpcpredict.daemon.store import Store
 
     if config.db.startswith("sqlite:///"):
@@ -78,7 +78,7 @@ def _open_service(config: DaemonConfig, store=None):  # -> PredictionService (SQ
             checkpoint_every=config.checkpoint_every,
             min_trained_jobs=config.min_trained_jobs,
         )
-    except (SQLAlchemyError, ValueError) as error:
+    except (SQLAlchemyError, ValueError, ReplayError) as error:
         raise click.ClickException(f"{config.db}: {error}") from None
 
 

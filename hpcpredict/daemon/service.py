@@ -24,13 +24,17 @@ broke): the log is read back for the event; if even that read fails, the learner
 the store before the next event, once the store answers again. The failures are counted
 (`event_failures`, `failing_events`) for ``/health`` and PING.
 
+Restoring reads the newest checkpoint that passes `checkpoints.load_checkpoint`'s checks; a damaged
+one is reported, removed, and the previous one (or the bootstrap checkpoint `train` stored, which
+is never pruned, or an untrained model) is used with the events logged after it: the same model,
+at the cost of a longer replay.
+
 Answers are given from memory; the service is single-threaded by design (one writer, design.md
 "Daemon and store"): a front end serialises calls, e.g. one thread draining a queue.
 """
 
 from __future__ import annotations
 
-import io
 import logging
 import operator
 from collections.abc import Callable, Iterator
@@ -39,11 +43,12 @@ from dataclasses import dataclass, fields
 from typing import Any
 
 import numpy as np
-from sqlalchemy import delete, select
+from sqlalchemy import delete, func, select
 from sqlalchemy.exc import DBAPIError, IntegrityError, SQLAlchemyError
 from sqlalchemy.orm import Session
 
 from hpcpredict.daemon import user_errors
+from hpcpredict.daemon.checkpoints import CheckpointError, load_checkpoint, state_to_npz
 from hpcpredict.daemon.readiness import DEFAULT_MIN_TRAINED_JOBS, Readiness, assess
 from hpcpredict.daemon.staleness import HistoryAge, age_at, newest_learned_end_s
 from hpcpredict.daemon.events import EventKind, dump_payload, idempotency_key, request_to_json
@@ -52,6 +57,7 @@ from hpcpredict.daemon.store import (
     CheckpointRow,
     CorrectionRow,
     EventRow,
+    HistoryJudgementRow,
     JobRow,
     PredictionRow,
     Store,
@@ -82,6 +88,10 @@ class ServiceBrokenError(RuntimeError):
 class StoreUnavailableError(RuntimeError):
     """The learner must be rebuilt from the store before the next event, and the store does not
     answer yet (the event is refused; the sender retries, and the next event tries again)."""
+
+
+class ReplayError(RuntimeError):
+    """A logged event cannot be applied again: the log itself is damaged."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -229,17 +239,39 @@ class PredictionService:
         return self._predictor.state_dict()
 
     def _restore(self) -> None:
-        """Learner = newest checkpoint + the events logged after it, applied in order."""
-        predictor = self._factory()
-        checkpoint = self.store.latest_checkpoint()
+        """Learner = newest usable checkpoint + the events logged after it, applied in order."""
+        last_logged = self.store.last_event_seq()
+        predictor = None
         after_seq = 0
-        if checkpoint is not None:
-            predictor.load_state_dict(state_from_npz(checkpoint.state_npz))
+        restored_from = "an untrained model"
+        unusable: list[tuple[int, int, str]] = []  # (id, last_event_seq, what was found)
+        for checkpoint in self.store.checkpoints():
+            try:
+                predictor = load_checkpoint(checkpoint, self._factory, last_logged)
+            except CheckpointError as error:
+                unusable.append((checkpoint.id, checkpoint.last_event_seq, str(error)))
+                logger.error(
+                    "the checkpoint at event %d (id %d) is unusable: %s", checkpoint.last_event_seq,
+                    checkpoint.id, error,
+                )
+                continue
             after_seq = checkpoint.last_event_seq
+            restored_from = f"the checkpoint at event {after_seq}"
+            break
+        if predictor is None:
+            predictor = self._factory()
+            if unusable:
+                self._warn_untrained_restart(last_logged)
         replayed = 0
         last_seq = after_seq
         for stored in self.store.events_after(after_seq):
-            apply_event(predictor, EventKind(stored.kind), stored.payload)
+            try:
+                apply_event(predictor, EventKind(stored.kind), stored.payload)
+            except (KeyError, TypeError, ValueError) as error:
+                raise ReplayError(
+                    f"event {stored.seq} of the log ({stored.kind}, job {stored.job_id}) cannot be "
+                    f"replayed ({type(error).__name__}: {error}): the event log is damaged"
+                ) from None
             replayed += 1
             last_seq = stored.seq
         self._predictor = predictor
@@ -248,8 +280,36 @@ class PredictionService:
         self._replayed = replayed
         self._since_checkpoint = replayed
         self._generation += 1
-        if replayed:
+        if unusable:
+            # Removed, not kept: one claiming events beyond the log would be taken as valid once
+            # the log grows past it, and the next checkpoint may need its sequence number.
+            self.store.delete_checkpoints([checkpoint_id for checkpoint_id, _, _ in unusable])
+            logger.warning(
+                "restored from %s and replayed the %d events logged after it; removed the "
+                "unusable checkpoint(s) at event %s",
+                restored_from, replayed, ", ".join(str(seq) for _, seq, _ in unusable),
+            )
+        elif replayed:
             logger.info("restored checkpoint at event %d, replayed %d events", after_seq, replayed)
+
+    def _warn_untrained_restart(self, last_logged: int) -> None:
+        """No usable checkpoint: the whole log is replayed from an untrained model, which is the
+        model exactly unless `train` had bootstrapped it (its checkpoint was the start)."""
+        with self.store.session() as session:
+            trained_history = session.scalar(select(func.count()).select_from(HistoryJudgementRow))
+        if trained_history:
+            logger.error(
+                "no usable checkpoint: replaying the whole event log (%d events) from an untrained "
+                "model; the history `hpcpredict train` taught this model (%s jobs) is not in it%s",
+                last_logged, f"{trained_history:,}",
+                "" if last_logged else " (stop the daemon and run `hpcpredict train --replace "
+                "HISTORY.swf` again)",
+            )
+        else:
+            logger.warning(
+                "no usable checkpoint: replaying the whole event log (%d events) from an untrained "
+                "model, which gives the same model", last_logged,
+            )
 
     # ------------------------------------------------------------------ the four events
     def peek(self, job: JobRequest, now_s: int) -> int:
@@ -524,7 +584,13 @@ class PredictionService:
             )
         )
         session.flush()
-        stale = select(CheckpointRow.id).order_by(CheckpointRow.last_event_seq.desc())
+        # The bootstrap checkpoint (event 0, `train`'s) is never pruned: with the log it is the
+        # whole model, the start of a full replay when every later checkpoint is unusable.
+        stale = (
+            select(CheckpointRow.id)
+            .where(CheckpointRow.last_event_seq > 0)
+            .order_by(CheckpointRow.last_event_seq.desc())
+        )
         stale_ids = list(session.scalars(stale.offset(self.keep_checkpoints)))
         if stale_ids:
             session.execute(delete(CheckpointRow).where(CheckpointRow.id.in_(stale_ids)))
@@ -697,15 +763,3 @@ def _whole_request(request: JobRequest) -> JobRequest:
     return JobRequest(
         **{field.name: operator.index(getattr(request, field.name)) for field in fields(request)}
     )
-
-
-def state_to_npz(state: dict[str, np.ndarray]) -> bytes:
-    """A learner's `state_dict()` as .npz bytes (uncompressed: exact and fast)."""
-    buffer = io.BytesIO()
-    np.savez(buffer, **state)  # type: ignore[arg-type]
-    return buffer.getvalue()
-
-
-def state_from_npz(blob: bytes) -> dict[str, np.ndarray]:
-    with np.load(io.BytesIO(blob), allow_pickle=False) as data:
-        return dict(data)

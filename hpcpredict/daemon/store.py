@@ -49,6 +49,7 @@ from sqlalchemy import (
     String,
     Text,
     create_engine,
+    delete,
     event,
     select,
 )
@@ -420,16 +421,22 @@ class Store:
                 return None
             return StoredCheckpoint(row.id, row.created_at_s, row.last_event_seq, row.state_npz)
 
-    def events_after(self, seq: int) -> Iterator[StoredEvent]:
-        """Events with a sequence number above `seq`, in order (what a restart replays)."""
+    def checkpoints(self) -> Iterator[StoredCheckpoint]:
+        """Every checkpoint, the one covering the most events first, each read when reached
+        (a restore usually needs only the first)."""
         with self.session() as session:
-            rows = session.scalars(
-                select(EventRow).where(EventRow.seq > seq).order_by(EventRow.seq)
-            )
-            for row in rows:
-                yield StoredEvent(
-                    row.seq, row.kind, row.job_id, json.loads(row.payload_json), row.occurred_at_s
-                )
+            ids = list(session.scalars(
+                select(CheckpointRow.id).order_by(CheckpointRow.last_event_seq.desc())
+            ))
+        for checkpoint_id in ids:
+            with self.session() as session:
+                row = session.get(CheckpointRow, checkpoint_id)
+                if row is not None:
+                    yield StoredCheckpoint(row.id, row.created_at_s, row.last_event_seq, row.state_npz)
+
+    def delete_checkpoints(self, ids: list[int]) -> None:
+        with self.session() as session, session.begin():
+            session.execute(delete(CheckpointRow).where(CheckpointRow.id.in_(ids)))
 
     def has_event(self, seq: int) -> bool:
         """True when the log holds event number `seq` (committed)."""

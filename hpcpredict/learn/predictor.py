@@ -79,6 +79,11 @@ DEFAULT_LOSS_UNIT_S = 3600.0
 _STATE_VERSION = 1
 
 
+class HyperparameterMismatchError(ValueError):
+    """A state made with other hyperparameters (or another state version) than this predictor's:
+    not damage, a configuration that changed, so nobody should fall back past it silently."""
+
+
 class LearnedPredictor:
     """E-Loss-style online learner (Gaussier et al., SC 2015) implementing `Predictor`.
 
@@ -267,7 +272,7 @@ class LearnedPredictor:
     def load_state_dict(self, state: dict[str, np.ndarray]) -> None:
         """Restore `state_dict()`; refuses a checkpoint made with other hyperparameters."""
         if int(state["version"]) != _STATE_VERSION:
-            raise ValueError(f"unsupported learner state version {int(state['version'])}")
+            raise HyperparameterMismatchError(f"unsupported learner state version {int(state['version'])}")
         saved_context = FeatureContext(
             int(state["features/unix_start_s"]), str(state["features/time_zone"]) or None
         )
@@ -294,7 +299,7 @@ class LearnedPredictor:
         different = sorted(key for key in mine if mine[key] != saved[key])
         if different:
             detail = ", ".join(f"{k}: saved {saved[k]!r}, this {mine[k]!r}" for k in different)
-            raise ValueError(f"checkpoint made with other hyperparameters ({detail})")
+            raise HyperparameterMismatchError(f"checkpoint made with other hyperparameters ({detail})")
         self.nag.state = NagState.from_state(
             {key[4:]: value for key, value in state.items() if key.startswith("nag/")}
         )
