@@ -1,5 +1,6 @@
-"""Failures: failing events said by PING and /health and never answered with SQL, and no model
-rebuild per failing event (a damaged SQLite file refused at start: tests/test_daemon_server.py).
+"""Failures: failing events said by PING and /health and never answered with SQL, no model
+rebuild per failing event, and both backends refusing the same out-of-range values alike (a
+damaged SQLite file refused at start: tests/test_daemon_server.py).
 
 A failing store is made by the database itself: a trigger that raises inside the event's
 transaction (what a damaged page or a full disk does to a write), or a deferred constraint that
@@ -24,7 +25,9 @@ import pytest
 from sqlalchemy.exc import SQLAlchemyError
 
 from daemon_thread import Running
+from hpcpredict.daemon.client import parse_answer
 from hpcpredict.daemon.config import DaemonConfig
+from hpcpredict.daemon.handlers import Handlers
 from hpcpredict.daemon.service import PredictionService
 from hpcpredict.daemon.store import Store
 from hpcpredict.jobs import JobRequest
@@ -218,3 +221,30 @@ def test_failing_events_answer_no_sql_and_turn_health_and_ping_unhealthy(
         assert status == 200 and body["failing_events"] == 0 and body["event_failures"] == 1
     finally:
         running.stop()
+
+
+# ---------------------------------------------------------------------------- both backends alike
+@pytest.mark.parametrize(
+    ("line", "answer"),
+    [
+        ("SUBMIT job=1 uid=2147483648 procs=1 time_limit=60",
+         "ERR bad_request uid: 2147483648 is out of range (at most 2147483647)"),
+        ("SUBMIT job=1 uid=7 gid=2147483648 procs=1 time_limit=60",
+         "ERR bad_request gid: 2147483648 is out of range (at most 2147483647)"),
+        ("SUBMIT job=1 uid=7 procs=9223372036854775807 time_limit=60",
+         "ERR bad_request procs: 9223372036854775807 is out of range (at most 2147483647)"),
+        ("END job=1 uid=7 procs=1 time_limit=60 run=5 end=100 state=" + "X" * 33,
+         "ERR bad_request state: expected a SLURM state name (letters, digits, _; at most 32), got '"
+         + "X" * 33 + "'"),
+    ],
+)
+def test_postgresql_and_sqlite_refuse_out_of_range_values_alike(store: Store, line: str, answer: str) -> None:
+    """PostgreSQL's 32-bit columns used to refuse these inside the event (ERR internal and a
+    rebuild), where SQLite stored them: both now answer the same clean refusal."""
+    handlers = Handlers(PredictionService.open(store), clock=lambda: T0)
+    assert handlers.handle_line(line.encode()).decode() == answer + "\n"
+    assert store.last_event_seq() == 0 and handlers.service.event_failures == 0
+    # the largest values allowed are stored alike
+    largest = line.replace("2147483648", "2147483647").replace("9223372036854775807", "2147483647")
+    parse_answer(handlers.handle_line(largest.replace("X" * 33, "X" * 32).encode()))
+    assert store.last_event_seq() > 0 and handlers.service.event_failures == 0
