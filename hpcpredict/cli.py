@@ -713,6 +713,12 @@ def campaign_report(campaign_file: Path, database_url: str | None, out_dir: Path
         store.close()
     if runs.empty:
         raise click.ClickException(f"{campaign_file}: no stored run yet (run `hpcpredict campaign`)")
+    # A run is named as this campaign names it, not as the campaign that first stored it did
+    # (runs are shared by key across campaigns of one database).
+    labels: dict[str, str] = {}
+    for cell in definition.cells:
+        labels.setdefault(cell.key, cell.label)
+    runs["label"] = runs["key"].map(labels)
     target = out_dir or definition.path.parent / "results" / definition.name
     paths = write_report(runs, target, f"Campaign {definition.name}")
     click.echo(f"{len(runs):,} of {len(definition.cells):,} runs reported")
