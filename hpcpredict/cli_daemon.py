@@ -113,6 +113,11 @@ def _open_service(config: DaemonConfig, store=None):  # -> PredictionService (SQ
 @click.option("--correction-margin", "correction_margin_s", type=click.IntRange(min=0), default=None,
               help="Raise a lowered limit this many seconds before it expires (default 120; must "
               "exceed two intervals + SLURM's 30 s limit check).")
+@click.option("--starvation-guard", "starvation_guard", default=None, metavar="DURATION|off",
+              help="With --slurm: while a job pending for processors has waited this long (24h, "
+              "90m, seconds), lowered limits go back to the requests and new jobs are not lowered, "
+              "so it cannot starve behind jobs that outlive their predictions (default 24h; off "
+              "disables it).")
 @click.option("--create-db", is_flag=True, help="Create the SQLite database if it does not exist "
               "(needed outside the default state directory: a missing file elsewhere is refused as a "
               "mistyped --db; `hpcpredict train` creates one with a warmed model).")
@@ -134,6 +139,7 @@ def serve(
     slurm_backend: str | None,
     slurm_interval_s: float | None,
     correction_margin_s: int | None,
+    starvation_guard: str | None,
     create_db: bool,
     log_level: str,
 ) -> None:
@@ -168,6 +174,7 @@ def serve(
         slurm_backend=slurm_backend,
         slurm_interval_s=slurm_interval_s,
         correction_margin_s=correction_margin_s,
+        starvation_guard=starvation_guard,
     )
     store, lock = _locked_store(config, create=create_db)
     try:

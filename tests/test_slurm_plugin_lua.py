@@ -126,7 +126,7 @@ def test_the_limit_is_lowered_to_the_prediction_and_the_request_kept(plugin_dir:
     assert result["rc"] == "0"
     minutes = max(1, min(60, -(-expected // 60)))
     assert expected == 1 and result["time_limit"] == str(minutes) == "1"  # untrained: w = 0
-    assert result["admin_comment"] == f"hpcpredict:request_s=3600,prediction_s={expected}"
+    assert result["admin_comment"] == f"hpcpredict:request_s=3600,prediction_s={expected},mode=lower"
     assert any("time limit 60 -> 1 min" in log for log in result["logs"])
 
 
@@ -141,7 +141,7 @@ def test_a_daemon_not_ready_keeps_the_limit_and_the_log_says_why(plugin_dir: Pat
     finally:
         running.stop()
     assert result["rc"] == "0" and result["time_limit"] == "60"
-    assert result["admin_comment"] == "hpcpredict:request_s=3600,prediction_s=3600"
+    assert result["admin_comment"] == "hpcpredict:request_s=3600,prediction_s=3600,mode=lower"
     assert any("limit 60 min kept (daemon not ready: untrained)" in log for log in result["logs"])
 
 
@@ -150,6 +150,7 @@ def test_record_mode_keeps_the_limit(plugin_dir: Path, daemon: Running) -> None:
     result = submit(plugin_dir, time_limit=600)
     assert result["time_limit"] == "600"
     assert str(result["admin_comment"]).startswith("hpcpredict:request_s=36000,prediction_s=")
+    assert str(result["admin_comment"]).endswith(",mode=record")
 
 
 def test_an_existing_admin_comment_is_kept(plugin_dir: Path, daemon: Running) -> None:
@@ -231,6 +232,19 @@ def test_an_answer_saying_ready_0_is_never_lowered(plugin_dir: Path) -> None:
         stop()
     assert result["time_limit"] == "60"
     assert any("daemon not ready: stale" in log for log in result["logs"])
+
+
+def test_a_held_answer_keeps_the_request_and_marks_the_job_for_lowering_later(plugin_dir: Path) -> None:
+    """lower=0: the daemon's starvation guard is on; its watcher lowers the job once it is off."""
+    path, stop = answering(plugin_dir, b"OK prediction=600 time_limit=3600 lower=0 hold=starvation_guard\n")
+    try:
+        settings(plugin_dir, socket=path)
+        result = submit(plugin_dir)
+    finally:
+        stop()
+    assert result["time_limit"] == "60"
+    assert result["admin_comment"] == "hpcpredict:request_s=3600,prediction_s=600,mode=lower"
+    assert any("limit 60 min kept (daemon: starvation_guard)" in log for log in result["logs"])
 
 
 def test_without_the_common_file_every_job_passes_untouched(plugin_dir: Path, daemon: Running) -> None:

@@ -57,6 +57,9 @@ class Handlers:
         self.service = service
         self.metrics = Metrics() if metrics is None else metrics
         self.clock = clock
+        # Why the plugin must not lower limits now (None: it may), asked at every PREDICT: the
+        # daemon points it at the SLURM watcher's starvation guard.
+        self.lowering_hold: Callable[[], str | None] = lambda: None
         self._verbs: dict[str, Callable[[Mapping[str, Any]], dict[str, object]]] = {
             "PING": self.ping,
             "PREDICT": self.predict,
@@ -113,6 +116,7 @@ class Handlers:
             "reason": readiness.reason_text or None,
             "trained_jobs": readiness.trained_jobs,
             "min_trained_jobs": readiness.min_trained_jobs,
+            "lower": int(self.lowering_hold() is None),
             "healthy": self.service.healthy,  # 0: events fail (the last one did)
             "failing_events": self.service.failing_events,
         }
@@ -129,6 +133,9 @@ class Handlers:
         if not readiness.ready:
             answer["reason"] = readiness.reason_text
             self.metrics.fallbacks[readiness.reason_text] += 1
+        hold = self.lowering_hold()
+        if hold is not None:  # the plugin keeps the request; the mark lets the watcher lower later
+            answer.update(lower=0, hold=hold)
         return answer
 
     def submit(self, fields: Mapping[str, Any]) -> dict[str, object]:

@@ -23,9 +23,13 @@ taken (the requests are what the scheduler used before hpcpredict); a site boots
 ``hpcpredict train`` on its history, thousands of jobs, and is ready at once.
 ``min_trained_jobs = 0`` removes the floor.
 
-Another reason to hold predictions back (the SLURM watcher's starvation guard, say) belongs here:
-one more `FallbackReason` and one more argument of `assess`, so that every front end reports it
-the same way.
+Another reason not to trust the model belongs here: one more `FallbackReason` and one more
+argument of `assess`, so that every front end reports it the same way. The SLURM watcher's
+starvation guard is not one: its predictions can be trusted but must not be acted on *now*
+(PREDICT answers the model's prediction with ``lower=0 hold=starvation_guard``,
+`Handlers.lowering_hold`), and the watcher lowers the job later from the plugin's mark. A job
+answered while not ready is marked with its request as the prediction, so the guard's later
+lowering leaves it at its request too.
 """
 
 from __future__ import annotations
