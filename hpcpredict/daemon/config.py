@@ -21,6 +21,8 @@
     l2 = 4e9
     negative = "abs"
     loss_unit_s = 3600.0
+    censor_at_limit = false       # learn TIMEOUT jobs as lower bounds (docs/method.md §4)
+    feature_scaling = "raw"       # "robust": log break time, no extrapolation (§2)
 
 The learner section matters beyond start-up: a checkpoint records the hyperparameters it was made
 with and a daemon started with others refuses it (`LearnedPredictor.load_state_dict`), rather
@@ -39,7 +41,9 @@ from typing import Any
 from hpcpredict.daemon.paths import default_db_url, state_dir
 from hpcpredict.features import FeatureContext
 from hpcpredict.learn.predictor import (
+    DEFAULT_CENSOR_AT_LIMIT,
     DEFAULT_ETA,
+    DEFAULT_FEATURE_SCALING,
     DEFAULT_L2,
     DEFAULT_LOSS_UNIT_S,
     DEFAULT_NEGATIVE,
@@ -60,6 +64,8 @@ class LearnerConfig:
     l2: float = DEFAULT_L2
     negative: str = DEFAULT_NEGATIVE
     loss_unit_s: float = DEFAULT_LOSS_UNIT_S
+    censor_at_limit: bool = DEFAULT_CENSOR_AT_LIMIT
+    feature_scaling: str = DEFAULT_FEATURE_SCALING
 
     def build(self, time_zone: str | None) -> LearnedPredictor:
         """An untrained learner whose clock is Unix seconds read in the site's time zone."""
@@ -70,6 +76,8 @@ class LearnerConfig:
             negative=self.negative,  # type: ignore[arg-type]
             loss_unit_s=self.loss_unit_s,
             context=FeatureContext(0, time_zone),
+            censor_at_limit=self.censor_at_limit,
+            feature_scaling=self.feature_scaling,  # type: ignore[arg-type]
         )
 
 

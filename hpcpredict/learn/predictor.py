@@ -24,6 +24,23 @@ aggressively, then corrected; |f| keeps the size of the model's answer, and sche
 two of the three logs. Then
 `clip_prediction` truncates to whole seconds (as the reference's int()) and caps at the request.
 
+Censoring (``censor_at_limit``, off by default; docs/method.md §4). A job killed at its time
+limit did not show its runtime, only that it is at least the limit. `learn_lower_bound` learns
+such a job with the under-prediction branch of the loss alone: if the model already predicts the
+bound or more, it takes no step at all (an over-prediction of a censored job is no error), else
+one NAG step towards the bound, on the branch that can only raise f. The daemon uses the same
+method for jobs killed at a limit it lowered (`hpcpredict.daemon.learning`); with
+``censor_at_limit`` every job whose runtime reached its request (an SWF log's only sign of a
+kill; SLURM's TIMEOUT live) goes the same way.
+
+Robust features (``feature_scaling="robust"``, docs/method.md §2). The break time (feature 16,
+seconds since the user's last job ended) is unbounded, and the polynomial squares it: a user back
+after months is a point far outside everything learned, and f, extrapolated, hits the cap (the
+user's own request). "robust" feeds the model log(1 + break) instead, and predicts with every
+coordinate of Phi clamped to the largest magnitude NAG has learned from (its s_i), so no
+prediction extrapolates beyond the range seen. Learning still sees the unclamped Phi (NAG widens
+its scales as usual).
+
 Defaults (`DEFAULT_*`, chosen on all three archive logs together, docs/results.md): the
 reference's eta = 5000 and lambda = 4e9, |f| for negative f, and the loss measured in hours
 (``loss_unit_s=3600``, see `hpcpredict.learn.losses`): with the E-Loss in seconds the squared
@@ -50,12 +67,13 @@ and the NAG step (about fifteen numpy calls on 231 floats, no allocation): about
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 from typing import Any, Literal
 
 import numpy as np
 
-from hpcpredict.features import N_FEATURES, FeatureContext, FeatureState
+from hpcpredict.features import BREAK_TIME_S, N_FEATURES, FeatureContext, FeatureState
 from hpcpredict.jobs import JobRequest
 from hpcpredict.learn.losses import AsymmetricLoss, parse_loss
 from hpcpredict.learn.nag import (
@@ -70,11 +88,15 @@ from hpcpredict.learn.polynomial import QuadraticExpansion
 from hpcpredict.predictors import clip_prediction
 
 NegativeRule = Literal["clip", "abs"]
+FeatureScaling = Literal["raw", "robust"]
+FEATURE_SCALINGS: tuple[str, ...] = ("raw", "robust")
 
 DEFAULT_ETA = ETA_REFERENCE
 DEFAULT_L2 = L2_REFERENCE
 DEFAULT_NEGATIVE: NegativeRule = "abs"
 DEFAULT_LOSS_UNIT_S = 3600.0
+DEFAULT_CENSOR_AT_LIMIT = False  # docs/results.md, "Censoring": measured, kept an option
+DEFAULT_FEATURE_SCALING: FeatureScaling = "raw"  # docs/results.md, "Cold start": idem
 _STATE_VERSION = 1
 
 
@@ -95,9 +117,15 @@ class LearnedPredictor:
         loss_unit_s: float = DEFAULT_LOSS_UNIT_S,
         context: FeatureContext | None = None,
         learn_unseen: bool = True,
+        censor_at_limit: bool = DEFAULT_CENSOR_AT_LIMIT,
+        feature_scaling: FeatureScaling = DEFAULT_FEATURE_SCALING,
     ) -> None:
         if negative not in ("clip", "abs"):
             raise ValueError(f"negative must be 'clip' or 'abs', got {negative!r}")
+        if not isinstance(censor_at_limit, (bool, np.bool_)):
+            raise ValueError(f"censor_at_limit must be true or false, got {censor_at_limit!r}")
+        if feature_scaling not in FEATURE_SCALINGS:
+            raise ValueError(f"feature scaling must be 'raw' or 'robust', got {feature_scaling!r}")
         self.loss = loss
         self.eta = eta
         self.l2 = l2
@@ -105,6 +133,8 @@ class LearnedPredictor:
         self.loss_unit_s = loss_unit_s
         self.context = context
         self.learn_unseen = learn_unseen
+        self.censor_at_limit = bool(censor_at_limit)
+        self.feature_scaling = feature_scaling
 
         base_loss = parse_loss(loss) if isinstance(loss, str) else loss
         self._loss = dataclasses.replace(base_loss, unit_s=float(loss_unit_s))
@@ -115,7 +145,12 @@ class LearnedPredictor:
         # Phi(x_j) as submitted, for each job predicted (or observed) and not yet ended.
         self._pending_phi: dict[int, np.ndarray] = {}
         self._x = np.empty(N_FEATURES)
-        self.name = f"learned({self._loss.name},eta={eta:g},l2={l2:g},unit={loss_unit_s:g}s)"
+        self._robust = feature_scaling == "robust"
+        self._clamped = np.empty(self._expansion.n_terms)
+        extras = (",censored" if self.censor_at_limit else "") + (",robust" if self._robust else "")
+        self.name = (
+            f"learned({self._loss.name},eta={eta:g},l2={l2:g},unit={loss_unit_s:g}s{extras})"
+        )
 
     # ------------------------------------------------------------------ the protocol
     def predict(self, request: JobRequest, now_s: int) -> int:
@@ -127,22 +162,58 @@ class LearnedPredictor:
         phi = self._pending_phi.get(request.job_id)
         if phi is None:
             phi = self._observe(request, now_s)
-        return self._to_seconds(float(self.nag.state.w.dot(phi)), request.requested_s)
+        return self._to_seconds(self._score(phi), request.requested_s)
 
     def job_started(self, request: JobRequest, now_s: int) -> None:
         self.features.job_started(request, now_s)
 
-    def job_ended(self, request: JobRequest, run_s: int, end_s: int) -> None:
-        """Learn from (x_j as submitted, run_s), then add the job to its user's history."""
+    def job_ended(
+        self, request: JobRequest, run_s: int, end_s: int, *, killed_at_limit: bool | None = None
+    ) -> None:
+        """Learn from (x_j as submitted, run_s), then add the job to its user's history.
+
+        With ``censor_at_limit``, a job killed at its limit is learned as a lower bound
+        (`learn_lower_bound`). `killed_at_limit` is the scheduler's word (SLURM: TIMEOUT); None
+        infers it from the runtime reaching the request, all an SWF log can say.
+        """
+        if self.censor_at_limit:
+            killed = run_s >= request.requested_s if killed_at_limit is None else killed_at_limit
+            if killed:
+                self.learn_lower_bound(request, run_s, end_s)
+                return
         phi = self._pending_phi.pop(request.job_id, None)
         if phi is None and self.learn_unseen:
-            phi = self._expansion.expand(self.features.late_submission(request, end_s, self._x))
+            phi = self._expansion.expand(self._scaled(
+                self.features.late_submission(request, end_s, self._x)))
         if phi is not None:
             gradient = self._loss.gradient
             run = float(run_s)
             procs = float(request.procs)
             self.nag.step(phi, lambda f: gradient(f, run, procs))
         self.features.job_ended(request, run_s, end_s)
+
+    def learn_lower_bound(self, request: JobRequest, run_s: int, end_s: int) -> bool:
+        """Learn that the job's runtime is at least min(run_s, request): a censored observation.
+
+        Only the under-prediction branch of the loss is used. If the prediction the model gives
+        now from the job's submission features already reaches the bound, nothing is learned
+        (the model's state is untouched: no step, no l2 shrinkage, no scale update); else one
+        NAG step on the loss of (Phi, bound) whose over branch is cut off, so the loss can only
+        pull f up. Either way the job enters its user's history with the time it ran. True when
+        a step was taken. A job whose submission was not observed has nothing to check the bound
+        against: history only, False.
+        """
+        bound_s = min(run_s, request.requested_s)
+        phi = self._pending_phi.pop(request.job_id, None)
+        stepped = False
+        if phi is not None and self._to_seconds(self._score(phi), request.requested_s) < bound_s:
+            gradient = self._loss.gradient
+            bound = float(bound_s)
+            procs = float(request.procs)
+            self.nag.step(phi, lambda f: gradient(f, bound, procs) if f < bound else 0.0)
+            stepped = True
+        self.features.job_ended(request, bound_s, end_s)
+        return stepped
 
     # ------------------------------------------------------------------ beyond the protocol
     def observe_submission(self, request: JobRequest, now_s: int) -> None:
@@ -168,17 +239,31 @@ class LearnedPredictor:
         """
         phi = self._pending_phi.get(request.job_id)
         if phi is None:
-            phi = self._expansion.expand(self.features.compute(request, now_s, self._x))
-        return self._to_seconds(float(self.nag.state.w.dot(phi)), request.requested_s)
+            phi = self._expansion.expand(self._scaled(self.features.compute(request, now_s, self._x)))
+        return self._to_seconds(self._score(phi), request.requested_s)
 
     def raw_prediction(self, request: JobRequest) -> float:
         """f = w . Phi(x_j) before clipping, for a job already predicted or observed."""
-        return float(np.dot(self.nag.state.w, self._pending_phi[request.job_id]))
+        return self._score(self._pending_phi[request.job_id])
 
     def _observe(self, request: JobRequest, now_s: int) -> np.ndarray:
-        x = self.features.job_submitted(request, now_s, self._x)
+        x = self._scaled(self.features.job_submitted(request, now_s, self._x))
         phi = self._pending_phi[request.job_id] = self._expansion.expand(x)
         return phi
+
+    def _scaled(self, x: np.ndarray) -> np.ndarray:
+        """x as the model sees it: with robust features the break time is log(1 + seconds)."""
+        if self._robust:
+            x[BREAK_TIME_S] = math.log1p(max(x[BREAK_TIME_S], 0.0))
+        return x
+
+    def _score(self, phi: np.ndarray) -> float:
+        """f = w . Phi; with robust features, Phi clamped to the magnitudes NAG learned from."""
+        w = self.nag.state.w
+        if self._robust:
+            s = self.nag.state.s
+            return float(w.dot(np.clip(phi, -s, s, out=self._clamped)))
+        return float(w.dot(phi))
 
     def _to_seconds(self, f: float, requested_s: int) -> int:
         if f < 0.0:
@@ -197,6 +282,8 @@ class LearnedPredictor:
             "loss_unit_s": self.loss_unit_s,
             "context": self.context,
             "learn_unseen": self.learn_unseen,
+            "censor_at_limit": self.censor_at_limit,
+            "feature_scaling": self.feature_scaling,
         }
 
     def clone(self) -> LearnedPredictor:
@@ -219,6 +306,8 @@ class LearnedPredictor:
             "hyper/negative": np.array(self.negative),
             "hyper/loss_unit_s": np.array(float(self.loss_unit_s), dtype=np.float64),
             "hyper/learn_unseen": np.array(self.learn_unseen),
+            "hyper/censor_at_limit": np.array(self.censor_at_limit),
+            "hyper/feature_scaling": np.array(self.feature_scaling),
         }
         for key, value in self.nag.state.to_state().items():
             state[f"nag/{key}"] = value
@@ -249,6 +338,9 @@ class LearnedPredictor:
             "loss_unit_s": float(state["hyper/loss_unit_s"]),
             "learn_unseen": bool(state["hyper/learn_unseen"]),
             "context": saved_context,
+            # absent from checkpoints made before these options existed: their defaults then
+            "censor_at_limit": bool(state.get("hyper/censor_at_limit", False)),
+            "feature_scaling": str(state.get("hyper/feature_scaling", "raw")),
         }
         mine = {
             "loss": self._loss.name,
@@ -259,6 +351,8 @@ class LearnedPredictor:
             "loss_unit_s": float(self.loss_unit_s),
             "learn_unseen": self.learn_unseen,
             "context": self.features.context,
+            "censor_at_limit": self.censor_at_limit,
+            "feature_scaling": self.feature_scaling,
         }
         different = sorted(key for key in mine if mine[key] != saved[key])
         if different:
@@ -303,6 +397,8 @@ class LearnedPredictor:
             loss_unit_s=float(state["hyper/loss_unit_s"]),
             context=context,
             learn_unseen=bool(state["hyper/learn_unseen"]),
+            censor_at_limit=bool(state.get("hyper/censor_at_limit", False)),
+            feature_scaling=str(state.get("hyper/feature_scaling", "raw")),  # type: ignore[arg-type]
         )
         predictor.load_state_dict(state)
         return predictor

@@ -15,7 +15,10 @@ from dataclasses import asdict, dataclass, field
 from hpcpredict.features import FeatureContext
 from hpcpredict.learn import LearnedPredictor, parse_loss
 from hpcpredict.learn.predictor import (
+    DEFAULT_CENSOR_AT_LIMIT,
     DEFAULT_ETA,
+    DEFAULT_FEATURE_SCALING,
+    FEATURE_SCALINGS,
     DEFAULT_L2,
     DEFAULT_LOSS_UNIT_S,
     DEFAULT_NEGATIVE,
@@ -52,6 +55,8 @@ class RunSpec:
     negative: NegativeRule = DEFAULT_NEGATIVE
     loss_unit_s: float = DEFAULT_LOSS_UNIT_S
     starvation_guard_s: int | None = None  # None: off (schedulers.Scheduler says what it does)
+    censor_at_limit: bool = DEFAULT_CENSOR_AT_LIMIT  # learn jobs killed at their limit as bounds
+    feature_scaling: str = DEFAULT_FEATURE_SCALING  # "robust": log break time, no extrapolation
 
     def __post_init__(self) -> None:
         if self.scheduler not in SCHEDULERS:
@@ -71,6 +76,13 @@ class RunSpec:
             raise ValueError(f"negative must be 'clip' or 'abs', got {self.negative!r}")
         if not self.loss_unit_s > 0:
             raise ValueError(f"the loss unit must be > 0 seconds, got {self.loss_unit_s}")
+        if not isinstance(self.censor_at_limit, bool):
+            raise ValueError(f"censor_at_limit must be true or false, got {self.censor_at_limit!r}")
+        if self.feature_scaling not in FEATURE_SCALINGS:
+            raise ValueError(
+                f"feature scaling must be one of {', '.join(FEATURE_SCALINGS)}, got "
+                f"{self.feature_scaling!r}"
+            )
         if self.starvation_guard_s is not None:
             if isinstance(self.starvation_guard_s, bool) or not isinstance(self.starvation_guard_s, int) \
                     or self.starvation_guard_s < 0:
@@ -86,8 +98,16 @@ class RunSpec:
         """Short human name, e.g. ``easy-sjbf + learned(eloss) + incremental``."""
         predictor = self.predictor
         if predictor == "learned":
-            predictor = f"learned({self.loss})"
+            predictor = f"learned({self.loss}){self.learning_label}"
         return f"{self.scheduler} + {predictor} + {self.correction}{self.guard_label}"
+
+    @property
+    def learning_label(self) -> str:
+        """``, censored, robust features`` for the learner's options that are on, else empty."""
+        if self.predictor != "learned":
+            return ""
+        return (", censored" if self.censor_at_limit else "") + (
+            ", robust features" if self.feature_scaling != DEFAULT_FEATURE_SCALING else "")
 
     @property
     def guard_label(self) -> str:
@@ -100,9 +120,15 @@ class RunSpec:
         settings = asdict(self)
         if self.starvation_guard_s is None:  # off: absent, so older campaign keys stay valid
             settings.pop("starvation_guard_s")
+        # The same for the learner's options added later: absent while at their default.
+        if self.censor_at_limit == DEFAULT_CENSOR_AT_LIMIT:
+            settings.pop("censor_at_limit")
+        if self.feature_scaling == DEFAULT_FEATURE_SCALING:
+            settings.pop("feature_scaling")
         if self.predictor != "learned":  # learning constants mean nothing for the others
-            for key in ("loss", "eta", "l2", "negative", "loss_unit_s"):
-                settings.pop(key)
+            for key in ("loss", "eta", "l2", "negative", "loss_unit_s", "censor_at_limit",
+                        "feature_scaling"):
+                settings.pop(key, None)
         return settings
 
 
@@ -126,6 +152,8 @@ def build_predictor(spec: RunSpec, workload: Workload) -> Predictor:
         negative=spec.negative,
         loss_unit_s=spec.loss_unit_s,
         context=feature_context(workload),
+        censor_at_limit=spec.censor_at_limit,
+        feature_scaling=spec.feature_scaling,  # type: ignore[arg-type]
     )
 
 
