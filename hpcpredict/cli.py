@@ -259,6 +259,14 @@ def _learning_options(command: Callable[..., None]) -> Callable[..., None]:
                 "log(1 + s), and predictions made with every term clamped to the range learned "
                 "from (no extrapolation for a user back after a long gap).",
             ),
+            click.option(
+                "--per-user-experts/--no-per-user-experts",
+                "per_user_experts",
+                default=RunSpec.per_user_experts,
+                show_default=True,
+                help="Publish, per user, the learned model's, AVE2's or the request, whichever "
+                "had the lowest recent loss on that user's jobs (the model learns as usual).",
+            ),
         ]
     ):
         command = option(command)
@@ -370,6 +378,7 @@ def simulate(
     negative: str,
     censor_at_limit: bool,
     feature_scaling: str,
+    per_user_experts: bool,
     procs: int | None,
     baseline: bool,
     output: Path | None,
@@ -398,7 +407,7 @@ def simulate(
     try:
         spec = RunSpec(
             scheduler, predictor, correction, loss, eta, l2, decide_on_correction, negative,  # type: ignore[arg-type]
-            loss_unit_s, starvation_guard_s, censor_at_limit, feature_scaling,
+            loss_unit_s, starvation_guard_s, censor_at_limit, feature_scaling, per_user_experts,
         )
     except ValueError as error:
         raise click.BadParameter(str(error)) from None
@@ -494,6 +503,7 @@ def predict_eval(
     negative: str,
     censor_at_limit: bool,
     feature_scaling: str,
+    per_user_experts: bool,
     scheduler: str,
     correction: str,
     procs: int | None,
@@ -515,7 +525,8 @@ def predict_eval(
     try:
         specs = [
             RunSpec(scheduler, name, correction, loss, eta, l2, False, negative, loss_unit_s,  # type: ignore[arg-type]
-                    censor_at_limit=censor_at_limit, feature_scaling=feature_scaling)
+                    censor_at_limit=censor_at_limit, feature_scaling=feature_scaling,
+                    per_user_experts=per_user_experts)
             for name in EVALUATED_PREDICTORS
         ]
     except ValueError as error:

@@ -23,6 +23,7 @@
     loss_unit_s = 3600.0
     censor_at_limit = false       # learn TIMEOUT jobs as lower bounds (docs/method.md §4)
     feature_scaling = "raw"       # "robust": log break time, no extrapolation (§2)
+    per_user_experts = false      # per user: the model, AVE2 or the request, by recent loss (§6)
 
 The learner section matters beyond start-up: a checkpoint records the hyperparameters it was made
 with and a daemon started with others refuses it (`LearnedPredictor.load_state_dict`), rather
@@ -47,6 +48,7 @@ from hpcpredict.learn.predictor import (
     DEFAULT_L2,
     DEFAULT_LOSS_UNIT_S,
     DEFAULT_NEGATIVE,
+    DEFAULT_PER_USER_EXPERTS,
     LearnedPredictor,
 )
 
@@ -66,6 +68,7 @@ class LearnerConfig:
     loss_unit_s: float = DEFAULT_LOSS_UNIT_S
     censor_at_limit: bool = DEFAULT_CENSOR_AT_LIMIT
     feature_scaling: str = DEFAULT_FEATURE_SCALING
+    per_user_experts: bool = DEFAULT_PER_USER_EXPERTS
 
     def build(self, time_zone: str | None) -> LearnedPredictor:
         """An untrained learner whose clock is Unix seconds read in the site's time zone."""
@@ -78,6 +81,7 @@ class LearnerConfig:
             context=FeatureContext(0, time_zone),
             censor_at_limit=self.censor_at_limit,
             feature_scaling=self.feature_scaling,  # type: ignore[arg-type]
+            per_user_experts=self.per_user_experts,
         )
 
 

@@ -183,8 +183,9 @@ def _apply_end(
     )
     current = None
     if observed and (killed or censored) and run_s > 0:
-        # Read-only for a job the learner holds: its features as submitted, today's weights.
-        current = predictor.predict(request, end_s)
+        # Read-only for a job the learner holds: its features as submitted, today's weights;
+        # the model's own answer (not a per-user expert's), the one learn_lower_bound checks.
+        current = predictor.model_prediction_s(request, end_s)
     rule = decide(
         run_s=run_s,
         requested_s=request.requested_s,

@@ -41,6 +41,11 @@ coordinate of Phi clamped to the largest magnitude NAG has learned from (its s_i
 prediction extrapolates beyond the range seen. Learning still sees the unclamped Phi (NAG widens
 its scales as usual).
 
+Per-user expert choice (``per_user_experts``, off by default; docs/method.md §6). The published
+prediction is, per user, the learned model's, AVE2's or the request, whichever has had the lowest
+recent loss on that user's jobs (`hpcpredict.learn.experts`). The model itself learns exactly as
+without the option; `model_prediction_s` gives its own answer (what censoring compares with).
+
 Defaults (`DEFAULT_*`, chosen on all three archive logs together, docs/results.md): the
 reference's eta = 5000 and lambda = 4e9, |f| for negative f, and the loss measured in hours
 (``loss_unit_s=3600``, see `hpcpredict.learn.losses`): with the E-Loss in seconds the squared
@@ -73,7 +78,15 @@ from typing import Any, Literal
 
 import numpy as np
 
-from hpcpredict.features import BREAK_TIME_S, N_FEATURES, FeatureContext, FeatureState
+from hpcpredict.features import (
+    AVE2_S,
+    BREAK_TIME_S,
+    N_FEATURES,
+    SECOND_LAST_RUN_S,
+    FeatureContext,
+    FeatureState,
+)
+from hpcpredict.learn.experts import AVE2, EXPERTS, LEARNED, ExpertScores
 from hpcpredict.jobs import JobRequest
 from hpcpredict.learn.losses import AsymmetricLoss, parse_loss
 from hpcpredict.learn.nag import (
@@ -97,6 +110,7 @@ DEFAULT_NEGATIVE: NegativeRule = "abs"
 DEFAULT_LOSS_UNIT_S = 3600.0
 DEFAULT_CENSOR_AT_LIMIT = False  # docs/results.md, "Censoring": measured, kept an option
 DEFAULT_FEATURE_SCALING: FeatureScaling = "raw"  # docs/results.md, "Cold start": idem
+DEFAULT_PER_USER_EXPERTS = False  # docs/results.md, "Per-user expert choice": idem
 _STATE_VERSION = 1
 
 
@@ -119,11 +133,14 @@ class LearnedPredictor:
         learn_unseen: bool = True,
         censor_at_limit: bool = DEFAULT_CENSOR_AT_LIMIT,
         feature_scaling: FeatureScaling = DEFAULT_FEATURE_SCALING,
+        per_user_experts: bool = DEFAULT_PER_USER_EXPERTS,
     ) -> None:
         if negative not in ("clip", "abs"):
             raise ValueError(f"negative must be 'clip' or 'abs', got {negative!r}")
         if not isinstance(censor_at_limit, (bool, np.bool_)):
             raise ValueError(f"censor_at_limit must be true or false, got {censor_at_limit!r}")
+        if not isinstance(per_user_experts, (bool, np.bool_)):
+            raise ValueError(f"per_user_experts must be true or false, got {per_user_experts!r}")
         if feature_scaling not in FEATURE_SCALINGS:
             raise ValueError(f"feature scaling must be 'raw' or 'robust', got {feature_scaling!r}")
         self.loss = loss
@@ -135,6 +152,7 @@ class LearnedPredictor:
         self.learn_unseen = learn_unseen
         self.censor_at_limit = bool(censor_at_limit)
         self.feature_scaling = feature_scaling
+        self.per_user_experts = bool(per_user_experts)
 
         base_loss = parse_loss(loss) if isinstance(loss, str) else loss
         self._loss = dataclasses.replace(base_loss, unit_s=float(loss_unit_s))
@@ -147,7 +165,11 @@ class LearnedPredictor:
         self._x = np.empty(N_FEATURES)
         self._robust = feature_scaling == "robust"
         self._clamped = np.empty(self._expansion.n_terms)
+        self.experts = ExpertScores() if self.per_user_experts else None
+        # With experts: the learned model's prediction as given at submission, to score it.
+        self._pending_learned_s: dict[int, int] = {}
         extras = (",censored" if self.censor_at_limit else "") + (",robust" if self._robust else "")
+        extras += ",experts" if self.per_user_experts else ""
         self.name = (
             f"learned({self._loss.name},eta={eta:g},l2={l2:g},unit={loss_unit_s:g}s{extras})"
         )
@@ -162,7 +184,11 @@ class LearnedPredictor:
         phi = self._pending_phi.get(request.job_id)
         if phi is None:
             phi = self._observe(request, now_s)
-        return self._to_seconds(self._score(phi), request.requested_s)
+        learned_s = self._to_seconds(self._score(phi), request.requested_s)
+        if self.experts is None:
+            return learned_s
+        self._pending_learned_s.setdefault(request.job_id, learned_s)
+        return self._expert_answer(request, phi, learned_s)
 
     def job_started(self, request: JobRequest, now_s: int) -> None:
         self.features.job_started(request, now_s)
@@ -181,6 +207,7 @@ class LearnedPredictor:
             if killed:
                 self.learn_lower_bound(request, run_s, end_s)
                 return
+        self._judge_experts(request, min(run_s, request.requested_s), censored=False)
         phi = self._pending_phi.pop(request.job_id, None)
         if phi is None and self.learn_unseen:
             phi = self._expansion.expand(self._scaled(
@@ -204,6 +231,7 @@ class LearnedPredictor:
         against: history only, False.
         """
         bound_s = min(run_s, request.requested_s)
+        self._judge_experts(request, bound_s, censored=True)
         phi = self._pending_phi.pop(request.job_id, None)
         stepped = False
         if phi is not None and self._to_seconds(self._score(phi), request.requested_s) < bound_s:
@@ -214,6 +242,44 @@ class LearnedPredictor:
             stepped = True
         self.features.job_ended(request, bound_s, end_s)
         return stepped
+
+    # ------------------------------------------------------------------ per-user experts
+    def _ave2_s(self, request: JobRequest, phi: np.ndarray) -> int:
+        """AVE2 as `Ave2Predictor` answers it, read from the job's features: the request until
+        two jobs have ended (a second-last runtime is >= 1 s once there is one), else the mean
+        of the last two, rounded down, never above the request."""
+        if phi[1 + SECOND_LAST_RUN_S] <= 0.0:
+            return request.requested_s
+        return clip_prediction(phi[1 + AVE2_S] // 1, request.requested_s)
+
+    def _expert_answer(self, request: JobRequest, phi: np.ndarray, learned_s: int) -> int:
+        assert self.experts is not None
+        choice = self.experts.choice(request.user_id)
+        if choice == LEARNED:
+            return learned_s
+        return self._ave2_s(request, phi) if choice == AVE2 else request.requested_s
+
+    def _judge_experts(self, request: JobRequest, run_s: int, *, censored: bool) -> None:
+        """Score the three experts on an ended job (a censored one: under-predictions only)."""
+        if self.experts is None:
+            return
+        learned_s = self._pending_learned_s.pop(request.job_id, None)
+        phi = self._pending_phi.get(request.job_id)
+        if phi is None:  # never observed: nothing the experts answered to judge
+            return
+        if learned_s is None:  # observed without a prediction: the model's answer now
+            learned_s = self._to_seconds(self._score(phi), request.requested_s)
+        answers = (learned_s, self._ave2_s(request, phi), request.requested_s)
+        run, procs = float(run_s), float(request.procs)
+        value = self._loss.value
+        self.experts.update(request.user_id, [
+            0.0 if censored and answer >= run_s else value(float(answer), run, procs)
+            for answer in answers
+        ])
+
+    def expert_of(self, user_id: int) -> str:
+        """Which expert answers this user's next job ("learned" without the option)."""
+        return "learned" if self.experts is None else EXPERTS[self.experts.choice(user_id)]
 
     # ------------------------------------------------------------------ beyond the protocol
     def observe_submission(self, request: JobRequest, now_s: int) -> None:
@@ -228,7 +294,17 @@ class LearnedPredictor:
         limit we lowered); True if there was something to forget. Its user history is left to
         the caller (`features.job_ended` adds a completed job).
         """
+        self._pending_learned_s.pop(job_id, None)
         return self._pending_phi.pop(job_id, None) is not None
+
+    def model_prediction_s(self, request: JobRequest, now_s: int) -> int:
+        """`predict` without the per-user experts: the learned model's own answer (for a job
+        already predicted or observed, from its submission features and today's weights). With
+        experts `predict` may publish AVE2 or the request instead; censoring judges the model."""
+        phi = self._pending_phi.get(request.job_id)
+        if phi is None:
+            phi = self._observe(request, now_s)
+        return self._to_seconds(self._score(phi), request.requested_s)
 
     def peek(self, request: JobRequest, now_s: int) -> int:
         """What `predict` would answer, without recording anything.
@@ -240,7 +316,10 @@ class LearnedPredictor:
         phi = self._pending_phi.get(request.job_id)
         if phi is None:
             phi = self._expansion.expand(self._scaled(self.features.compute(request, now_s, self._x)))
-        return self._to_seconds(self._score(phi), request.requested_s)
+        learned_s = self._to_seconds(self._score(phi), request.requested_s)
+        if self.experts is None:
+            return learned_s
+        return self._expert_answer(request, phi, self._pending_learned_s.get(request.job_id, learned_s))
 
     def raw_prediction(self, request: JobRequest) -> float:
         """f = w . Phi(x_j) before clipping, for a job already predicted or observed."""
@@ -284,6 +363,7 @@ class LearnedPredictor:
             "learn_unseen": self.learn_unseen,
             "censor_at_limit": self.censor_at_limit,
             "feature_scaling": self.feature_scaling,
+            "per_user_experts": self.per_user_experts,
         }
 
     def clone(self) -> LearnedPredictor:
@@ -308,6 +388,7 @@ class LearnedPredictor:
             "hyper/learn_unseen": np.array(self.learn_unseen),
             "hyper/censor_at_limit": np.array(self.censor_at_limit),
             "hyper/feature_scaling": np.array(self.feature_scaling),
+            "hyper/per_user_experts": np.array(self.per_user_experts),
         }
         for key, value in self.nag.state.to_state().items():
             state[f"nag/{key}"] = value
@@ -320,6 +401,11 @@ class LearnedPredictor:
             if job_ids
             else np.empty((0, self._expansion.n_terms))
         )
+        if self.experts is not None:
+            state["pending/learned_s"] = np.array(
+                [self._pending_learned_s.get(j, -1) for j in job_ids], dtype=np.int64)
+            for key, value in self.experts.to_state().items():
+                state[f"experts/{key}"] = value
         return state
 
     def load_state_dict(self, state: dict[str, np.ndarray]) -> None:
@@ -341,6 +427,7 @@ class LearnedPredictor:
             # absent from checkpoints made before these options existed: their defaults then
             "censor_at_limit": bool(state.get("hyper/censor_at_limit", False)),
             "feature_scaling": str(state.get("hyper/feature_scaling", "raw")),
+            "per_user_experts": bool(state.get("hyper/per_user_experts", False)),
         }
         mine = {
             "loss": self._loss.name,
@@ -353,6 +440,7 @@ class LearnedPredictor:
             "context": self.features.context,
             "censor_at_limit": self.censor_at_limit,
             "feature_scaling": self.feature_scaling,
+            "per_user_experts": self.per_user_experts,
         }
         different = sorted(key for key in mine if mine[key] != saved[key])
         if different:
@@ -365,9 +453,16 @@ class LearnedPredictor:
             {key[9:]: value for key, value in state.items() if key.startswith("features/")}
         )
         phis = np.array(state["pending/phi"], dtype=np.float64)
-        self._pending_phi = {
-            job_id: phis[row].copy() for row, job_id in enumerate(state["pending/job_id"].tolist())
-        }
+        job_ids = state["pending/job_id"].tolist()
+        self._pending_phi = {job_id: phis[row].copy() for row, job_id in enumerate(job_ids)}
+        if self.experts is not None:
+            self._pending_learned_s = {
+                job_id: learned_s
+                for job_id, learned_s in zip(job_ids, state["pending/learned_s"].tolist())
+                if learned_s >= 0
+            }
+            self.experts.load_state({key[8:]: value for key, value in state.items()
+                                     if key.startswith("experts/")})
 
     def save(self, path: str | os.PathLike[str]) -> None:
         """Checkpoint to an .npz file atomically (temporary file, then os.replace)."""
@@ -399,6 +494,7 @@ class LearnedPredictor:
             learn_unseen=bool(state["hyper/learn_unseen"]),
             censor_at_limit=bool(state.get("hyper/censor_at_limit", False)),
             feature_scaling=str(state.get("hyper/feature_scaling", "raw")),  # type: ignore[arg-type]
+            per_user_experts=bool(state.get("hyper/per_user_experts", False)),
         )
         predictor.load_state_dict(state)
         return predictor

@@ -18,6 +18,7 @@ from hpcpredict.learn.predictor import (
     DEFAULT_CENSOR_AT_LIMIT,
     DEFAULT_ETA,
     DEFAULT_FEATURE_SCALING,
+    DEFAULT_PER_USER_EXPERTS,
     FEATURE_SCALINGS,
     DEFAULT_L2,
     DEFAULT_LOSS_UNIT_S,
@@ -57,6 +58,7 @@ class RunSpec:
     starvation_guard_s: int | None = None  # None: off (schedulers.Scheduler says what it does)
     censor_at_limit: bool = DEFAULT_CENSOR_AT_LIMIT  # learn jobs killed at their limit as bounds
     feature_scaling: str = DEFAULT_FEATURE_SCALING  # "robust": log break time, no extrapolation
+    per_user_experts: bool = DEFAULT_PER_USER_EXPERTS  # per user: learned, AVE2 or the request
 
     def __post_init__(self) -> None:
         if self.scheduler not in SCHEDULERS:
@@ -78,6 +80,8 @@ class RunSpec:
             raise ValueError(f"the loss unit must be > 0 seconds, got {self.loss_unit_s}")
         if not isinstance(self.censor_at_limit, bool):
             raise ValueError(f"censor_at_limit must be true or false, got {self.censor_at_limit!r}")
+        if not isinstance(self.per_user_experts, bool):
+            raise ValueError(f"per_user_experts must be true or false, got {self.per_user_experts!r}")
         if self.feature_scaling not in FEATURE_SCALINGS:
             raise ValueError(
                 f"feature scaling must be one of {', '.join(FEATURE_SCALINGS)}, got "
@@ -106,8 +110,11 @@ class RunSpec:
         """``, censored, robust features`` for the learner's options that are on, else empty."""
         if self.predictor != "learned":
             return ""
-        return (", censored" if self.censor_at_limit else "") + (
-            ", robust features" if self.feature_scaling != DEFAULT_FEATURE_SCALING else "")
+        return (
+            (", censored" if self.censor_at_limit else "")
+            + (", robust features" if self.feature_scaling != DEFAULT_FEATURE_SCALING else "")
+            + (", per-user experts" if self.per_user_experts else "")
+        )
 
     @property
     def guard_label(self) -> str:
@@ -125,9 +132,11 @@ class RunSpec:
             settings.pop("censor_at_limit")
         if self.feature_scaling == DEFAULT_FEATURE_SCALING:
             settings.pop("feature_scaling")
+        if self.per_user_experts == DEFAULT_PER_USER_EXPERTS:
+            settings.pop("per_user_experts")
         if self.predictor != "learned":  # learning constants mean nothing for the others
             for key in ("loss", "eta", "l2", "negative", "loss_unit_s", "censor_at_limit",
-                        "feature_scaling"):
+                        "feature_scaling", "per_user_experts"):
                 settings.pop(key, None)
         return settings
 
@@ -154,6 +163,7 @@ def build_predictor(spec: RunSpec, workload: Workload) -> Predictor:
         context=feature_context(workload),
         censor_at_limit=spec.censor_at_limit,
         feature_scaling=spec.feature_scaling,  # type: ignore[arg-type]
+        per_user_experts=spec.per_user_experts,
     )
 
 
