@@ -86,8 +86,8 @@ from hpcpredict.features import (
     FeatureContext,
     FeatureState,
 )
-from hpcpredict.learn.experts import AVE2, EXPERTS, LEARNED, ExpertScores
 from hpcpredict.jobs import JobRequest
+from hpcpredict.learn.experts import AVE2, EXPERTS, LEARNED, ExpertScores
 from hpcpredict.learn.losses import AsymmetricLoss, parse_loss
 from hpcpredict.learn.nag import (
     ETA_REFERENCE,
@@ -200,7 +200,8 @@ class LearnedPredictor:
 
         With ``censor_at_limit``, a job killed at its limit is learned as a lower bound
         (`learn_lower_bound`). `killed_at_limit` is the scheduler's word (SLURM: TIMEOUT); None
-        infers it from the runtime reaching the request, all an SWF log can say.
+        infers it from the runtime reaching the request, all an SWF log can say. With
+        ``per_user_experts`` the three experts are scored on the job first.
         """
         if self.censor_at_limit:
             killed = run_s >= request.requested_s if killed_at_limit is None else killed_at_limit
@@ -315,14 +316,17 @@ class LearnedPredictor:
         """
         phi = self._pending_phi.get(request.job_id)
         if phi is None:
-            phi = self._expansion.expand(self._scaled(self.features.compute(request, now_s, self._x)))
+            x = self._scaled(self.features.compute(request, now_s, self._x))
+            phi = self._expansion.expand(x)
         learned_s = self._to_seconds(self._score(phi), request.requested_s)
         if self.experts is None:
             return learned_s
-        return self._expert_answer(request, phi, self._pending_learned_s.get(request.job_id, learned_s))
+        given_s = self._pending_learned_s.get(request.job_id, learned_s)
+        return self._expert_answer(request, phi, given_s)
 
     def raw_prediction(self, request: JobRequest) -> float:
-        """f = w . Phi(x_j) before clipping, for a job already predicted or observed."""
+        """f = w . Phi(x_j) before the negative rule and clipping, for a job already predicted or
+        observed (with robust features, Phi clamped as for a prediction)."""
         return self._score(self._pending_phi[request.job_id])
 
     def _observe(self, request: JobRequest, now_s: int) -> np.ndarray:

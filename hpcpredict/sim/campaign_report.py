@@ -16,6 +16,7 @@ many replicas it won, beside the mean p99 and max wait.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -262,7 +263,7 @@ def write_report(
             continue
         order = sorted(paired.index, key=lambda key: (logs.index(key[1]), every.index(key[0])))
         paired = paired.loc[order]
-        slug = "".join(c if c.isalnum() else "_" for c in reference).strip("_").lower()
+        slug = re.sub(r"[^a-z0-9]+", "_", reference.lower()).strip("_")
         save_csv(paired, f"replicas_vs_{slug}.csv")
         lines += [f"## Means over replicas, paired against {reference}", "",
                   f"As above, every configuration paired with {reference} on the same replicas.",
