@@ -22,7 +22,11 @@ from hpcpredict.sim.metrics import compute_metrics, metrics_table, replica_table
 from hpcpredict.sim.replica_stats import describe_change
 from hpcpredict.sim.output import write_jobs_csv, write_result_swf
 from hpcpredict.sim.runner import COMPARED_METRICS, PREDICTORS, RunSpec, run, run_replicated
-from hpcpredict.sim.schedulers import SCHEDULERS
+from hpcpredict.sim.schedulers import (
+    DEFAULT_STARVATION_GUARD_S,
+    SCHEDULERS,
+    parse_starvation_guard,
+)
 from hpcpredict.sim.shaking import DEFAULT_SEED, DEFAULT_SHAKE_S
 from hpcpredict.swf import SwfFormatError
 from hpcpredict.workload import Workload, WorkloadError, load_workload
@@ -333,12 +337,13 @@ _correction_option = click.option(
 )
 @click.option(
     "--starvation-guard",
-    "starvation_guard_s",
-    type=click.IntRange(min=0),
+    "starvation_guard",
     default=None,
-    help="Seconds: once the head job has waited this long, plan its reservation and backfill "
-    "around it with the users' requested times (plain EASY's rule), so its start cannot slide "
-    "any more. Default: off.",
+    metavar="DURATION|off",
+    help="Once the head job has waited this long (24h, 90m, seconds), plan its reservation and "
+    "backfill around it with the users' requested times (plain EASY's rule), and keep the jobs "
+    "then running at their requests, as the daemon does live; its start cannot slide any more. "
+    "Default: 24h with a backfilling scheduler (docs/results.md); off disables it.",
 )
 @click.option(
     "--replicas",
@@ -384,7 +389,7 @@ def simulate(
     output: Path | None,
     csv_path: Path | None,
     decide_on_correction: bool,
-    starvation_guard_s: int | None,
+    starvation_guard: str | None,
     replicas: int,
     shake_s: int,
     seed: int,
@@ -394,7 +399,8 @@ def simulate(
     """Replay an SWF LOG through a backfilling scheduler and report AVEbsld and friends.
 
     The defaults answer "what would runtime prediction do on this cluster": EASY-SJBF with the
-    learned predictor and incremental corrections, next to plain EASY on the users' requests.
+    learned predictor, incremental corrections and the 24 h starvation guard (the daemon's
+    defaults), next to plain EASY on the users' requests.
     Waits are reported beside AVEbsld (mean, p99, max): short predictions can lower the average
     while a few jobs wait far longer.
 
@@ -404,6 +410,15 @@ def simulate(
       hpcpredict simulate LOG.swf.gz --replicas 10          # means, CIs, paired wins
       hpcpredict simulate LOG.swf.gz --predictor ave2 --json
     """
+    try:
+        if starvation_guard is None:  # the default: on wherever a prediction can starve a job
+            # (with requested times it changes nothing: plain EASY is already its rule)
+            guarded = scheduler != "fcfs" and predictor != "requested"
+            starvation_guard_s = DEFAULT_STARVATION_GUARD_S if guarded else None
+        else:
+            starvation_guard_s = parse_starvation_guard(starvation_guard)
+    except ValueError as error:
+        raise click.BadParameter(str(error), param_hint="--starvation-guard") from None
     try:
         spec = RunSpec(
             scheduler, predictor, correction, loss, eta, l2, decide_on_correction, negative,  # type: ignore[arg-type]
@@ -765,8 +780,8 @@ def campaign_report(
         store.close()
     if runs.empty:
         raise click.ClickException(f"{campaign_file}: no stored run yet (run `hpcpredict campaign`)")
-    # A run another campaign stored first (shared through --db) carries that campaign's label:
-    # this report names every run as this file does.
+    # A run is named as this campaign names it, not as the campaign that first stored it did
+    # (runs are shared by key across campaigns of one database).
     runs["label"] = runs["key"].map(labels)
     target = out_dir or definition.path.parent / "results" / definition.name
     paths = write_report(runs, target, f"Campaign {definition.name}", pair_with=pair_with)

@@ -14,6 +14,7 @@
     slurm_backend = "auto"        # cli (Slurm commands) | pyslurm (matching Slurm only) | auto
     slurm_interval_s = 10.0       # seconds between looks at SLURM
     correction_margin_s = 120     # raise a lowered limit this long before it expires
+    starvation_guard = "24h"      # a job pending this long: limits back to requests ("off": never)
 
     [learner]                     # must be the same for `train` and `serve`
     loss = "eloss"
@@ -41,6 +42,7 @@ from typing import Any
 
 from hpcpredict.daemon.paths import default_db_url, state_dir
 from hpcpredict.features import FeatureContext
+from hpcpredict.sim.schedulers import DEFAULT_STARVATION_GUARD_S, parse_starvation_guard
 from hpcpredict.learn.predictor import (
     DEFAULT_CENSOR_AT_LIMIT,
     DEFAULT_ETA,
@@ -99,10 +101,18 @@ class DaemonConfig:
     slurm_backend: str = "auto"  # auto | cli | pyslurm (hpcpredict.slurm.adapter)
     slurm_interval_s: float = 10.0
     correction_margin_s: int = 120
+    # While a job pending for the machine has waited this long, the watcher puts lowered limits
+    # back to the requests (hpcpredict/slurm/guard.py): "24h", "90m", seconds, or "off".
+    starvation_guard: str | int = DEFAULT_STARVATION_GUARD_S
     learner: LearnerConfig = field(default_factory=LearnerConfig)
 
     def predictor_factory(self) -> LearnedPredictor:
         return self.learner.build(self.time_zone)
+
+    @property
+    def starvation_guard_s(self) -> int | None:
+        """The guard in seconds, None when off."""
+        return parse_starvation_guard(self.starvation_guard)
 
     def with_overrides(self, **overrides: Any) -> DaemonConfig:
         """A copy with the given keys replaced; None means "not given" and keeps the value."""
@@ -112,7 +122,7 @@ class DaemonConfig:
 
 _DAEMON_KEYS = {
     "db", "socket", "socket_mode", "socket_group", "http", "spool", "checkpoint_every", "time_zone",
-    "slurm", "slurm_backend", "slurm_interval_s", "correction_margin_s",
+    "slurm", "slurm_backend", "slurm_interval_s", "correction_margin_s", "starvation_guard",
 }
 _LEARNER_KEYS = {f.name for f in dataclasses.fields(LearnerConfig)}
 
@@ -183,6 +193,12 @@ def _checked(config: DaemonConfig) -> DaemonConfig:
             f"correction_margin_s ({config.correction_margin_s}) must cover two looks at SLURM "
             f"({config.slurm_interval_s:g} s each) and SLURM's 30 s limit check"
         )
+    try:
+        guard_s = config.starvation_guard_s
+    except ValueError as error:
+        raise ConfigError(f"starvation_guard: {error}") from None
+    if guard_s is not None and guard_s < 60:
+        raise ConfigError(f"starvation_guard must be off or at least 60 s, got {config.starvation_guard!r}")
     try:
         config.predictor_factory()
     except (ValueError, TypeError, KeyError) as error:  # bad loss name, negative rule, zone
