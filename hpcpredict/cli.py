@@ -20,8 +20,15 @@ from hpcpredict.sim.corrections import CORRECTIONS
 from hpcpredict.sim.metrics import compute_metrics, metrics_table, replica_table
 from hpcpredict.sim.replica_stats import describe_change
 from hpcpredict.sim.output import write_jobs_csv, write_result_swf
-from hpcpredict.sim.runner import COMPARED_METRICS, PREDICTORS, RunSpec, run, run_replicated
-from hpcpredict.sim.schedulers import SCHEDULERS
+from hpcpredict.sim.runner import (
+    COMPARED_METRICS,
+    PREDICTORS,
+    SCHEDULER_NAMES,
+    RunSpec,
+    run,
+    run_replicated,
+)
+from hpcpredict.sim.slurm_backfill import NAME as SLURM_BACKFILL
 from hpcpredict.sim.shaking import DEFAULT_SEED, DEFAULT_SHAKE_S
 from hpcpredict.swf import SwfFormatError
 from hpcpredict.workload import Workload, WorkloadError, load_workload
@@ -247,12 +254,22 @@ def _learning_options(command: Callable[..., None]) -> Callable[..., None]:
 
 _scheduler_option = click.option(
     "--scheduler",
-    type=click.Choice(list(SCHEDULERS)),
+    type=click.Choice(list(SCHEDULER_NAMES)),
     default=RunSpec.scheduler,
     show_default=True,
     help="fcfs: strict arrival order. easy: FCFS with EASY backfilling (a job may jump ahead if it "
     "does not delay the head job's reservation). easy-sjbf: EASY, backfilling the shortest "
-    "predicted jobs first.",
+    "predicted jobs first. slurm-backfill: Slurm 22.05's sched/backfill (priority order, a "
+    "reservation for every job tested, periodic passes; --slurm-params).",
+)
+_slurm_params_option = click.option(
+    "--slurm-params",
+    default="",
+    metavar="NAME=VALUE,...",
+    help="slurm-backfill's slurm.conf settings, by their slurm.conf names: bf_interval (s, "
+    "default 30), bf_max_job_test (500), bf_window (min, 1440), bf_resolution (s, 60), "
+    "PriorityWeightAge, PriorityWeightJobSize (0: first in, first out), PriorityMaxAge (s), "
+    "PriorityFavorSmall (YES/NO). Example: bf_interval=10,bf_window=2880.",
 )
 _correction_option = click.option(
     "--correction",
@@ -268,6 +285,7 @@ _correction_option = click.option(
 @main.command()
 @_log_argument
 @_scheduler_option
+@_slurm_params_option
 @click.option(
     "--predictor",
     type=click.Choice(list(PREDICTORS)),
@@ -284,7 +302,8 @@ _correction_option = click.option(
     "--baseline/--no-baseline",
     default=True,
     show_default=True,
-    help="Also replay plain EASY with requested times and show the change against it.",
+    help="Also replay plain EASY with requested times (plain slurm-backfill with --scheduler "
+    "slurm-backfill) and show the change against it.",
 )
 @click.option(
     "--output",
@@ -341,6 +360,7 @@ _correction_option = click.option(
 def simulate(
     log: Path,
     scheduler: str,
+    slurm_params: str,
     predictor: str,
     correction: str,
     loss: str,
@@ -376,7 +396,11 @@ def simulate(
     try:
         spec = RunSpec(
             scheduler, predictor, correction, loss, eta, l2, decide_on_correction, negative,  # type: ignore[arg-type]
-            loss_unit_s, starvation_guard_s,
+            loss_unit_s, starvation_guard_s, slurm_params,
+        )
+        # SLURM without hpcpredict is the baseline a SLURM site compares with
+        baseline_spec = BASELINE if scheduler != SLURM_BACKFILL else RunSpec(
+            scheduler, "requested", "requested", slurm_params=slurm_params
         )
     except ValueError as error:
         raise click.BadParameter(str(error)) from None
@@ -386,7 +410,7 @@ def simulate(
     workload = _load(log, procs, lenient)
     if not workload.jobs:
         raise click.ClickException(f"{log}: no job left after cleaning (see `hpcpredict info`)")
-    specs = [spec] + ([BASELINE] if baseline and spec != BASELINE else [])
+    specs = [spec] + ([baseline_spec] if baseline and spec != baseline_spec else [])
     with _bar(len(workload.jobs) * len(specs) * replicas, "job", "simulating") as update:
         runs = run_replicated(
             workload, specs, replicas=replicas, shake_s=shake_s, seed=seed, progress=update
@@ -422,7 +446,8 @@ def simulate(
     for position, each in enumerate(specs):
         click.echo(f"  {'simulated' if position == 0 else 'baseline '}: {each.label} "
                    f"({sum(runs.wall_time_s[position]):.1f} s)")
-    titles = ["simulated"] + (["EASY baseline"] if len(specs) > 1 else [])
+    plain = "SLURM" if scheduler == SLURM_BACKFILL else "EASY"
+    titles = ["simulated"] + ([f"{plain} baseline"] if len(specs) > 1 else [])
     click.echo("")
     if replicas == 1:
         for line in metrics_table(list(zip(titles, (m[0] for m in runs.metrics)))):
@@ -433,7 +458,7 @@ def simulate(
         for line in replica_table(titles, runs.metrics):
             click.echo(line)
     if comparison:
-        click.echo("\nChange against EASY with the users' requested times:")
+        click.echo(f"\nChange against {plain} with the users' requested times:")
         for metric, difference in comparison.items():
             click.echo(f"  {describe_change(COMPARED_METRICS[metric], difference)}")
         if replicas == 1:
@@ -451,6 +476,7 @@ EVALUATED_PREDICTORS = ("learned", "ave2", "requested")
 @_log_argument
 @_learning_options
 @_scheduler_option
+@_slurm_params_option
 @_correction_option
 @_procs_option
 @click.option(
@@ -471,6 +497,7 @@ def predict_eval(
     loss_unit_s: float,
     negative: str,
     scheduler: str,
+    slurm_params: str,
     correction: str,
     procs: int | None,
     plot_dir: Path | None,
@@ -490,7 +517,8 @@ def predict_eval(
 
     try:
         specs = [
-            RunSpec(scheduler, name, correction, loss, eta, l2, False, negative, loss_unit_s)  # type: ignore[arg-type]
+            RunSpec(scheduler, name, correction, loss, eta, l2, False, negative, loss_unit_s,  # type: ignore[arg-type]
+                    slurm_params=slurm_params)
             for name in EVALUATED_PREDICTORS
         ]
     except ValueError as error:
