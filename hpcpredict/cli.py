@@ -735,8 +735,9 @@ def campaign_report(campaign_file: Path, database_url: str | None, out_dir: Path
 
 # ---------------------------------------------------------------------------- the daemon
 from hpcpredict.cli_daemon import errors, report, serve, slurm_convert, train  # noqa: E402
+from hpcpredict.cli_replay import replay_compare, replay_slurm  # noqa: E402
 
-for _command in (serve, train, errors, report, slurm_convert):
+for _command in (serve, train, errors, report, slurm_convert, replay_slurm, replay_compare):
     main.add_command(_command)
 
 

@@ -1,0 +1,148 @@
+"""replay-slurm's arithmetic and bookkeeping without a SLURM: the scaling, the slice, the plugin's
+mode file, and the submit/poll loop against a scripted backend on a virtual clock."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from hpcpredict.slurm.adapter import SlurmJob
+from hpcpredict.slurm.replay import (
+    SLEEP_MARGIN_S,
+    ReplayError,
+    ReplayJob,
+    Scaling,
+    plan,
+    replay_swf,
+    rounding_report,
+    run_replay,
+    set_plugin_mode,
+)
+from hpcpredict.swf import read_swf, write_swf
+from hpcpredict.workload import load_workload
+
+SAMPLE = Path(__file__).resolve().parent.parent / "swf" / "KTH-SP2-sample.swf"
+
+
+def test_scaling_rounds_requests_up_to_whole_minutes_and_keeps_sleeps_under_them():
+    scaling = Scaling(10, log_procs=100, machine_procs=100)
+    assert scaling.time_limit_min(3600) == 6  # 360 s
+    assert scaling.time_limit_min(3601) == 7  # 360.1 s: rounded up, never below the request
+    assert scaling.time_limit_min(60) == 1  # 6 s: SLURM's floor, ten times the scaled request
+    assert scaling.sleep_s(1234, 6) == 123
+    assert scaling.sleep_s(3600, 6) == 360 - SLEEP_MARGIN_S  # a job running to its limit
+    assert scaling.sleep_s(3, 1) == 1
+    assert scaling.offset_s(1500, 1000) == 50.0
+    assert scaling.procs(64) == 64
+    smaller = Scaling(10, log_procs=100, machine_procs=16)
+    assert (smaller.procs(1), smaller.procs(50), smaller.procs(100)) == (1, 8, 16)
+    with pytest.raises(ValueError):
+        Scaling(0, 100, 100)
+
+
+def test_plan_takes_the_slice_of_the_cleaned_log():
+    workload = load_workload(SAMPLE)
+    planned = plan(workload, jobs=5, skip=10, scaling=Scaling(20, workload.machine_procs, 100))
+    chosen = workload.jobs[10:15]
+    assert [job.log_job_id for job in planned] == [job.job_id for job in chosen]
+    assert planned[0].offset_s == 0
+    assert planned[4].offset_s == (chosen[4].submit_s - chosen[0].submit_s) / 20
+    assert planned[2].sbatch_arguments() == [
+        "-J", f"hpr{chosen[2].job_id}", "-n", str(chosen[2].procs), "-t", str(planned[2].time_limit_min),
+        "-o", "/dev/null", "--wrap", f"sleep {planned[2].sleep_s}",
+    ]
+    report = rounding_report(planned)
+    assert report["jobs"] == 5 and report["median_limit_ratio"] >= 1.0
+    with pytest.raises(ReplayError, match="no job to replay"):
+        plan(workload, jobs=5, skip=len(workload.jobs), scaling=Scaling(20, 100, 100))
+
+
+def test_set_plugin_mode_rewrites_one_line_and_touches_the_script(tmp_path: Path):
+    conf = tmp_path / "slurm.conf"
+    conf.write_text("")
+    with pytest.raises(ReplayError, match="job_submit.lua"):
+        set_plugin_mode(conf, "lower")
+    script = tmp_path / "job_submit.lua"
+    script.write_text("-- plugin")
+    (tmp_path / "hpcpredict_slurm.conf").write_text("socket=/run/x.sock\nmode=record\ntimeout_ms=300\n")
+    before = script.stat().st_mtime_ns
+    set_plugin_mode(conf, "lower")
+    assert (tmp_path / "hpcpredict_slurm.conf").read_text() == "socket=/run/x.sock\ntimeout_ms=300\nmode=lower\n"
+    assert script.stat().st_mtime_ns >= before
+    with pytest.raises(ValueError):
+        set_plugin_mode(conf, "sometimes")
+
+
+class ScriptedSlurm:
+    """A backend on a virtual clock: each job starts when submitted and ends `sleep_s` later."""
+
+    name = "scripted"
+
+    def __init__(self, clock: list[float], vanish: int | None = None) -> None:
+        self.clock = clock
+        self.submitted: dict[int, tuple[float, list[str]]] = {}
+        self.cancelled: list[int] = []
+        self.vanish = vanish
+
+    def submit(self, arguments):
+        job_id = len(self.submitted) + 100
+        self.submitted[job_id] = (self.clock[0], list(arguments))
+        return job_id
+
+    def jobs(self):
+        listed = []
+        for job_id, (at, arguments) in self.submitted.items():
+            sleep = int(arguments[-1].split()[1])
+            ended = self.clock[0] >= at + sleep
+            if job_id == self.vanish and ended:
+                continue  # purged before anyone saw it end
+            listed.append(SlurmJob(
+                job_id=job_id, user_name="root", uid=0, gid=0, state="COMPLETED" if ended else "RUNNING",
+                partition="debug", name=arguments[1], cpus=int(arguments[3]), nodes=1,
+                submit_s=1000 + int(at), start_s=1000 + int(at), end_s=1000 + int(at) + sleep if ended else None,
+                time_limit_s=60 * int(arguments[5]), admin_comment="hpcpredict:request_s=600,prediction_s=30",
+            ))
+        return listed
+
+    def cancel(self, job_id):
+        self.cancelled.append(job_id)
+
+
+def virtual_time():
+    clock = [0.0]
+
+    def sleep(seconds: float) -> None:
+        clock[0] += max(seconds, 0.01)
+
+    return clock, (lambda: clock[0]), sleep
+
+
+JOBS = [
+    ReplayJob(log_job_id=7, offset_s=0.0, procs=2, sleep_s=5, time_limit_min=10, scaled_request_s=600),
+    ReplayJob(log_job_id=8, offset_s=12.5, procs=1, sleep_s=3, time_limit_min=10, scaled_request_s=600),
+]
+
+
+def test_run_replay_submits_on_time_and_waits_for_every_end(tmp_path: Path):
+    clock, now, sleep = virtual_time()
+    slurm = ScriptedSlurm(clock)
+    outcome = run_replay(JOBS, slurm, poll_s=1, clock=now, sleep=sleep)
+    assert [at for at, _ in slurm.submitted.values()] == [0.0, pytest.approx(12.5, abs=0.02)]
+    assert sorted(planned.log_job_id for planned, _ in outcome.values()) == [7, 8]
+    assert all(job.state == "COMPLETED" for _, job in outcome.values())
+    header, records = replay_swf(outcome, 4, ["a note"])
+    write_swf(tmp_path / "out.swf", header, records)
+    log = read_swf(tmp_path / "out.swf")
+    assert [record.requested_time_s for record in log.records] == [600, 600]  # the mark's request
+    assert [record.run_s for record in log.records] == [5, 3]
+    assert log.header.max_procs == 4
+
+
+def test_run_replay_cancels_what_it_submitted_when_a_job_vanishes():
+    clock, now, sleep = virtual_time()
+    slurm = ScriptedSlurm(clock, vanish=100)
+    with pytest.raises(ReplayError, match="MinJobAge"):
+        run_replay(JOBS, slurm, poll_s=1, clock=now, sleep=sleep)
+    assert len(slurm.submitted) == 1  # job 8 was not due yet
+    assert slurm.cancelled == [100]  # the job last seen running is cancelled
