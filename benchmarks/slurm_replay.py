@@ -10,7 +10,7 @@ SLURM's backfill reserves whole nodes, so one-CPU nodes make it processor-granul
 model), slurm-plugin's scripts and a real `hpcpredict serve --slurm`, then runs exactly
 
     hpcpredict replay-slurm LOG --jobs N --skip M --speedup K --mode MODE --procs NODES -o OUT.swf
-    hpcpredict replay-compare OUT.swf [--slurm-params ...]
+    hpcpredict replay-compare OUT.swf [--predictor plugin --plugin-csv OUT.csv] [--slurm-params ...]
 
 with SLURM_CONF pointing at the cluster. Slurm's scheduler settings are its defaults unless
 --scheduler-parameters is given (then the same text goes to slurm.conf and to the model).
@@ -34,6 +34,35 @@ from slurm_cluster import SlurmCluster  # noqa: E402
 PLUGIN_DIR = REPO / "slurm-plugin"
 
 
+def write_training_history(log: Path, skip: int, count: int, speedup: float, nodes: int, path: Path) -> None:
+    """Jobs [skip - count, skip) of the cleaned log, scaled exactly as replay-slurm scales the slice,
+    as an SWF history run at once (wait 0) by this process's user: what the daemon would have
+    learned had they been replayed before the slice."""
+    from hpcpredict.slurm.replay import Scaling, plan
+    from hpcpredict.swf import MISSING, SwfRecord, write_swf
+    from hpcpredict.workload import load_workload
+
+    workload = load_workload(log)
+    first = max(0, skip - count)
+    planned = plan(workload, jobs=skip - first, skip=first, scaling=Scaling(speedup, workload.machine_procs, nodes))
+    records = [
+        SwfRecord(job_id=job.log_job_id, submit_s=round(job.offset_s), wait_s=0, run_s=job.sleep_s,
+                  allocated_procs=job.procs, avg_cpu_s=MISSING, used_memory_kb=MISSING,
+                  requested_procs=job.procs, requested_time_s=60 * job.time_limit_min,
+                  requested_memory_kb=MISSING, status=1, user_id=os.getuid(), group_id=os.getgid(),
+                  executable_id=MISSING, queue_id=MISSING, partition_id=MISSING,
+                  preceding_job_id=MISSING, think_time_s=MISSING)
+        for job in planned
+    ]
+    # Dated so that the history ends now: the daemon treats a user whose last job ended long ago as
+    # stale and falls back to the request (docs/daemon.md), which would turn lower mode into record.
+    last_end_s = max(record.submit_s + record.run_s for record in records)
+    header = ["; Version: 2.2", f"; Computer: {log.name} jobs {first + 1}-{skip}, speedup {speedup:g}",
+              f"; MaxProcs: {nodes}", f"; MaxJobs: {len(records)}",
+              f"; UnixStartTime: {int(time.time()) - last_end_s - 1}", "; TimeZoneString: UTC"]
+    write_swf(path, header, records)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--log", type=Path, default=REPO / "swf" / "KTH-SP2-sample.swf")
@@ -44,6 +73,10 @@ def main() -> None:
     parser.add_argument("--mode", choices=["record", "lower"], default="record")
     parser.add_argument("--scheduler-parameters", default="",
                         help="slurm.conf SchedulerParameters (bf_* names), also given to the model")
+    parser.add_argument("--train-jobs", type=int, default=0,
+                        help="warm the daemon with `hpcpredict train` on this many jobs just before the "
+                        "slice, scaled like it and given the replay's user id (every replayed job is "
+                        "submitted by the one user running this)")
     parser.add_argument("--out", type=Path, default=Path("slurm-replay"))
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
@@ -59,6 +92,12 @@ def main() -> None:
     try:
         socket_path = str(cluster.dir / "hpcpredict.sock")
         db = f"sqlite:///{cluster.dir / 'hpcpredict.db'}"
+        if args.train_jobs:
+            history = args.out / f"{name}.train.swf"
+            write_training_history(args.log, args.skip, args.train_jobs, args.speedup, args.nodes, history)
+            train = ["hpcpredict", "train", str(history), "--db", db, "--procs", str(args.nodes)]
+            print("$", " ".join(train), flush=True)
+            subprocess.run(train, env=cluster.env, check=True)
         serve = subprocess.Popen(
             [sys.executable, "-m", "hpcpredict.cli", "serve", "--db", db, "--socket", socket_path, "--http", "",
              "--spool", str(cluster.dir / "jobcomp.spool"), "--slurm", "--slurm-backend", "cli",
@@ -75,6 +114,8 @@ def main() -> None:
         subprocess.run(replay, env=cluster.env, check=True)
         print(f"replay took {time.monotonic() - started:.0f} s", flush=True)
         compare = ["hpcpredict", "replay-compare", str(output)]
+        if args.mode == "lower":  # the model plans with the limits the plugin set
+            compare += ["--predictor", "plugin", "--plugin-csv", str(args.out / f"{name}.csv")]
         if args.scheduler_parameters:
             compare += ["--slurm-params", args.scheduler_parameters]
         print("$", " ".join(compare), flush=True)

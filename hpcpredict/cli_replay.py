@@ -135,23 +135,32 @@ def replay_slurm(log: Path, job_count: int, skip: int, speedup: float, mode: str
 @click.argument("replay", type=click.Path(exists=True, dir_okay=False, path_type=Path))
 @click.option("--slurm-params", default="", metavar="NAME=VALUE,...",
               help="The replayed SLURM's settings, as simulate --slurm-params (default: Slurm's).")
-@click.option("--predictor", type=click.Choice(["requested", "clairvoyant", "ave2", "learned"]),
+@click.option("--predictor", type=click.Choice(["requested", "clairvoyant", "ave2", "learned", "plugin"]),
               default="requested", show_default=True,
-              help="What the model plans with: requested for a replay in record mode.")
+              help="What the model plans with. requested: the users' limits (a replay in record "
+              "mode). plugin: the limits the plugin set in lower mode (needs --plugin-csv).")
+@click.option("--plugin-csv", type=click.Path(exists=True, dir_okay=False, path_type=Path), default=None,
+              help="replay-slurm's --csv of this replay (the plugin's predictions).")
 @click.option("--correction", default="incremental", show_default=True,
               help="The model's correction policy (as simulate).")
 @click.option("--json", "as_json", is_flag=True, help="JSON instead of the table.")
-def replay_compare(replay: Path, slurm_params: str, predictor: str, correction: str, as_json: bool) -> None:
+def replay_compare(replay: Path, slurm_params: str, predictor: str, plugin_csv: Path | None,
+                   correction: str, as_json: bool) -> None:
     """What SLURM did in a REPLAY (replay-slurm's SWF) beside the simulator's slurm-backfill on the
     same jobs: AVEbsld and waits side by side, and per-job agreement of the start times (mean and
     median absolute difference, Spearman rank correlation of the start order)."""
     from hpcpredict.cli import _load
+    from hpcpredict.sim.corrections import CORRECTIONS
     from hpcpredict.sim.metrics import compute_metrics, metrics_table
     from hpcpredict.sim.runner import RunSpec, run
-    from hpcpredict.slurm.replay import ReplayError, agreement, real_result
+    from hpcpredict.sim.slurm_backfill import SlurmBackfill, SlurmParams, simulate_slurm
+    from hpcpredict.slurm.replay import PluginLimitPredictor, ReplayError, agreement, real_result
 
+    if (predictor == "plugin") != (plugin_csv is not None):
+        raise click.UsageError("--predictor plugin and --plugin-csv go together")
     try:
-        spec = RunSpec("slurm-backfill", predictor, correction, slurm_params=slurm_params)
+        spec = RunSpec("slurm-backfill", "requested" if predictor == "plugin" else predictor, correction,
+                       slurm_params=slurm_params)
     except ValueError as error:
         raise click.BadParameter(str(error)) from None
     workload = _load(replay, None, False)
@@ -159,17 +168,27 @@ def replay_compare(replay: Path, slurm_params: str, predictor: str, correction: 
         real = real_result(workload)
     except ReplayError as error:
         raise click.ClickException(str(error)) from None
-    model = run(workload, spec)
+    if plugin_csv is not None:
+        try:
+            limits = PluginLimitPredictor.from_csv(plugin_csv)
+            model = simulate_slurm(workload.jobs, workload.machine_procs,
+                                   SlurmBackfill(SlurmParams.parse(slurm_params)), limits, CORRECTIONS[correction])
+        except (KeyError, ValueError) as error:
+            raise click.ClickException(f"{plugin_csv}: not this replay's CSV ({error})") from None
+        label = f"slurm-backfill + plugin limits + {correction}"
+    else:
+        model = run(workload, spec)
+        label = spec.label
     real_metrics, model_metrics = compute_metrics(real), compute_metrics(model)
     match = agreement(real, model)
     if as_json:
         click.echo(json.dumps({
-            "replay": str(replay), "model": spec.label, "slurm": real_metrics.to_dict(),
+            "replay": str(replay), "model": label, "slurm": real_metrics.to_dict(),
             "simulated": model_metrics.to_dict(), "agreement": match.to_dict(),
         }, indent=2))
         return
     click.echo(f"{workload.name}: {len(workload.jobs)} jobs on {workload.machine_procs} processors; "
-               f"model: {spec.label}")
+               f"model: {label}")
     for line in metrics_table([("SLURM (real)", real_metrics), ("slurm-backfill", model_metrics)]):
         click.echo(line)
     click.echo(

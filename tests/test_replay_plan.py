@@ -8,8 +8,10 @@ from pathlib import Path
 import pytest
 
 from hpcpredict.slurm.adapter import SlurmJob
+from hpcpredict.jobs import JobRequest
 from hpcpredict.slurm.replay import (
     SLEEP_MARGIN_S,
+    PluginLimitPredictor,
     ReplayError,
     ReplayJob,
     Scaling,
@@ -146,3 +148,18 @@ def test_run_replay_cancels_what_it_submitted_when_a_job_vanishes():
         run_replay(JOBS, slurm, poll_s=1, clock=now, sleep=sleep)
     assert len(slurm.submitted) == 1  # job 8 was not due yet
     assert slurm.cancelled == [100]  # the job last seen running is cancelled
+
+
+def test_plugin_limits_follow_job_submit_lua_rule(tmp_path: Path):
+    table = tmp_path / "replay.csv"
+    table.write_text(
+        "log_job_id,slurm_job_id,state,procs,sleep_s,request_min,final_limit_min,prediction_s,submit_s,start_s,end_s\n"
+        "7,100,COMPLETED,2,5,10,4,181,0,0,5\n"  # 181 s -> 4 min (ceil)
+        "8,101,COMPLETED,1,3,3,3,900,0,0,3\n"  # never above the request
+        "9,102,COMPLETED,1,3,5,5,,0,0,3\n"  # no mark (plugin untouched): the request
+        "10,103,COMPLETED,1,3,5,1,1,0,0,3\n"  # at least one minute
+    )
+    limits = PluginLimitPredictor.from_csv(table)
+    predicted = [limits.predict(JobRequest(job_id, 0, 1, request_s, 0), 0)
+                 for job_id, request_s in ((100, 600), (101, 180), (102, 300), (103, 300))]
+    assert predicted == [240, 180, 300, 60]

@@ -110,6 +110,16 @@ def test_lower_mode_every_job_runs_under_the_limit_the_plugin_set(cluster: Slurm
     requests = sorted(record.requested_time_s for record in log.records)
     assert requests == sorted(60 * job.time_limit_min for job in planned.values())
     assert all(record.status == 1 and record.wait_s >= 0 and record.run_s >= 1 for record in log.records)
+    # The model fed the very limits the plugin set measures the same jobs.
+    compared = subprocess.run(
+        [sys.executable, "-m", "hpcpredict.cli", "replay-compare", str(output), "--predictor", "plugin",
+         "--plugin-csv", str(tmp_path / "lower.csv"), "--json"],
+        capture_output=True, text=True, timeout=120,
+    )
+    assert compared.returncode == 0, compared.stderr
+    result = json.loads(compared.stdout)
+    assert result["model"] == "slurm-backfill + plugin limits + incremental"
+    assert result["agreement"]["jobs"] == JOBS
 
 
 def test_record_mode_leaves_the_limits_and_the_swf_measures_like_a_simulation(cluster: SlurmCluster,

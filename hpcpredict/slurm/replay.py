@@ -32,7 +32,7 @@ from pathlib import Path
 
 import numpy as np
 
-from hpcpredict.jobs import Job
+from hpcpredict.jobs import Job, JobRequest
 from hpcpredict.slurm.adapter import ENDED_STATES, SlurmBackend, SlurmError, SlurmJob
 from hpcpredict.slurm.convert import HistoryJob, to_swf
 from hpcpredict.slurm.tag import parse_tag
@@ -281,6 +281,40 @@ def agreement(real: SimulationResult, model: SimulationResult, tolerance_s: int 
         median_abs_start_diff_s=float(np.median(diff)), spearman_start_order=rho,
         same_start_share=float(np.mean(diff <= tolerance_s)), tolerance_s=tolerance_s,
     )
+
+
+class PluginLimitPredictor:
+    """The limit the plugin gave each job of a replay in lower mode: its prediction in whole
+    minutes, at least 1, never above the request (job_submit.lua's rule), read from replay-slurm's
+    CSV. Fed to the model, it isolates the scheduler: the model plans with the very limits SLURM
+    was given, and the correction policy raises them as the corrector did."""
+
+    name = "plugin limits"
+
+    def __init__(self, limits_s: dict[int, int]) -> None:
+        self._limits_s = limits_s
+
+    @classmethod
+    def from_csv(cls, path: Path) -> PluginLimitPredictor:
+        import csv
+
+        limits = {}
+        with path.open(newline="") as stream:
+            for row in csv.DictReader(stream):
+                request_min = int(row["request_min"])
+                prediction = row["prediction_s"]
+                minutes = request_min if not prediction else max(1, min(request_min, math.ceil(int(prediction) / 60)))
+                limits[int(row["slurm_job_id"])] = 60 * minutes
+        return cls(limits)
+
+    def predict(self, request: JobRequest, now_s: int) -> int:
+        return min(self._limits_s[request.job_id], request.requested_s)
+
+    def job_started(self, request: JobRequest, now_s: int) -> None:
+        pass
+
+    def job_ended(self, request: JobRequest, run_s: int, end_s: int) -> None:
+        pass
 
 
 def write_outcome_csv(path: Path, outcome: dict[int, tuple[ReplayJob, SlurmJob]]) -> None:
