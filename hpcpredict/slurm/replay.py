@@ -25,6 +25,7 @@ slower relative to its jobs than the real one.
 from __future__ import annotations
 
 import math
+import os
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -130,7 +131,8 @@ def rounding_report(planned: Sequence[ReplayJob]) -> dict[str, float]:
 # ---------------------------------------------------------------------------- the plugin's mode
 def set_plugin_mode(slurm_conf: Path, mode: str) -> Path:
     """Write ``mode=`` into hpcpredict_slurm.conf beside slurm.conf (other lines kept) and touch
-    job_submit.lua, which slurmctld then reloads at the next submission (slurm-plugin/README.md)."""
+    job_submit.lua, which slurmctld then reloads with the settings at the next submission
+    (slurm-plugin/README.md)."""
     if mode not in MODES:
         raise ValueError(f"mode must be one of {', '.join(MODES)}, got {mode!r}")
     folder = slurm_conf.parent
@@ -141,7 +143,11 @@ def set_plugin_mode(slurm_conf: Path, mode: str) -> Path:
     lines = settings.read_text().splitlines() if settings.is_file() else []
     lines = [line for line in lines if line.split("=", 1)[0].strip() != "mode"] + [f"mode={mode}"]
     settings.write_text("\n".join(lines) + "\n")
-    script.touch()
+    # slurmctld reloads the script only when its mtime is later than the second it last loaded it
+    # (a touch in that same second is missed: seen here right after slurmctld started), so the
+    # new mtime is the next whole second.
+    reload_s = int(time.time()) + 1
+    os.utime(script, (reload_s, reload_s))
     return settings
 
 
