@@ -25,7 +25,6 @@ slower relative to its jobs than the real one.
 from __future__ import annotations
 
 import math
-import os
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -143,11 +142,7 @@ def set_plugin_mode(slurm_conf: Path, mode: str) -> Path:
     lines = settings.read_text().splitlines() if settings.is_file() else []
     lines = [line for line in lines if line.split("=", 1)[0].strip() != "mode"] + [f"mode={mode}"]
     settings.write_text("\n".join(lines) + "\n")
-    # slurmctld reloads the script only when its mtime is later than the second it last loaded it
-    # (a touch in that same second is missed: seen here right after slurmctld started), so the
-    # new mtime is the next whole second.
-    reload_s = int(time.time()) + 1
-    os.utime(script, (reload_s, reload_s))
+    script.touch()
     return settings
 
 
