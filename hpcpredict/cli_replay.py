@@ -133,6 +133,9 @@ def replay_slurm(log: Path, job_count: int, skip: int, speedup: float, mode: str
 
 @click.command("replay-compare")
 @click.argument("replay", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.option("--scheduler", type=click.Choice(["slurm-backfill", "easy", "easy-sjbf", "fcfs"]),
+              default="slurm-backfill", show_default=True,
+              help="The model set beside SLURM (the EASY family too, to see which models SLURM best).")
 @click.option("--slurm-params", default="", metavar="NAME=VALUE,...",
               help="The replayed SLURM's settings, as simulate --slurm-params (default: Slurm's).")
 @click.option("--predictor", type=click.Choice(["requested", "clairvoyant", "ave2", "learned", "plugin"]),
@@ -144,8 +147,8 @@ def replay_slurm(log: Path, job_count: int, skip: int, speedup: float, mode: str
 @click.option("--correction", default="incremental", show_default=True,
               help="The model's correction policy (as simulate).")
 @click.option("--json", "as_json", is_flag=True, help="JSON instead of the table.")
-def replay_compare(replay: Path, slurm_params: str, predictor: str, plugin_csv: Path | None,
-                   correction: str, as_json: bool) -> None:
+def replay_compare(replay: Path, scheduler: str, slurm_params: str, predictor: str,
+                   plugin_csv: Path | None, correction: str, as_json: bool) -> None:
     """What SLURM did in a REPLAY (replay-slurm's SWF) beside the simulator's slurm-backfill on the
     same jobs: AVEbsld and waits side by side, and per-job agreement of the start times (mean and
     median absolute difference, Spearman rank correlation of the start order)."""
@@ -159,8 +162,10 @@ def replay_compare(replay: Path, slurm_params: str, predictor: str, plugin_csv: 
     if (predictor == "plugin") != (plugin_csv is not None):
         raise click.UsageError("--predictor plugin and --plugin-csv go together")
     try:
-        spec = RunSpec("slurm-backfill", "requested" if predictor == "plugin" else predictor, correction,
+        spec = RunSpec(scheduler, "requested" if predictor == "plugin" else predictor, correction,
                        slurm_params=slurm_params)
+        if plugin_csv is not None and scheduler != "slurm-backfill":
+            raise ValueError("--predictor plugin is for the slurm-backfill model")
     except ValueError as error:
         raise click.BadParameter(str(error)) from None
     workload = _load(replay, None, False)
@@ -189,7 +194,7 @@ def replay_compare(replay: Path, slurm_params: str, predictor: str, plugin_csv: 
         return
     click.echo(f"{workload.name}: {len(workload.jobs)} jobs on {workload.machine_procs} processors; "
                f"model: {label}")
-    for line in metrics_table([("SLURM (real)", real_metrics), ("slurm-backfill", model_metrics)]):
+    for line in metrics_table([("SLURM (real)", real_metrics), (scheduler, model_metrics)]):
         click.echo(line)
     click.echo(
         f"\nstart times: mean |difference| {match.mean_abs_start_diff_s:.1f} s, median "

@@ -165,3 +165,36 @@ def test_plugin_limits_follow_job_submit_lua_rule(tmp_path: Path):
     predicted = [limits.predict(JobRequest(job_id, 0, 1, request_s, 0), 0)
                  for job_id, request_s in ((100, 600), (101, 180), (102, 300), (103, 300))]
     assert predicted == [240, 180, 300, 60]
+
+
+# A replay recorded on the real Slurm 22.05.8 of this project (docs/slurm-replay.md): 200 jobs of the
+# sample, speedup 60, 100 one-CPU nodes, record mode, Slurm's default scheduler settings.
+RECORDED = Path(__file__).resolve().parent.parent / "docs" / "slurm-replay" / "KTH-SP2-sample-350-200-k60-record.swf"
+
+
+def compare(*options: str) -> dict:
+    import json
+
+    from click.testing import CliRunner
+
+    from hpcpredict.cli import main
+
+    result = CliRunner().invoke(main, ["replay-compare", str(RECORDED), "--json", *options])
+    assert result.exit_code == 0, result.output
+    return json.loads(result.output)
+
+
+def test_recorded_replay_is_measured_like_a_simulation_and_slurm_backfill_models_it_best():
+    slurm_model = compare()
+    assert slurm_model["slurm"]["jobs"] == 200
+    assert slurm_model["slurm"]["ave_bsld"] == pytest.approx(3.730, abs=1e-3)  # what SLURM did
+    assert slurm_model["simulated"]["ave_bsld"] == pytest.approx(3.684, abs=1e-3)
+    agreement = slurm_model["agreement"]
+    assert agreement["mean_abs_start_diff_s"] == pytest.approx(7.195)
+    assert agreement["spearman_start_order"] > 0.999
+    # EASY, EASY-SJBF and a slurm-backfill without periodic passes backfill more than SLURM did.
+    for options in (["--scheduler", "easy"], ["--scheduler", "easy-sjbf"], ["--slurm-params", "bf_interval=1"]):
+        other = compare(*options)
+        assert other["slurm"] == slurm_model["slurm"]
+        assert other["agreement"]["mean_abs_start_diff_s"] > 2 * agreement["mean_abs_start_diff_s"]
+        assert other["simulated"]["ave_bsld"] < 0.8 * slurm_model["slurm"]["ave_bsld"]
