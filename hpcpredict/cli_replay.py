@@ -10,6 +10,8 @@ from pathlib import Path
 
 import click
 
+from hpcpredict.slurm.adapter import Runner
+
 DEFAULT_SLURM_CONF = Path("/etc/slurm/slurm.conf")
 
 
@@ -17,12 +19,12 @@ def _slurm_conf() -> Path:
     return Path(os.environ.get("SLURM_CONF") or DEFAULT_SLURM_CONF)
 
 
-def _machine_cpus(backend_run) -> int:  # type: ignore[no-untyped-def]
+def _machine_cpus(runner: Runner) -> int:
     """The partition's CPUs, from ``sinfo -h -o %C`` (allocated/idle/other/total)."""
     from hpcpredict.slurm.adapter import SlurmError
 
     try:
-        done = backend_run(["sinfo", "-h", "-o", "%C"], 30.0)
+        done = runner(["sinfo", "-h", "-o", "%C"], 30.0)
     except SlurmError as error:
         raise click.ClickException(str(error)) from None
     totals = [int(line.split("/")[-1]) for line in done.stdout.split() if re.fullmatch(r"\d+/\d+/\d+/\d+", line)]

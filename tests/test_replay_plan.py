@@ -198,3 +198,18 @@ def test_recorded_replay_is_measured_like_a_simulation_and_slurm_backfill_models
         assert other["slurm"] == slurm_model["slurm"]
         assert other["agreement"]["mean_abs_start_diff_s"] > 2 * agreement["mean_abs_start_diff_s"]
         assert other["simulated"]["ave_bsld"] < 0.8 * slurm_model["slurm"]["ave_bsld"]
+
+
+def test_machine_size_is_read_from_sinfo():
+    import subprocess
+
+    import click
+
+    from hpcpredict.cli_replay import _machine_cpus
+
+    def sinfo(output: str):
+        return lambda command, timeout_s: subprocess.CompletedProcess(command, 0, output, "")
+
+    assert _machine_cpus(sinfo("12/88/0/100\n")) == 100
+    with pytest.raises(click.ClickException, match="CPU count"):
+        _machine_cpus(sinfo("nothing here\n"))
