@@ -32,6 +32,7 @@ from daemon_thread import wait_until_answering  # noqa: E402
 from slurm_cluster import SlurmCluster  # noqa: E402
 
 PLUGIN_DIR = REPO / "slurm-plugin"
+CORRECTION_MARGIN_S = 45  # the corrector raises a limit this long before it (>= 2 looks + SLURM's 30 s check)
 
 
 def write_training_history(log: Path, skip: int, count: int, speedup: float, nodes: int, path: Path) -> None:
@@ -101,7 +102,7 @@ def main() -> None:
         serve = subprocess.Popen(
             [sys.executable, "-m", "hpcpredict.cli", "serve", "--db", db, "--socket", socket_path, "--http", "",
              "--spool", str(cluster.dir / "jobcomp.spool"), "--slurm", "--slurm-backend", "cli",
-             "--slurm-interval", "2", "--correction-margin", "45"],
+             "--slurm-interval", "2", "--correction-margin", str(CORRECTION_MARGIN_S)],
             env=cluster.env, stdout=(args.out / f"{name}.serve.log").open("wb"), stderr=subprocess.STDOUT,
         )
         wait_until_answering(socket_path, serve, lambda: "")
@@ -115,7 +116,8 @@ def main() -> None:
         print(f"replay took {time.monotonic() - started:.0f} s", flush=True)
         compare = ["hpcpredict", "replay-compare", str(output)]
         if args.mode == "lower":  # the model plans with the limits the plugin set
-            compare += ["--predictor", "plugin", "--plugin-csv", str(args.out / f"{name}.csv")]
+            compare += ["--predictor", "plugin", "--plugin-csv", str(args.out / f"{name}.csv"),
+                        "--correction-lead", str(CORRECTION_MARGIN_S)]
         if args.scheduler_parameters:
             compare += ["--slurm-params", args.scheduler_parameters]
         print("$", " ".join(compare), flush=True)

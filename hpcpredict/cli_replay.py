@@ -148,9 +148,13 @@ def replay_slurm(log: Path, job_count: int, skip: int, speedup: float, mode: str
               help="replay-slurm's --csv of this replay (the plugin's predictions).")
 @click.option("--correction", default="incremental", show_default=True,
               help="The model's correction policy (as simulate).")
+@click.option("--correction-lead", "correction_lead_s", type=click.IntRange(min=0), default=0,
+              show_default=True,
+              help="With --predictor plugin: seconds before the limit at which the model corrects, "
+              "as the daemon's corrector does (its --correction-margin).")
 @click.option("--json", "as_json", is_flag=True, help="JSON instead of the table.")
 def replay_compare(replay: Path, scheduler: str, slurm_params: str, predictor: str,
-                   plugin_csv: Path | None, correction: str, as_json: bool) -> None:
+                   plugin_csv: Path | None, correction: str, correction_lead_s: int, as_json: bool) -> None:
     """What SLURM did in a REPLAY (replay-slurm's SWF) beside the simulator's slurm-backfill on the
     same jobs: AVEbsld and waits side by side, and per-job agreement of the start times (mean and
     median absolute difference, Spearman rank correlation of the start order)."""
@@ -179,10 +183,12 @@ def replay_compare(replay: Path, scheduler: str, slurm_params: str, predictor: s
         try:
             limits = PluginLimitPredictor.from_csv(plugin_csv)
             model = simulate_slurm(workload.jobs, workload.machine_procs,
-                                   SlurmBackfill(SlurmParams.parse(slurm_params)), limits, CORRECTIONS[correction])
+                                   SlurmBackfill(SlurmParams.parse(slurm_params)), limits, CORRECTIONS[correction],
+                                   correction_lead_s=correction_lead_s)
         except (KeyError, ValueError) as error:
             raise click.ClickException(f"{plugin_csv}: not this replay's CSV ({error})") from None
-        label = f"slurm-backfill + plugin limits + {correction}"
+        label = f"slurm-backfill + plugin limits + {correction}" + (
+            f" {correction_lead_s} s ahead" if correction_lead_s else "")
     else:
         model = run(workload, spec)
         label = spec.label

@@ -18,9 +18,27 @@ from hpcpredict.sim.slurm_backfill import SlurmBackfill, SlurmParams, SlurmParam
 EXACT = SlurmParams(bf_interval_s=1, bf_resolution_s=1)  # passes at every second, no rounding
 
 
-def run(jobs, params=SlurmParams(), predictor=None, correction="requested", procs=4):
+def run(jobs, params=SlurmParams(), predictor=None, correction="requested", procs=4, lead_s=0):
     return simulate_slurm(jobs, procs, SlurmBackfill(params), predictor or RequestedPredictor(),
-                          CORRECTIONS[correction])
+                          CORRECTIONS[correction], correction_lead_s=lead_s)
+
+
+class Fixed:
+    """Predicts `value_s` for every job."""
+
+    name = "fixed"
+
+    def __init__(self, value_s: int) -> None:
+        self.value_s = value_s
+
+    def predict(self, request, now_s):
+        return self.value_s
+
+    def job_started(self, request, now_s):
+        pass
+
+    def job_ended(self, request, run_s, end_s):
+        pass
 
 
 # A 4-processor machine. A holds 3 processors until 100; B needs all 4 (reserved at 100); C (1 proc,
@@ -108,6 +126,20 @@ def test_corrections_raise_the_limit_slurm_plans_with():
     assert noisy.start_s == [0, 50]
 
 
+def test_a_correction_lead_raises_limits_before_they_expire_as_the_corrector_does():
+    # Predicted 10 s, runs 65 s, incremental steps: 10 -> 70 s. At the limit (lead 0) one correction;
+    # 10 s ahead (lead 10), the 70 s limit is raised again at 60 s, while the job still runs.
+    job = [make_job(1, 0, 1, 65, 1000)]
+    at_limit = run(job, EXACT, Fixed(10), "incremental", lead_s=0)
+    ahead = run(job, EXACT, Fixed(10), "incremental", lead_s=10)
+    assert (at_limit.corrections, at_limit.final_prediction_s) == ([1], [70])
+    assert (ahead.corrections, ahead.final_prediction_s) == ([2], [310])
+    # A limit equal to the request is never raised, however early the corrector looks.
+    assert run(job, EXACT, Fixed(1000), "incremental", lead_s=2000).corrections == [0]
+    with pytest.raises(ValueError):
+        run(job, EXACT, lead_s=-1)
+
+
 @st.composite
 def slurm_params(draw):
     return SlurmParams(
@@ -121,10 +153,11 @@ def slurm_params(draw):
 
 
 @settings(max_examples=200, deadline=None)
-@given(workloads(), slurm_params(), st.sampled_from(PREDICTORS), st.sampled_from(sorted(CORRECTIONS)))
-def test_schedule_invariants(workload, params, predictor, correction):
+@given(workloads(), slurm_params(), st.sampled_from(PREDICTORS), st.sampled_from(sorted(CORRECTIONS)),
+       st.sampled_from([0, 0, 20]))
+def test_schedule_invariants(workload, params, predictor, correction, lead_s):
     machine, jobs = workload
-    result = run(jobs, params, build_predictor(predictor, jobs), correction, machine)
+    result = run(jobs, params, build_predictor(predictor, jobs), correction, machine, lead_s)
     assert peak_usage(result) <= machine  # never over-allocates
     for index, job in enumerate(jobs):
         assert result.start_s[index] >= job.submit_s  # every job started, never before submission

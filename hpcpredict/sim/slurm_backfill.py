@@ -255,10 +255,19 @@ def simulate_slurm(
     predictor: Predictor,
     correction: CorrectionPolicy,
     *,
+    correction_lead_s: int = 0,
     progress: ProgressCallback | None = None,
     progress_every: int = 5000,
 ) -> SimulationResult:
-    """Replay a cleaned log (sorted by submission) through the SLURM-like scheduler."""
+    """Replay a cleaned log (sorted by submission) through the SLURM-like scheduler.
+
+    `correction_lead_s`: corrections happen this long before the limit instead of at it, as
+    hpcpredict's corrector raises a limit `--correction-margin` seconds ahead of SLURM's check
+    (docs/admin-guide.md); the policy is asked as if the job had reached its limit. 0: at the
+    predicted end, as in the EASY simulations.
+    """
+    if correction_lead_s < 0:
+        raise ValueError(f"the correction lead must be >= 0 s, got {correction_lead_s}")
     wall_start = time.perf_counter()
     params = scheduler.params
     count = len(jobs)
@@ -294,8 +303,14 @@ def simulate_slurm(
         profile.add(index, now_s, now_s + prediction_s[index], procs[index])
         predictor.job_started(requests[index], now_s)
         heappush(events, (now_s + run_s[index], TERMINATION, next(sequence), index))
-        if prediction_s[index] < run_s[index]:
-            heappush(events, (now_s + prediction_s[index], PREDICTION_OVER, next(sequence), index))
+        plan_correction(index)
+
+    def plan_correction(index: int) -> None:
+        """The next correction, if the job is still running when it falls due and its limit is
+        below its request (the corrector never raises a limit above the request)."""
+        due_s = max(0, prediction_s[index] - correction_lead_s)
+        if due_s < run_s[index] and prediction_s[index] < requested_s[index]:
+            heappush(events, (start_s[index] + due_s, PREDICTION_OVER, next(sequence), index))
 
     def main_pass() -> None:
         free = profile.free_now(now_s)
@@ -352,20 +367,19 @@ def simulate_slurm(
             main_pass()
             note_change()
         elif kind == PREDICTION_OVER:
-            elapsed = now_s - start_s[index]
+            limit_s = prediction_s[index]  # asked as at the limit (== the elapsed time without lead)
             new_prediction = correction.corrected_prediction_s(
-                requested_s[index], initial_prediction_s[index], corrections[index], elapsed
+                requested_s[index], initial_prediction_s[index], corrections[index], limit_s
             )
-            if not elapsed < new_prediction <= requested_s[index]:
+            if not limit_s < new_prediction <= requested_s[index]:
                 raise AssertionError(
                     f"correction {correction.name} gave {new_prediction} s for job "
-                    f"{jobs[index].job_id} that has run {elapsed} s (request {requested_s[index]} s)"
+                    f"{jobs[index].job_id} whose limit is {limit_s} s (request {requested_s[index]} s)"
                 )
             corrections[index] += 1
-            profile.move(index, now_s, start_s[index] + new_prediction)
+            profile.move(index, start_s[index] + limit_s, start_s[index] + new_prediction)
             prediction_s[index] = new_prediction
-            if new_prediction < run_s[index]:
-                heappush(events, (start_s[index] + new_prediction, PREDICTION_OVER, next(sequence), index))
+            plan_correction(index)
             note_change()  # a raised limit is a job update: the next pass re-plans
         else:
             pass_scheduled = False
@@ -392,5 +406,5 @@ def simulate_slurm(
         backfilled=backfilled,
         first_reserved_start_s=first_reserved_start_s,
         wall_time_s=time.perf_counter() - wall_start,
-        settings={"slurm_params": params.to_text()},
+        settings={"slurm_params": params.to_text(), "correction_lead_s": correction_lead_s},
     )
