@@ -213,3 +213,34 @@ def test_machine_size_is_read_from_sinfo():
     assert _machine_cpus(sinfo("12/88/0/100\n")) == 100
     with pytest.raises(click.ClickException, match="CPU count"):
         _machine_cpus(sinfo("nothing here\n"))
+
+
+# docs/slurm-replay.md §4: three KTH-SP2 slices replayed in record and lower mode on the real SLURM.
+PAIRS = {  # slice: (SLURM record, SLURM lower, model record, model lower), AVEbsld
+    5780: (8.67, 8.29, 7.53, 7.18),
+    7380: (7.40, 5.93, 6.78, 5.85),
+    12140: (6.33, 8.21, 5.52, 5.16),
+}
+
+
+@pytest.mark.parametrize("skip", sorted(PAIRS))
+def test_record_and_lower_replays_give_the_documented_numbers(skip: int):
+    import json
+
+    from click.testing import CliRunner
+
+    from hpcpredict.cli import main
+
+    folder = RECORDED.parent
+    record = folder / f"KTH-SP2-{skip}-120-k60-record.swf"
+    lower = folder / f"KTH-SP2-{skip}-120-k60-lower.swf"
+    runs = []
+    for options in ([str(record)], [str(lower), "--predictor", "plugin", "--plugin-csv",
+                                    str(lower.with_suffix(".csv")), "--correction-lead", "45"]):
+        result = CliRunner().invoke(main, ["replay-compare", *options, "--json"])
+        assert result.exit_code == 0, result.output
+        runs.append(json.loads(result.output))
+    measured = (runs[0]["slurm"]["ave_bsld"], runs[1]["slurm"]["ave_bsld"],
+                runs[0]["simulated"]["ave_bsld"], runs[1]["simulated"]["ave_bsld"])
+    assert measured == pytest.approx(PAIRS[skip], abs=0.005)
+    assert runs[0]["slurm"]["jobs"] == runs[1]["slurm"]["jobs"] == 120
