@@ -105,6 +105,11 @@ def _open_service(config: DaemonConfig, store=None):  # -> PredictionService (SQ
 @click.option("--correction-margin", "correction_margin_s", type=click.IntRange(min=0), default=None,
               help="Raise a lowered limit this many seconds before it expires (default 120; must "
               "exceed two intervals + SLURM's 30 s limit check).")
+@click.option("--starvation-guard", "starvation_guard", default=None, metavar="DURATION|off",
+              help="With --slurm: while a job pending for processors has waited this long (24h, "
+              "90m, seconds), lowered limits go back to the requests and new jobs are not lowered, "
+              "so it cannot starve behind jobs that outlive their predictions (default 24h; off "
+              "disables it).")
 @click.option("--log-level", type=click.Choice(["debug", "info", "warning", "error"]),
               default="info", show_default=True)
 @_private_files
@@ -122,6 +127,7 @@ def serve(
     slurm_backend: str | None,
     slurm_interval_s: float | None,
     correction_margin_s: int | None,
+    starvation_guard: str | None,
     log_level: str,
 ) -> None:
     """Run the prediction daemon until SIGTERM or Ctrl-C.
@@ -154,6 +160,7 @@ def serve(
         slurm_backend=slurm_backend,
         slurm_interval_s=slurm_interval_s,
         correction_margin_s=correction_margin_s,
+        starvation_guard=starvation_guard,
     )
     store, lock = _locked_store(config)
     try:
@@ -279,7 +286,8 @@ def train(
     if replay.unknown_wait:
         click.echo(f"{replay.unknown_wait:,} jobs had no wait time and were started at submission", err=True)
     click.echo(f"model stored in {config.db}")
-    warning = history_age(predictor.features, time.time()).warning()
+    warning = history_age(predictor.features, time.time(),
+                          extrapolates=predictor.feature_scaling == "raw").warning()
     if warning:
         click.echo(f"warning: {warning}", err=True)
 

@@ -21,7 +21,7 @@ common.DEFAULTS = {
 	enabled = "1",
 	spool = "/var/spool/hpcpredict/jobcomp.spool",
 }
-common.TAG = "hpcpredict:" -- the admin_comment mark: hpcpredict:request_s=N,prediction_s=P
+common.TAG = "hpcpredict:" -- the admin_comment mark: hpcpredict:request_s=N,prediction_s=P,mode=M
 
 -- SLURM's "no value" markers (NO_VAL, NO_VAL16, INFINITE...) are all near the top of their
 -- unsigned range; a value at or above 0xFFFFFFFE, or a 16-bit 0xFFFE/0xFFFF, means "not set".

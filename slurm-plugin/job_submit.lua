@@ -4,8 +4,10 @@ hpcpredict job_submit plugin for SLURM (JobSubmitPlugins=lua; install beside slu
 At each submission with a time limit, asks the hpcpredict daemon (its Unix socket, line protocol
 of docs/protocol.md) for a runtime prediction and, in "lower" mode, lowers the job's time limit
 to it: whole minutes, at least 1, never above the user's request. The request and the prediction
-are kept in admin_comment ("hpcpredict:request_s=N,prediction_s=P"), which users cannot set, so
-the corrector can raise the limit again up to the request and nothing is lost.
+are kept in admin_comment ("hpcpredict:request_s=N,prediction_s=P,mode=M"), which users cannot
+set, so the corrector can raise the limit again up to the request and nothing is lost. When the
+daemon answers lower=0 (its starvation guard is on), the limit is kept and the daemon lowers it
+later, once the guard is off (the mode in the mark says it may).
 
 It FAILS OPEN: no time limit, daemon down or slow (total timeout below), an answer that is not a
 prediction, any Lua error -> the job passes untouched and the reason goes to slurmctld's log.
@@ -34,7 +36,7 @@ local function requested_cpus(job_desc)
 	return (common.positive(job_desc.num_tasks) or 1) * (common.positive(job_desc.cpus_per_task) or 1)
 end
 
--- The daemon's prediction in seconds, or nil and why not.
+-- The daemon's prediction in seconds and its answer's fields, or nil and why not.
 local function ask_daemon(request)
 	local answer, why = common.exchange(SETTINGS, request)
 	if not answer then
@@ -46,7 +48,7 @@ local function ask_daemon(request)
 	if not seconds then
 		return nil, "unexpected answer: " .. answer:sub(1, 200)
 	end
-	return seconds
+	return seconds, fields
 end
 
 local function predict_and_apply(job_desc, submit_uid)
@@ -68,17 +70,23 @@ local function predict_and_apply(job_desc, submit_uid)
 	if common.positive(job_desc.group_id) then
 		request = request .. string.format(" gid=%d", job_desc.group_id)
 	end
-	local seconds, why = ask_daemon(request .. "\n")
+	local seconds, fields = ask_daemon(request .. "\n")
 	if not seconds then
-		return why .. ": untouched"
+		return fields .. ": untouched"
 	end
 	local minutes = math.max(1, math.min(limit_min, math.ceil(seconds / 60)))
-	local tag = string.format("%srequest_s=%d,prediction_s=%d", common.TAG, limit_min * 60, seconds)
+	local tag = string.format("%srequest_s=%d,prediction_s=%d,mode=%s", common.TAG, limit_min * 60, seconds,
+		SETTINGS.mode == "lower" and "lower" or "record")
 	local previous = job_desc.admin_comment
 	if previous and previous ~= "" then
 		job_desc.admin_comment = tag .. " " .. previous
 	else
 		job_desc.admin_comment = tag
+	end
+	if SETTINGS.mode == "lower" and fields.lower == "0" then
+		-- the daemon holds lowering (its starvation guard is on): the mark lets it lower later
+		return string.format("prediction %d s recorded, limit %d min kept (daemon: %s)", seconds, limit_min,
+			fields.hold or "hold")
 	end
 	if SETTINGS.mode == "lower" and minutes < limit_min then
 		job_desc.time_limit = minutes

@@ -507,3 +507,22 @@ def test_the_same_simulation_twice_is_refused(tmp_path: Path) -> None:
         text += f'correction = "incremental"\nloss = "{"eloss" if label == "one" else "squared"}"\n'
     with pytest.raises(CampaignError, match="same simulation"):
         load_campaign(write(tmp_path, text))
+
+
+def test_a_shared_run_is_reported_under_this_campaigns_label(tmp_path: Path) -> None:
+    """Runs are shared by key between the campaigns of one database: the report names each as
+    the campaign being reported names it, not as the one that stored it first."""
+    db = tmp_path / "shared.sqlite"
+    first = write(tmp_path, 'name = "first"\n' + LOG + EASY, "first.toml")
+    renamed = write(tmp_path, 'name = "second"\n' + LOG + EASY.replace('"EASY"', '"plain EASY"'), "second.toml")
+    (cell,) = load_campaign(first).cells
+    store = CampaignStore(db_url(db))
+    try:
+        store.add("first", cell, fake_result(cell, 136.5))
+    finally:
+        store.close()
+    out = tmp_path / "report"
+    result = CliRunner().invoke(main, ["campaign-report", str(renamed), "--db", db_url(db), "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    report = (out / "report.md").read_text()
+    assert "| kth | plain EASY | 1 | 136.5 |" in report and "| EASY |" not in report

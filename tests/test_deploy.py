@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from hpcpredict.daemon.config import load_config
+from hpcpredict.daemon.config import ConfigError, load_config
 
 DEPLOY = Path(__file__).resolve().parent.parent / "deploy"
 
@@ -21,6 +21,22 @@ def test_example_config_loads_with_the_documented_paths() -> None:
     assert config.socket_mode == 0o600
     assert config.slurm is False  # record mode first
     assert config.learner.loss == "eloss"
+    assert config.starvation_guard_s == 86_400
+
+
+@pytest.mark.parametrize(("value", "seconds"), [('"off"', None), ('"12h"', 43_200), ("7200", 7200)])
+def test_the_starvation_guard_is_configurable(tmp_path: Path, value: str, seconds: int | None) -> None:
+    path = tmp_path / "daemon.toml"
+    path.write_text(f"[daemon]\nstarvation_guard = {value}\n")
+    assert load_config(path).starvation_guard_s == seconds
+
+
+@pytest.mark.parametrize("value", ['"soon"', "30", "true"])
+def test_a_bad_starvation_guard_names_the_key(tmp_path: Path, value: str) -> None:
+    path = tmp_path / "daemon.toml"
+    path.write_text(f"[daemon]\nstarvation_guard = {value}\n")
+    with pytest.raises(ConfigError, match="starvation_guard"):
+        load_config(path)
 
 
 def test_unit_paths_match_the_example_config() -> None:

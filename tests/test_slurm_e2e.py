@@ -25,6 +25,7 @@ from slurm_cluster import SlurmCluster
 
 from hpcpredict.daemon.client import DaemonClient
 from hpcpredict.daemon.store import CorrectionRow, JobRow, Store
+from hpcpredict.slurm.tag import parse_tag
 
 pytestmark = [pytest.mark.slurm, pytest.mark.slow]
 PLUGIN_DIR = Path(__file__).resolve().parent.parent / "slurm-plugin"
@@ -40,12 +41,12 @@ class ServeProcess:
         self.spool = str(cluster.dir / "jobcomp.spool")
         self.process: subprocess.Popen | None = None
 
-    def start(self) -> None:
+    def start(self, *options: str) -> None:
         log = (self.cluster.dir / "serve.log").open("ab")
         self.process = subprocess.Popen(
             [sys.executable, "-m", "hpcpredict.cli", "serve", "--db", self.db, "--socket", self.socket,
              "--http", "", "--spool", self.spool, "--slurm", "--slurm-backend", "cli",
-             "--slurm-interval", "2", "--correction-margin", "90", "--log-level", "info"],
+             "--slurm-interval", "2", "--correction-margin", "90", "--log-level", "info", *options],
             env=self.cluster.env, stdout=log, stderr=subprocess.STDOUT,
         )
         wait_until_answering(self.socket, self.process, self.log)
@@ -129,7 +130,7 @@ def test_lowered_limits_are_corrected_in_time_even_across_a_daemon_restart(
     for job_id in (steady, restarted):
         fields = cluster.job_fields(job_id)
         # the untrained model predicts 1 s: lowered to 1 minute, the request kept
-        assert fields["AdminComment"] == "hpcpredict:request_s=3600,prediction_s=1", fields
+        assert fields["AdminComment"] == "hpcpredict:request_s=3600,prediction_s=1,mode=lower", fields
     # The corrector raises both limits shortly after the jobs start.
     wait_for(lambda: all(corrections(daemon, j) for j in (steady, restarted)), 60, "first corrections", cluster)
     first = {job_id: corrections(daemon, job_id) for job_id in (steady, restarted)}
@@ -241,7 +242,7 @@ def test_every_task_of_a_job_array_gets_the_lowered_limit_and_is_learned(
     for task in tasks.values():
         assert task["JobState"] == "COMPLETED", task
         assert task["AdminComment"].startswith("hpcpredict:request_s=1800,prediction_s="), task
-        prediction_s = int(task["AdminComment"].rsplit("=", 1)[1])
+        prediction_s = parse_tag(task["AdminComment"]).prediction_s
         assert minutes(task["TimeLimit"]) == max(1, min(30, -(-prediction_s // 60)))
     job_ids = [int(task["JobId"]) for task in tasks.values()]
     assert len(set(job_ids)) == 3  # each task is a job of its own to the daemon
@@ -262,3 +263,51 @@ def test_each_component_of_a_heterogeneous_job_gets_its_own_prediction(
     assert len(components) == 2, lines
     requests = sorted(c["AdminComment"].split(",")[0] for c in components)
     assert requests == ["hpcpredict:request_s=1200", "hpcpredict:request_s=2400"], components
+    # On this one-node cluster a heterogeneous job never gets its resources: do not leave it
+    # pending for the tests after this one.
+    cluster.run(["scancel", str(leader)])
+
+
+def test_the_starvation_guard_gives_running_jobs_their_requests_and_holds_lowering(
+    cluster: SlurmCluster, daemon: ServeProcess
+) -> None:
+    """Guard at 60 s: a job waiting for the whole machine behind a job whose limit was lowered
+    turns it on; the running job's limit goes back to its request, a job submitted meanwhile keeps
+    its request, and is lowered once the starving job has started (the guard is off)."""
+    queue = lambda: cluster.run(["squeue", "-h", "-o", "%i %T %r %l %M %C"]).stdout.strip()  # noqa: E731
+    try:
+        wait_for(lambda: not queue(), 180, "the earlier tests' jobs to end", cluster, poll_s=2)
+    except AssertionError as error:
+        raise AssertionError(f"{error}\nsqueue:\n{queue()}") from None
+    daemon.stop()
+    daemon.start("--starvation-guard", "60")
+    blocker = cluster.sbatch("--time=60", "-n", "16", script="sleep 600")
+    wait_for(lambda: cluster.job_fields(blocker)["JobState"] == "RUNNING", 30, "the blocker to run", cluster)
+    assert minutes(cluster.job_fields(blocker)["TimeLimit"]) < 60  # lowered (and maybe corrected)
+    starving = cluster.sbatch("--time=10", "-n", "16", script="sleep 20")
+
+    wait_for(lambda: minutes(cluster.job_fields(blocker)["TimeLimit"]) == 60, 120,
+             "the guard to give the blocker its request", cluster, poll_s=2)
+    assert cluster.job_fields(starving)["JobState"] == "PENDING"
+    assert corrections(daemon, blocker)[-1][1] == 3600
+    with DaemonClient(daemon.socket) as client:
+        assert client.request("PING")["lower"] == "0"
+    held = cluster.sbatch("--time=30", "-n", "1", script="sleep 5")
+    fields = cluster.job_fields(held)
+    assert minutes(fields["TimeLimit"]) == 30, fields  # not lowered while the guard is on
+    tag = parse_tag(fields["AdminComment"])
+    assert tag is not None and tag.mode == "lower" and tag.prediction_s < 1800
+
+    cluster.run(["scancel", str(blocker)])
+    wait_for(lambda: cluster.job_fields(starving)["JobState"] in ("RUNNING", "COMPLETED"), 60,
+             "the starving job to start", cluster)
+    # The guard is off once nothing has waited 60 s: the held job, still pending behind the
+    # starving one, gets the limit the plugin would have set.
+    lowered = max(1, -(-tag.prediction_s // 60))
+    wait_for(lambda: any(new == 60 * lowered for _, new in corrections(daemon, held)), 30,
+             "the held job to be lowered", cluster)
+    log = (cluster.dir / "serve.log").read_text(errors="replace")
+    assert f"starvation guard on: job {starving} has waited" in log
+    with DaemonClient(daemon.socket) as client:
+        assert client.request("PING")["lower"] == "1"
+    wait_for(lambda: cluster.job_fields(held)["JobState"] == "COMPLETED", 60, "the held job to run", cluster)

@@ -125,7 +125,7 @@ def test_the_limit_is_lowered_to_the_prediction_and_the_request_kept(plugin_dir:
     assert result["rc"] == "0"
     minutes = max(1, min(60, -(-expected // 60)))
     assert result["time_limit"] == str(minutes)
-    assert result["admin_comment"] == f"hpcpredict:request_s=3600,prediction_s={expected}"
+    assert result["admin_comment"] == f"hpcpredict:request_s=3600,prediction_s={expected},mode=lower"
     assert any("time limit 60 ->" in log or "limit 60 min kept" in log for log in result["logs"])
 
 
@@ -134,6 +134,7 @@ def test_record_mode_keeps_the_limit(plugin_dir: Path, daemon: Running) -> None:
     result = submit(plugin_dir, time_limit=600)
     assert result["time_limit"] == "600"
     assert str(result["admin_comment"]).startswith("hpcpredict:request_s=36000,prediction_s=")
+    assert str(result["admin_comment"]).endswith(",mode=record")
 
 
 def test_an_existing_admin_comment_is_kept(plugin_dir: Path, daemon: Running) -> None:
@@ -204,6 +205,19 @@ def test_the_answer_is_read_by_key_whatever_the_order(plugin_dir: Path) -> None:
         stop()
     assert result["time_limit"] == "10"  # 600 s
     assert "prediction_s=600" in str(result["admin_comment"])
+
+
+def test_a_held_answer_keeps_the_request_and_marks_the_job_for_lowering_later(plugin_dir: Path) -> None:
+    """lower=0: the daemon's starvation guard is on; its watcher lowers the job once it is off."""
+    path, stop = answering(plugin_dir, b"OK prediction=600 time_limit=3600 lower=0 hold=starvation_guard\n")
+    try:
+        settings(plugin_dir, socket=path)
+        result = submit(plugin_dir)
+    finally:
+        stop()
+    assert result["time_limit"] == "60"
+    assert result["admin_comment"] == "hpcpredict:request_s=3600,prediction_s=600,mode=lower"
+    assert any("limit 60 min kept (daemon: starvation_guard)" in log for log in result["logs"])
 
 
 def test_without_the_common_file_every_job_passes_untouched(plugin_dir: Path, daemon: Running) -> None:

@@ -30,6 +30,8 @@ class Job:
     end_s: int | None = None
     time_limit_s: int | None = 600
     admin_comment: str = PredictionTag(3600, 540).format()
+    eligible_s: int | None = None
+    state_reason: str = "Priority"
 
 
 class ScriptedSlurm:
@@ -62,11 +64,13 @@ def service(tmp_path: Path):
     store.close()
 
 
-def watcher_for(service: PredictionService, slurm: ScriptedSlurm, clock: Clock) -> SlurmWatcher:
+def watcher_for(
+    service: PredictionService, slurm: ScriptedSlurm, clock: Clock, **options
+) -> SlurmWatcher:
     handlers = Handlers(service, clock=clock)
     return SlurmWatcher(
         slurm, lambda verb, fields: handlers.call(Request(verb, fields)), service.job_status,
-        margin_s=120, clock=clock,
+        margin_s=120, clock=clock, **options,
     )
 
 
@@ -145,3 +149,86 @@ def test_slurm_unreachable_is_counted_not_fatal(service: PredictionService) -> N
     watcher = SlurmWatcher(Down(), lambda verb, fields: {}, service.job_status)
     report = watcher.poll()
     assert report.errors == 1 and "Unable to contact" in report.last_error
+
+
+# ---------------------------------------------------------------------- the starvation guard
+DAY = 86_400
+LOWERED = PredictionTag(3600, 540, "lower").format()  # the plugin in lower mode: limit 9 min
+
+
+def starving_machine(now_s: int) -> dict[int, Job]:
+    """Job 9 has waited 25 h for processors; 1 runs and 2 pends at the limits the plugin set; 3
+    pends at a limit its user lowered since; 4 waits on a dependency for 3 days."""
+    return {
+        9: Job(9, submit_s=now_s - 25 * 3600, state_reason="Resources", time_limit_s=7200, admin_comment=""),
+        1: Job(1, state="RUNNING", submit_s=now_s - 3600, start_s=now_s - 300, admin_comment=LOWERED),
+        2: Job(2, submit_s=now_s - 600, time_limit_s=540, admin_comment=LOWERED),
+        3: Job(3, submit_s=now_s - 600, time_limit_s=300, admin_comment=LOWERED),
+        4: Job(4, submit_s=now_s - 3 * DAY, state_reason="Dependency", admin_comment=""),
+    }
+
+
+def test_the_guard_raises_lowered_limits_to_requests_while_a_job_starves(service: PredictionService) -> None:
+    now = 10 * DAY
+    slurm, clock = ScriptedSlurm(), Clock(now)
+    slurm.jobs_by_id = starving_machine(now)
+    watcher = watcher_for(service, slurm, clock, guard_s=DAY)
+    watcher.poll()
+    assert watcher.guard.active and watcher.guard.job_id == 9 and watcher.guard.waited_s == 25 * 3600
+    assert sorted(slurm.limit_updates) == [(1, 60), (2, 60)]  # the requests, 3600 s
+    assert watcher.report.guard_changes == 2
+    watcher.poll()  # already at their requests: nothing more
+    assert len(slurm.limit_updates) == 2
+    with service.store.session() as session:
+        assert sorted((c.job_id, c.new_limit_s) for c in session.query(CorrectionRow)) == [(1, 3600), (2, 3600)]
+
+    # Job 9 starts: the guard turns off; pending job 2 gets its lowered limit again, running job 1
+    # keeps its request (a running job's limit is never lowered), job 3 keeps its user's limit.
+    slurm.jobs_by_id[9] = replace(slurm.jobs_by_id[9], state="RUNNING", start_s=now + 10)
+    clock.now = now + 20
+    watcher.poll()
+    assert not watcher.guard.active
+    assert slurm.limit_updates[2:] == [(2, 9)]
+    assert slurm.jobs_by_id[1].time_limit_s == 3600 and slurm.jobs_by_id[3].time_limit_s == 300
+
+
+def test_the_guard_ignores_jobs_not_waiting_for_processors_and_can_be_off(service: PredictionService) -> None:
+    now = 10 * DAY
+    slurm, clock = ScriptedSlurm(), Clock(now)
+    slurm.jobs_by_id = starving_machine(now)
+    del slurm.jobs_by_id[9]  # only the job waiting on a dependency has waited long
+    watcher = watcher_for(service, slurm, clock, guard_s=DAY)
+    watcher.poll()
+    assert not watcher.guard.active and slurm.limit_updates == []
+
+    slurm.jobs_by_id = starving_machine(now)
+    off = watcher_for(service, slurm, clock, guard_s=None)
+    off.poll()
+    assert not off.guard.active and slurm.limit_updates == []
+
+
+def test_the_guard_waits_from_eligibility_and_leaves_older_marks_lowered(service: PredictionService) -> None:
+    now = 10 * DAY
+    slurm, clock = ScriptedSlurm(), Clock(now)
+    slurm.jobs_by_id = starving_machine(now)
+    # Submitted 25 h ago with --begin: eligible only 1 h ago, so not starving.
+    slurm.jobs_by_id[9] = replace(slurm.jobs_by_id[9], eligible_s=now - 3600)
+    # A pending job at its request marked by a plugin older than the guard (no mode): a plugin in
+    # record mode leaves such marks too, so it is never lowered by the guard.
+    slurm.jobs_by_id[5] = Job(5, submit_s=now - 600, time_limit_s=3600,
+                              admin_comment=PredictionTag(3600, 540).format())
+    watcher = watcher_for(service, slurm, clock, guard_s=DAY)
+    watcher.poll()
+    assert not watcher.guard.active and watcher.guard.job_id == 9 and watcher.guard.waited_s == 3600
+    assert slurm.limit_updates == []
+
+
+def test_predict_tells_the_plugin_to_hold_lowering_while_the_guard_is_on(service: PredictionService) -> None:
+    handlers = Handlers(service, clock=Clock(10 * DAY))
+    ask = b"PREDICT uid=1000 procs=4 time_limit=3600"
+    assert b"lower=" not in handlers.handle_line(ask)
+    assert b" lower=1" in handlers.handle_line(b"PING")
+    handlers.lowering_hold = lambda: "starvation_guard"
+    answer = handlers.handle_line(ask).decode()
+    assert answer.startswith("OK prediction=") and " lower=0 hold=starvation_guard" in answer
+    assert b" lower=0" in handlers.handle_line(b"PING")

@@ -4,15 +4,21 @@ reservation can slide when backfilling trusts predictions that are too short."""
 from __future__ import annotations
 
 import dataclasses
+import json
+from pathlib import Path
 
 import pytest
+from click.testing import CliRunner
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from hpcpredict.cli import main
+from hpcpredict.daemon.config import DaemonConfig
 from hpcpredict.jobs import JobRequest
 from hpcpredict.predictors import RequestedPredictor
 from hpcpredict.sim import CORRECTIONS, SCHEDULERS, simulate
 from hpcpredict.sim.runner import RunSpec
+from hpcpredict.sim.schedulers import DEFAULT_STARVATION_GUARD_S, parse_starvation_guard
 from test_simulation import PREDICTORS, build_predictor, make_job, peak_usage, workloads
 
 
@@ -54,6 +60,19 @@ def test_without_the_guard_the_head_starves_and_with_it_starts_when_the_requests
     # request (none can: 900 s from t >= 301). So the head starts at 1000.
     assert guard.start_s[1] == 1000
     assert guard.start_s[1] - STREAM[1].submit_s <= 300 + max(job.requested_s for job in STREAM)
+
+
+def test_jobs_running_at_a_guarded_decision_are_planned_to_their_requests_for_good() -> None:
+    """As live, where the corrector raises their limits to the requests and never lowers a running
+    job's limit again; jobs started once no head is due are planned by their predictions again."""
+    free_run = simulate(STREAM, 10, guarded("easy-sjbf", None), OneSecond(), CORRECTIONS["incremental"])
+    guard = simulate(STREAM, 10, guarded("easy-sjbf", 300), OneSecond(), CORRECTIONS["incremental"])
+    # Jobs 0 and 2 run at the first guarded decision (t=302): corrected before it, never after.
+    for index in (0, 2):
+        assert guard.final_prediction_s[index] == STREAM[index].requested_s
+        assert 0 < guard.corrections[index] < free_run.corrections[index]
+    last = len(STREAM) - 1  # starts after the backlog has drained: nobody is due any more
+    assert guard.initial_prediction_s[last] == 1 and guard.corrections[last] > 0
 
 
 @settings(max_examples=100, deadline=None)
@@ -101,3 +120,32 @@ def test_the_guard_is_an_option_of_a_run_and_off_by_default() -> None:
         RunSpec(scheduler="fcfs", starvation_guard_s=10)
     with pytest.raises(ValueError, match=">= 0"):
         RunSpec(starvation_guard_s=-1)
+
+
+@pytest.mark.parametrize(
+    ("text", "seconds"),
+    [("off", None), ("86400", 86_400), ("24h", 86_400), ("90m", 5_400), ("2d", 172_800), (3600, 3600)],
+)
+def test_guards_are_written_as_people_write_durations(text: object, seconds: int | None) -> None:
+    assert parse_starvation_guard(text) == seconds
+
+
+@pytest.mark.parametrize("text", ["", "3x", "-5", "24 hours", True])
+def test_a_malformed_guard_is_refused(text: object) -> None:
+    with pytest.raises(ValueError, match="starvation guard"):
+        parse_starvation_guard(text)
+
+
+def _simulated_guard(*options: str) -> object:
+    sample = Path(__file__).resolve().parent.parent / "swf" / "KTH-SP2-sample.swf"
+    result = CliRunner().invoke(main, ["simulate", str(sample), "--no-baseline", "--json", *options])
+    assert result.exit_code == 0, result.output
+    return json.loads(result.output)["runs"][0]["settings"].get("starvation_guard_s")
+
+
+def test_simulate_guards_learned_predictions_by_default_as_the_daemon_does() -> None:
+    assert _simulated_guard() == DEFAULT_STARVATION_GUARD_S == DaemonConfig().starvation_guard_s
+    assert _simulated_guard("--starvation-guard", "off") is None
+    assert _simulated_guard("--starvation-guard", "12h") == 43_200
+    assert _simulated_guard("--predictor", "requested", "--correction", "requested") is None  # a no-op there
+    assert _simulated_guard("--scheduler", "fcfs") is None

@@ -14,6 +14,7 @@
     slurm_backend = "auto"        # cli (Slurm commands) | pyslurm (matching Slurm only) | auto
     slurm_interval_s = 10.0       # seconds between looks at SLURM
     correction_margin_s = 120     # raise a lowered limit this long before it expires
+    starvation_guard = "24h"      # a job pending this long: limits back to requests ("off": never)
 
     [learner]                     # must be the same for `train` and `serve`
     loss = "eloss"
@@ -21,6 +22,9 @@
     l2 = 4e9
     negative = "abs"
     loss_unit_s = 3600.0
+    censor_at_limit = false       # learn TIMEOUT jobs as lower bounds (docs/method.md §4)
+    feature_scaling = "raw"       # "robust": log break time, no extrapolation (§2)
+    per_user_experts = false      # per user: the model, AVE2 or the request, by recent loss (§6)
 
 The learner section matters beyond start-up: a checkpoint records the hyperparameters it was made
 with and a daemon started with others refuses it (`LearnedPredictor.load_state_dict`), rather
@@ -38,11 +42,15 @@ from typing import Any
 
 from hpcpredict.daemon.paths import default_db_url, state_dir
 from hpcpredict.features import FeatureContext
+from hpcpredict.sim.schedulers import DEFAULT_STARVATION_GUARD_S, parse_starvation_guard
 from hpcpredict.learn.predictor import (
+    DEFAULT_CENSOR_AT_LIMIT,
     DEFAULT_ETA,
+    DEFAULT_FEATURE_SCALING,
     DEFAULT_L2,
     DEFAULT_LOSS_UNIT_S,
     DEFAULT_NEGATIVE,
+    DEFAULT_PER_USER_EXPERTS,
     LearnedPredictor,
 )
 
@@ -60,6 +68,9 @@ class LearnerConfig:
     l2: float = DEFAULT_L2
     negative: str = DEFAULT_NEGATIVE
     loss_unit_s: float = DEFAULT_LOSS_UNIT_S
+    censor_at_limit: bool = DEFAULT_CENSOR_AT_LIMIT
+    feature_scaling: str = DEFAULT_FEATURE_SCALING
+    per_user_experts: bool = DEFAULT_PER_USER_EXPERTS
 
     def build(self, time_zone: str | None) -> LearnedPredictor:
         """An untrained learner whose clock is Unix seconds read in the site's time zone."""
@@ -70,6 +81,9 @@ class LearnerConfig:
             negative=self.negative,  # type: ignore[arg-type]
             loss_unit_s=self.loss_unit_s,
             context=FeatureContext(0, time_zone),
+            censor_at_limit=self.censor_at_limit,
+            feature_scaling=self.feature_scaling,  # type: ignore[arg-type]
+            per_user_experts=self.per_user_experts,
         )
 
 
@@ -87,10 +101,18 @@ class DaemonConfig:
     slurm_backend: str = "auto"  # auto | cli | pyslurm (hpcpredict.slurm.adapter)
     slurm_interval_s: float = 10.0
     correction_margin_s: int = 120
+    # While a job pending for the machine has waited this long, the watcher puts lowered limits
+    # back to the requests (hpcpredict/slurm/guard.py): "24h", "90m", seconds, or "off".
+    starvation_guard: str | int = DEFAULT_STARVATION_GUARD_S
     learner: LearnerConfig = field(default_factory=LearnerConfig)
 
     def predictor_factory(self) -> LearnedPredictor:
         return self.learner.build(self.time_zone)
+
+    @property
+    def starvation_guard_s(self) -> int | None:
+        """The guard in seconds, None when off."""
+        return parse_starvation_guard(self.starvation_guard)
 
     def with_overrides(self, **overrides: Any) -> DaemonConfig:
         """A copy with the given keys replaced; None means "not given" and keeps the value."""
@@ -100,7 +122,7 @@ class DaemonConfig:
 
 _DAEMON_KEYS = {
     "db", "socket", "socket_mode", "socket_group", "http", "spool", "checkpoint_every", "time_zone",
-    "slurm", "slurm_backend", "slurm_interval_s", "correction_margin_s",
+    "slurm", "slurm_backend", "slurm_interval_s", "correction_margin_s", "starvation_guard",
 }
 _LEARNER_KEYS = {f.name for f in dataclasses.fields(LearnerConfig)}
 
@@ -171,6 +193,12 @@ def _checked(config: DaemonConfig) -> DaemonConfig:
             f"correction_margin_s ({config.correction_margin_s}) must cover two looks at SLURM "
             f"({config.slurm_interval_s:g} s each) and SLURM's 30 s limit check"
         )
+    try:
+        guard_s = config.starvation_guard_s
+    except ValueError as error:
+        raise ConfigError(f"starvation_guard: {error}") from None
+    if guard_s is not None and guard_s < 60:
+        raise ConfigError(f"starvation_guard must be off or at least 60 s, got {config.starvation_guard!r}")
     try:
         config.predictor_factory()
     except (ValueError, TypeError, KeyError) as error:  # bad loss name, negative rule, zone

@@ -47,6 +47,9 @@ class Handlers:
         self.service = service
         self.metrics = Metrics() if metrics is None else metrics
         self.clock = clock
+        # Why the plugin must not lower limits now (None: it may), asked at every PREDICT: the
+        # daemon points it at the SLURM watcher's starvation guard.
+        self.lowering_hold: Callable[[], str | None] = lambda: None
         self._verbs: dict[str, Callable[[Mapping[str, Any]], dict[str, object]]] = {
             "PING": self.ping,
             "PREDICT": self.predict,
@@ -99,12 +102,19 @@ class Handlers:
             "last_event": self.service.last_event_seq,
             "history_age_d": -1 if age.age_days is None else age.age_days,
             "stale": int(age.stale),  # 1: predictions fall back to requests (staleness.py)
+            "lower": int(self.lowering_hold() is None),
         }
 
     def predict(self, fields: Mapping[str, Any]) -> dict[str, object]:
         now_s = self._now()
         job = job_request(fields, job_id=ANONYMOUS_JOB_ID, now_s=now_s)
-        return {"prediction": self.service.peek(job, now_s), "time_limit": job.requested_s}
+        answer: dict[str, object] = {
+            "prediction": self.service.peek(job, now_s), "time_limit": job.requested_s
+        }
+        hold = self.lowering_hold()
+        if hold is not None:  # the plugin keeps the request; the mark lets the watcher lower later
+            answer.update(lower=0, hold=hold)
+        return answer
 
     def submit(self, fields: Mapping[str, Any]) -> dict[str, object]:
         now_s = self._now()

@@ -160,7 +160,10 @@ class Daemon:
             self.service.job_status,
             margin_s=self.config.correction_margin_s,
             interval_s=self.config.slurm_interval_s,
+            guard_s=self.config.starvation_guard_s,
         )
+        watcher = self.watcher
+        self.handlers.lowering_hold = lambda: "starvation_guard" if watcher.guard.active else None
         self.watcher.start()
         logger.info("watching SLURM (%s backend) every %g s", backend.name, self.config.slurm_interval_s)
 
@@ -237,6 +240,9 @@ class Daemon:
             "uptime_s": round(time.time() - self.started_at, 3),
             "socket": self.config.socket,
             "slurm": None if self.watcher is None else dataclasses.asdict(self.watcher.report),
+            "starvation_guard": None if self.watcher is None else {
+                "after_s": self.watcher.guard_s, **dataclasses.asdict(self.watcher.guard)
+            },
         }
 
     def metrics_text(self) -> str:
@@ -245,6 +251,11 @@ class Daemon:
             "hpcpredict_last_event_seq": ("Sequence number of the last event applied.", self.service.last_event_seq),
             "hpcpredict_uptime_seconds": ("Seconds since the daemon started.", time.time() - self.started_at),
         }
+        if self.watcher is not None:
+            gauges["hpcpredict_starvation_guard_active"] = (
+                "1 while a pending job has waited past the starvation guard (limits at requests).",
+                int(self.watcher.guard.active),
+            )
         for key, value in user_errors.site_totals(self.service.store).items():
             name, help_text = user_errors.SITE_GAUGES[key]
             gauges[name] = (help_text, value)

@@ -156,7 +156,8 @@ class PredictionService:
 
     def history_age(self, now_s: float) -> HistoryAge:
         """How old the newest job the model learned is, at `now_s` (staleness.py says why)."""
-        return history_age(self._predictor.features, now_s)
+        return history_age(self._predictor.features, now_s,
+                           extrapolates=self._predictor.feature_scaling == "raw")
 
     @property
     def replayed_events(self) -> int:

@@ -15,7 +15,11 @@ from dataclasses import asdict, dataclass, field
 from hpcpredict.features import FeatureContext
 from hpcpredict.learn import LearnedPredictor, parse_loss
 from hpcpredict.learn.predictor import (
+    DEFAULT_CENSOR_AT_LIMIT,
     DEFAULT_ETA,
+    DEFAULT_FEATURE_SCALING,
+    DEFAULT_PER_USER_EXPERTS,
+    FEATURE_SCALINGS,
     DEFAULT_L2,
     DEFAULT_LOSS_UNIT_S,
     DEFAULT_NEGATIVE,
@@ -57,6 +61,9 @@ class RunSpec:
     negative: NegativeRule = DEFAULT_NEGATIVE
     loss_unit_s: float = DEFAULT_LOSS_UNIT_S
     starvation_guard_s: int | None = None  # None: off (schedulers.Scheduler says what it does)
+    censor_at_limit: bool = DEFAULT_CENSOR_AT_LIMIT  # learn jobs killed at their limit as bounds
+    feature_scaling: str = DEFAULT_FEATURE_SCALING  # "robust": log break time, no extrapolation
+    per_user_experts: bool = DEFAULT_PER_USER_EXPERTS  # per user: learned, AVE2 or the request
     # slurm-backfill's slurm.conf settings that differ from Slurm 22.05's defaults, in
     # SlurmParams.parse's syntax ("bf_interval=10,bf_window=2880"); "" for the defaults.
     slurm_params: str = ""
@@ -89,6 +96,15 @@ class RunSpec:
             raise ValueError(f"negative must be 'clip' or 'abs', got {self.negative!r}")
         if not self.loss_unit_s > 0:
             raise ValueError(f"the loss unit must be > 0 seconds, got {self.loss_unit_s}")
+        if not isinstance(self.censor_at_limit, bool):
+            raise ValueError(f"censor_at_limit must be true or false, got {self.censor_at_limit!r}")
+        if not isinstance(self.per_user_experts, bool):
+            raise ValueError(f"per_user_experts must be true or false, got {self.per_user_experts!r}")
+        if self.feature_scaling not in FEATURE_SCALINGS:
+            raise ValueError(
+                f"feature scaling must be one of {', '.join(FEATURE_SCALINGS)}, got "
+                f"{self.feature_scaling!r}"
+            )
         if self.starvation_guard_s is not None:
             if isinstance(self.starvation_guard_s, bool) or not isinstance(self.starvation_guard_s, int) \
                     or self.starvation_guard_s < 0:
@@ -98,8 +114,8 @@ class RunSpec:
                 )
             if self.scheduler == SLURM_BACKFILL:
                 raise ValueError(
-                    f"the starvation guard is an EASY rule; {SLURM_BACKFILL} reserves for every "
-                    "job it tests (bf_max_job_test) instead"
+                    f"the starvation guard is modelled for the EASY schedulers only; {SLURM_BACKFILL} "
+                    "does not model the daemon's live guard yet (docs/slurm-replay.md)"
                 )
             if SCHEDULERS[self.scheduler].backfill_order is None:
                 raise ValueError(f"the starvation guard needs a backfilling scheduler, not {self.scheduler}")
@@ -109,11 +125,22 @@ class RunSpec:
         """Short human name, e.g. ``easy-sjbf + learned(eloss) + incremental``."""
         predictor = self.predictor
         if predictor == "learned":
-            predictor = f"learned({self.loss})"
+            predictor = f"learned({self.loss}){self.learning_label}"
         scheduler = self.scheduler
         if self.slurm_params:
             scheduler = f"{scheduler}({self.slurm_params})"
         return f"{scheduler} + {predictor} + {self.correction}{self.guard_label}"
+
+    @property
+    def learning_label(self) -> str:
+        """``, censored, robust features`` for the learner's options that are on, else empty."""
+        if self.predictor != "learned":
+            return ""
+        return (
+            (", censored" if self.censor_at_limit else "")
+            + (", robust features" if self.feature_scaling != DEFAULT_FEATURE_SCALING else "")
+            + (", per-user experts" if self.per_user_experts else "")
+        )
 
     @property
     def guard_label(self) -> str:
@@ -128,9 +155,17 @@ class RunSpec:
             settings.pop("starvation_guard_s")
         if not self.slurm_params:  # defaults or another scheduler: absent, older keys stay valid
             settings.pop("slurm_params")
+        # The same for the learner's options added later: absent while at their default.
+        if self.censor_at_limit == DEFAULT_CENSOR_AT_LIMIT:
+            settings.pop("censor_at_limit")
+        if self.feature_scaling == DEFAULT_FEATURE_SCALING:
+            settings.pop("feature_scaling")
+        if self.per_user_experts == DEFAULT_PER_USER_EXPERTS:
+            settings.pop("per_user_experts")
         if self.predictor != "learned":  # learning constants mean nothing for the others
-            for key in ("loss", "eta", "l2", "negative", "loss_unit_s"):
-                settings.pop(key)
+            for key in ("loss", "eta", "l2", "negative", "loss_unit_s", "censor_at_limit",
+                        "feature_scaling", "per_user_experts"):
+                settings.pop(key, None)
         return settings
 
 
@@ -154,6 +189,9 @@ def build_predictor(spec: RunSpec, workload: Workload) -> Predictor:
         negative=spec.negative,
         loss_unit_s=spec.loss_unit_s,
         context=feature_context(workload),
+        censor_at_limit=spec.censor_at_limit,
+        feature_scaling=spec.feature_scaling,  # type: ignore[arg-type]
+        per_user_experts=spec.per_user_experts,
     )
 
 

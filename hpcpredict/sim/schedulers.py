@@ -19,6 +19,8 @@ the jobs eligible at the outset (a numpy filter over the waiting window), re-che
 
 from __future__ import annotations
 
+import re
+
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
@@ -129,6 +131,32 @@ class WaitingQueue:
 
 StartJob = Callable[[int, bool], None]  # (job index, backfilled?)
 
+# The starvation guard the daemon uses unless told otherwise (docs/results.md says how it was
+# chosen: leave-one-log-out under the max-wait bound).
+DEFAULT_STARVATION_GUARD_S = 86_400
+_DURATION = re.compile(r"(\d+)\s*(s|m|h|d)?")
+_UNIT_S = {None: 1, "s": 1, "m": 60, "h": 3600, "d": 86_400}
+
+
+def parse_starvation_guard(value: object) -> int | None:
+    """A guard as people write it: ``off`` (None), seconds (``86400``), or ``90m``, ``24h``,
+    ``2d``. Raises ValueError naming what was expected."""
+    if isinstance(value, bool):
+        raise ValueError(f"a starvation guard is a duration such as 24h, or off; got {value!r}")
+    if isinstance(value, int):
+        seconds = value
+    else:
+        text = str(value).strip().lower()
+        if text in ("off", "none", "no"):
+            return None
+        match = _DURATION.fullmatch(text)
+        if match is None:
+            raise ValueError(f"a starvation guard is a duration such as 24h, 90m, 86400 or off; got {value!r}")
+        seconds = int(match.group(1)) * _UNIT_S[match.group(2)]
+    if seconds < 0:
+        raise ValueError(f"a starvation guard is at least 0 s, got {value!r}")
+    return seconds
+
 
 @dataclass(frozen=True)
 class Scheduler:
@@ -142,6 +170,12 @@ class Scheduler:
     shadow time by its *request*, or fit in the extra processors: plain EASY's rule, whose
     reservation cannot slide, since no job outlives its request. The head then starts by the
     shadow time of its first guarded decision at the latest; backfilling order is unchanged.
+
+    What the guard costs is modelled as it works live, where the only lever is SLURM's time
+    limits: after a guarded decision every job then running is planned to its requested end for
+    good (the simulation pins it; the live corrector raises its limit back to the request and
+    never lowers a running job's limit again), while waiting jobs go back to their predictions
+    once no head is due (the corrector lowers pending jobs' limits again).
     """
 
     name: str

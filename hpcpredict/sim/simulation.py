@@ -104,6 +104,12 @@ def simulate(
     # The running jobs by requested end, for the starvation guard's reservations (requests,
     # unlike predictions, never move: Scheduler's docstring).
     by_request = RunningProfile(machine_procs) if scheduler.starvation_guard_s is not None else None
+    # After a guarded decision every running job is planned to its requested end for good, as the
+    # live corrector raises their SLURM limits back to their requests and cannot safely lower a
+    # running job's limit again (Scheduler's docstring): `pinned` jobs, and the running ones not
+    # pinned yet.
+    pinned = [False] * count
+    unpinned_running: set[int] = set()
     finished = 0
     now_s = 0
     # The head's reservation after the last decision; None when a correction has changed the plan
@@ -117,6 +123,7 @@ def simulate(
         profile.add(index, now_s, now_s + prediction_s[index], procs[index])
         if by_request is not None:
             by_request.add(index, now_s, now_s + requested_s[index], procs[index], checked=False)
+            unpinned_running.add(index)
         predictor.job_started(requests[index], now_s)
         heappush(events, (now_s + run_s[index], TERMINATION, next(sequence), index))
         if prediction_s[index] < run_s[index]:
@@ -124,8 +131,17 @@ def simulate(
             heappush(events, (over_s, PREDICTION_OVER, next(sequence), index))
 
     def remember(reservation: Reservation | None) -> None:
-        if reservation is not None and first_reserved_start_s[reservation.head] < 0:
+        if reservation is None:
+            return
+        if first_reserved_start_s[reservation.head] < 0:
             first_reserved_start_s[reservation.head] = reservation.shadow_s
+        if reservation.guarded and unpinned_running:
+            for index in unpinned_running:
+                profile.move(index, start_s[index] + prediction_s[index],
+                             start_s[index] + requested_s[index])
+                prediction_s[index] = requested_s[index]
+                pinned[index] = True
+            unpinned_running.clear()
 
     while events:
         now_s, kind, _, index = heappop(events)
@@ -145,6 +161,7 @@ def simulate(
                 reservation = scheduler.consider_new_job(
                     now_s, waiting, profile, reservation, index, start
                 )
+                remember(reservation)
             else:
                 reservation = scheduler.schedule(now_s, waiting, profile, start, by_request)
                 remember(reservation)
@@ -153,11 +170,18 @@ def simulate(
             profile.remove(index, start_s[index] + prediction_s[index])
             if by_request is not None:
                 by_request.remove(index, start_s[index] + requested_s[index])
+                unpinned_running.discard(index)
             finished += 1
             if progress is not None and finished % progress_every == 0:
                 progress(finished)
             reservation = scheduler.schedule(now_s, waiting, profile, start, by_request)
             remember(reservation)
+        elif pinned[index]:
+            # Planned to its request since a guarded decision: nothing to correct. A correction
+            # earlier at this instant left its decision to the instant's last one: take it here.
+            if decide_on_correction and reservation is None and events[0][:2] != (now_s, PREDICTION_OVER):
+                reservation = scheduler.schedule(now_s, waiting, profile, start, by_request)
+                remember(reservation)
         else:
             elapsed = now_s - start_s[index]
             new_prediction = correction.corrected_prediction_s(

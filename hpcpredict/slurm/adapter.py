@@ -55,6 +55,8 @@ class SlurmJob:
     time_limit_s: int | None
     admin_comment: str
     exit_code: int | None = None
+    eligible_s: int | None = None  # when it became eligible to run (its wait starts there)
+    state_reason: str = ""  # why it pends: Priority, Resources, Dependency, JobHeldUser...
 
 
 class SlurmBackend(Protocol):
@@ -173,6 +175,8 @@ def job_from_squeue(entry: Mapping[str, Any]) -> SlurmJob:
         time_limit_s=None if limit_min is None else 60 * limit_min,
         admin_comment=str(entry.get("admin_comment") or ""),
         exit_code=_time(entry.get("exit_code")) if not isinstance(entry.get("exit_code"), Mapping) else None,
+        eligible_s=_time(entry.get("eligible_time")),
+        state_reason=str(entry.get("state_reason") or ""),
     )
 
 
@@ -226,6 +230,8 @@ class PyslurmBackend:
             end_s=int(job.end_time) if job.end_time and job.state in ENDED_STATES else None,
             time_limit_s=None if limit in (None, "UNLIMITED") else 60 * int(limit),
             admin_comment=str(getattr(job, "admin_comment", "") or ""),
+            eligible_s=int(getattr(job, "eligible_time", 0) or 0) or None,
+            state_reason=str(getattr(job, "state_reason", "") or ""),
         )
 
 

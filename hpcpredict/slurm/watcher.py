@@ -8,7 +8,10 @@ through the adapter) and, for every job the plugin marked (``admin_comment``, `t
   finished (``jobcomp.lua`` reports every end as well; the service learns each job once);
 * corrects: a running job within `margin_s` of a limit below its request gets the limit the
   INCREMENTAL policy gives (`corrector.py`), set with ``scontrol update`` and recorded as a
-  LIMIT event.
+  LIMIT event;
+* guards against starvation (`guard.py`): while a job pending for the machine has waited
+  `guard_s` or more, lowered limits go back to the requests and `status` tells PREDICT to hold
+  lowering; afterwards pending jobs get their lowered limits again.
 
 Everything is derived from SLURM's state and the store's, nothing from memory that a restart
 would lose: after a restart the watcher asks the store how far each job got
@@ -32,6 +35,7 @@ from typing import Protocol
 from hpcpredict.sim.corrections import CorrectionPolicy, IncrementalCorrection
 from hpcpredict.slurm.adapter import ENDED_STATES
 from hpcpredict.slurm.corrector import DEFAULT_MARGIN_S, corrected_limit_s
+from hpcpredict.slurm.guard import DEFAULT_GUARD_S, GuardStatus, guard_limit_s, guard_status
 from hpcpredict.slurm.tag import parse_tag
 
 logger = logging.getLogger(__name__)
@@ -56,6 +60,8 @@ class WatchedJob(Protocol):
     end_s: int | None
     time_limit_s: int | None
     admin_comment: str
+    eligible_s: int | None
+    state_reason: str
 
 
 class SlurmJobs(Protocol):
@@ -69,6 +75,7 @@ class WatchReport:
     polls: int = 0
     reported: int = 0
     corrections: int = 0
+    guard_changes: int = 0  # limits the starvation guard set (raised to requests, or lowered back)
     errors: int = 0
     last_error: str = ""
     corrected_jobs: list[int] = field(default_factory=list)
@@ -87,6 +94,7 @@ class SlurmWatcher:
         margin_s: int = DEFAULT_MARGIN_S,
         interval_s: float = DEFAULT_INTERVAL_S,
         policy: CorrectionPolicy = IncrementalCorrection(),
+        guard_s: int | None = DEFAULT_GUARD_S,
         clock: Callable[[], float] = time.time,
     ) -> None:
         self.slurm = slurm
@@ -95,6 +103,9 @@ class SlurmWatcher:
         self.margin_s = margin_s
         self.interval_s = interval_s
         self.policy = policy
+        self.guard_s = guard_s
+        # Replaced whole at each poll (one attribute write): PREDICT reads it from another thread.
+        self.guard = GuardStatus()
         self.clock = clock
         self.report = WatchReport()
         self._stages: dict[int, int] = {}
@@ -125,11 +136,13 @@ class SlurmWatcher:
             self._failed(f"cannot read SLURM's jobs: {error}")
             return self.report
         now_s = int(self.clock())
+        self._update_guard(guard_status(jobs, now_s, self.guard_s))
         seen = set()
         for job in jobs:
             seen.add(job.job_id)
             try:
                 self._report(job)
+                self._guard(job, now_s)
                 if job.state == "RUNNING":
                     self._correct(job, now_s)
             except Exception as error:  # noqa: BLE001 - one job must not stop the others
@@ -184,6 +197,31 @@ class SlurmWatcher:
             "partition": job.partition or None,
             "name": job.name or None,
         }
+
+    # ------------------------------------------------------------------ the starvation guard
+    def _update_guard(self, status: GuardStatus) -> None:
+        if status.active != self.guard.active:
+            if status.active:
+                logger.warning(
+                    "starvation guard on: job %s has waited %.1f h (>= %.1f h): lowered limits go "
+                    "back to the requests and new jobs are not lowered", status.job_id,
+                    status.waited_s / 3600, (self.guard_s or 0) / 3600)
+            else:
+                logger.info("starvation guard off: pending jobs get their lowered limits again")
+        self.guard = status
+
+    def _guard(self, job: WatchedJob, now_s: int) -> None:
+        tag = parse_tag(job.admin_comment)
+        if tag is None or self.guard_s is None:
+            return
+        limit_s = guard_limit_s(job.state, job.time_limit_s, tag, self.guard.active)
+        if limit_s is None:
+            return
+        self.slurm.set_time_limit(job.job_id, limit_s // 60)
+        self.call("LIMIT", {"job": job.job_id, "time_limit": limit_s, "at": now_s})
+        self.report.guard_changes += 1
+        logger.info("job %d (%s): time limit %d -> %d s (starvation guard %s)", job.job_id,
+                    job.state.lower(), job.time_limit_s, limit_s, "on" if self.guard.active else "off")
 
     # ------------------------------------------------------------------ correcting
     def _correct(self, job: WatchedJob, now_s: int) -> None:

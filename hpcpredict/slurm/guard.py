@@ -1,0 +1,96 @@
+"""The starvation guard, live: SLURM's time limits put back to the requests while a job starves.
+
+Backfilling with lowered limits breaks the promise a backfilling scheduler makes to the job at the
+head of its queue: a job started because its lowered limit ended before the head's planned start
+outlives that limit, the corrector raises it, the head's start slides, and can slide again and
+again (docs/method.md §7). The simulator bounds it with `Scheduler.starvation_guard_s`; live, the
+only lever is the limits SLURM plans with, so the same rule reads:
+
+* the guard is **on** while some job pending for the machine (reason ``Priority`` or
+  ``Resources``: not held, not waiting on a dependency, a begin time or a QOS limit) has been
+  eligible for `guard_s` seconds or more;
+* while it is on, every running job whose limit hpcpredict lowered gets its request back (and
+  keeps it: a running job's limit is never lowered again), every pending job still at the limit
+  the plugin set gets its request, and the daemon tells the plugin not to lower new jobs
+  (``lower=0`` in PREDICT's answer), so SLURM plans the starving job's start with requests, which
+  no job outlives: plain EASY's promise;
+* once it is off, pending jobs the plugin marked in lower mode and that sit at their request get
+  their lowered limit again (they have not started: nothing can be killed early).
+
+The simulator models exactly this (`hpcpredict.sim.simulation`: running jobs at a guarded decision
+are planned to their requests for good). Every decision is a pure function of what SLURM shows —
+the jobs, their limits and the plugin's mark — so after a restart the guard decides the same.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Protocol
+
+from hpcpredict.sim.schedulers import DEFAULT_STARVATION_GUARD_S
+from hpcpredict.slurm.corrector import whole_minutes_s
+from hpcpredict.slurm.tag import PredictionTag
+
+DEFAULT_GUARD_S = DEFAULT_STARVATION_GUARD_S  # the simulator's and the daemon's: one default
+# Why a pending job waits, as squeue says it: only these mean "waiting for processors". A job
+# held, waiting on a dependency or a begin time, or over a QOS/association limit is not starved by
+# backfilling and must not turn the guard on.
+WAITING_FOR_MACHINE = frozenset({"Priority", "Resources", "None"})
+
+
+class PendingView(Protocol):
+    job_id: int
+    state: str
+    submit_s: int
+    eligible_s: int | None
+    state_reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class GuardStatus:
+    """The guard as the last look at SLURM found it (`job_id` the longest-waiting such job)."""
+
+    active: bool = False
+    job_id: int | None = None
+    waited_s: int = 0
+
+
+def guard_status(jobs: Iterable[PendingView], now_s: int, guard_s: int | None) -> GuardStatus:
+    """On when a job pending for the machine has waited `guard_s` seconds or more since it became
+    eligible; None `guard_s`: never."""
+    if guard_s is None:
+        return GuardStatus()
+    longest: tuple[int, int] | None = None
+    for job in jobs:
+        if job.state != "PENDING" or job.state_reason not in WAITING_FOR_MACHINE:
+            continue
+        waited_s = now_s - (job.eligible_s or job.submit_s)
+        if longest is None or waited_s > longest[0]:
+            longest = (waited_s, job.job_id)
+    if longest is None:
+        return GuardStatus()
+    waited_s, job_id = longest
+    return GuardStatus(waited_s >= guard_s, job_id, max(0, waited_s))
+
+
+def plugin_limit_s(tag: PredictionTag) -> int:
+    """The limit job_submit.lua sets in lower mode: the prediction in whole minutes, within the
+    request."""
+    return min(tag.request_s, whole_minutes_s(tag.prediction_s))
+
+
+def guard_limit_s(state: str, limit_s: int | None, tag: PredictionTag, active: bool) -> int | None:
+    """The limit the guard sets now for a job the plugin marked, or None (leave it)."""
+    lowered_s = plugin_limit_s(tag)
+    if limit_s is None or lowered_s >= tag.request_s:
+        return None  # no limit, or a prediction that lowered nothing
+    if active:
+        if state == "RUNNING" and limit_s < tag.request_s:
+            return tag.request_s
+        if state == "PENDING" and limit_s == lowered_s:  # not a limit the user changed since
+            return tag.request_s
+        return None
+    if state == "PENDING" and tag.mode == "lower" and limit_s == tag.request_s:
+        return lowered_s
+    return None
