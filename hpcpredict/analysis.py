@@ -62,6 +62,73 @@ def prediction_stats(
     )
 
 
+# Users' history at a job's submission: how many of their jobs had ended (docs/results.md, "Cold
+# start"). A new user is the first bucket; the last is an established user.
+HISTORY_BUCKETS: tuple[tuple[str, int, float], ...] = (
+    ("0", 0, 0), ("1-5", 1, 5), ("6-20", 6, 20), (">20", 21, float("inf")),
+)
+RETURNING_GAP_S = 30 * 86_400  # a user back after a month without a job ending: "returning"
+
+
+@dataclass(frozen=True)
+class BucketStats:
+    bucket: str
+    jobs: int
+    mae_s: float
+    median_abs_error_s: float
+    under_prediction_rate: float
+    at_request_rate: float  # predictions equal to the request: the model said nothing
+
+    def to_dict(self) -> dict[str, float | int | str]:
+        return asdict(self)
+
+
+def earlier_jobs(result: SimulationResult) -> tuple[np.ndarray, np.ndarray]:
+    """Per job: how many of its user's jobs had ended before its submission, and the seconds
+    since the last of them ended (-1 when none had), in the schedule `result` simulated.
+
+    A job ending at the very instant of a submission is not counted: submissions come first at
+    one instant (docs/method.md §10), as they do for the learner's history.
+    """
+    columns = job_arrays(result)
+    submit, user = columns["submit_s"], columns["user_id"]
+    end = columns["start_s"] + columns["run_s"]
+    count = np.zeros(len(submit), dtype=np.int64)
+    gap = np.full(len(submit), -1, dtype=np.int64)
+    for user_id in np.unique(user):
+        mine = np.flatnonzero(user == user_id)
+        ends = np.sort(end[mine])
+        before = np.searchsorted(ends, submit[mine], side="left")
+        count[mine] = before
+        has = before > 0
+        gap[mine[has]] = submit[mine[has]] - ends[before[has] - 1]
+    return count, gap
+
+
+def error_by_history(result: SimulationResult) -> list[BucketStats]:
+    """Initial-prediction errors by the user's history at submission (`HISTORY_BUCKETS`), plus
+    a last row for users back after `RETURNING_GAP_S` or more without a job ending."""
+    columns = job_arrays(result)
+    error = (columns["initial_prediction_s"] - columns["run_s"]).astype(np.float64)
+    at_request = columns["initial_prediction_s"] >= columns["requested_s"]
+    count, gap = earlier_jobs(result)
+    masks = [(name, (count >= low) & (count <= high)) for name, low, high in HISTORY_BUCKETS]
+    masks.append((f"back after >= {RETURNING_GAP_S // 86_400} days", gap >= RETURNING_GAP_S))
+    rows = []
+    for name, mask in masks:
+        picked = np.abs(error[mask])
+        empty = not picked.size
+        rows.append(BucketStats(
+            bucket=name,
+            jobs=int(mask.sum()),
+            mae_s=float("nan") if empty else float(picked.mean()),
+            median_abs_error_s=float("nan") if empty else float(np.median(picked)),
+            under_prediction_rate=float("nan") if empty else float(np.mean(error[mask] < 0)),
+            at_request_rate=float("nan") if empty else float(np.mean(at_request[mask])),
+        ))
+    return rows
+
+
 def _ecdf(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     ordered = np.sort(values)
     return ordered, np.arange(1, len(ordered) + 1) / len(ordered)

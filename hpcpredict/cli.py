@@ -15,17 +15,26 @@ import click
 from tqdm import tqdm
 
 from hpcpredict.learn import parse_loss
+from hpcpredict.learn.predictor import FEATURE_SCALINGS
 from hpcpredict.outputs import OutputPathError, check_output_dir, check_output_file
 from hpcpredict.sim.corrections import CORRECTIONS
 from hpcpredict.sim.metrics import compute_metrics, metrics_table, replica_table
 from hpcpredict.sim.replica_stats import describe_change
 from hpcpredict.sim.output import write_jobs_csv, write_result_swf
-from hpcpredict.sim.runner import COMPARED_METRICS, PREDICTORS, RunSpec, run, run_replicated
+from hpcpredict.sim.runner import (
+    COMPARED_METRICS,
+    PREDICTORS,
+    SCHEDULER_NAMES,
+    RunSpec,
+    run,
+    run_replicated,
+)
 from hpcpredict.sim.schedulers import (
     DEFAULT_STARVATION_GUARD_S,
     SCHEDULERS,
     parse_starvation_guard,
 )
+from hpcpredict.sim.slurm_backfill import NAME as SLURM_BACKFILL
 from hpcpredict.sim.shaking import DEFAULT_SEED, DEFAULT_SHAKE_S
 from hpcpredict.swf import SwfFormatError
 from hpcpredict.workload import Workload, WorkloadError, load_workload
@@ -243,6 +252,33 @@ def _learning_options(command: Callable[..., None]) -> Callable[..., None]:
                 show_default=True,
                 help="A negative model output becomes |f| (abs, as the reference) or 1 s (clip).",
             ),
+            click.option(
+                "--censor-at-limit/--no-censor-at-limit",
+                "censor_at_limit",
+                default=RunSpec.censor_at_limit,
+                show_default=True,
+                help="Learn a job that ran to its request (killed at its limit) as a lower bound: "
+                "only the under-prediction branch of the loss, no step when the model already "
+                "predicts the limit.",
+            ),
+            click.option(
+                "--features",
+                "feature_scaling",
+                type=click.Choice(list(FEATURE_SCALINGS)),
+                default=RunSpec.feature_scaling,
+                show_default=True,
+                help="raw: the 20 features of docs/method.md §2. robust: the break time as "
+                "log(1 + s), and predictions made with every term clamped to the range learned "
+                "from (no extrapolation for a user back after a long gap).",
+            ),
+            click.option(
+                "--per-user-experts/--no-per-user-experts",
+                "per_user_experts",
+                default=RunSpec.per_user_experts,
+                show_default=True,
+                help="Publish, per user, the learned model's, AVE2's or the request, whichever "
+                "had the lowest recent loss on that user's jobs (the model learns as usual).",
+            ),
         ]
     ):
         command = option(command)
@@ -251,12 +287,22 @@ def _learning_options(command: Callable[..., None]) -> Callable[..., None]:
 
 _scheduler_option = click.option(
     "--scheduler",
-    type=click.Choice(list(SCHEDULERS)),
+    type=click.Choice(list(SCHEDULER_NAMES)),
     default=RunSpec.scheduler,
     show_default=True,
     help="fcfs: strict arrival order. easy: FCFS with EASY backfilling (a job may jump ahead if it "
     "does not delay the head job's reservation). easy-sjbf: EASY, backfilling the shortest "
-    "predicted jobs first.",
+    "predicted jobs first. slurm-backfill: Slurm 22.05's sched/backfill (priority order, a "
+    "reservation for every job tested, periodic passes; --slurm-params).",
+)
+_slurm_params_option = click.option(
+    "--slurm-params",
+    default="",
+    metavar="NAME=VALUE,...",
+    help="slurm-backfill's slurm.conf settings, by their slurm.conf names: bf_interval (s, "
+    "default 30), bf_max_job_test (500), bf_window (min, 1440), bf_resolution (s, 60), "
+    "PriorityWeightAge, PriorityWeightJobSize (0: first in, first out), PriorityMaxAge (s), "
+    "PriorityFavorSmall (YES/NO). Example: bf_interval=10,bf_window=2880.",
 )
 _correction_option = click.option(
     "--correction",
@@ -272,6 +318,7 @@ _correction_option = click.option(
 @main.command()
 @_log_argument
 @_scheduler_option
+@_slurm_params_option
 @click.option(
     "--predictor",
     type=click.Choice(list(PREDICTORS)),
@@ -288,7 +335,8 @@ _correction_option = click.option(
     "--baseline/--no-baseline",
     default=True,
     show_default=True,
-    help="Also replay plain EASY with requested times and show the change against it.",
+    help="Also replay plain EASY with requested times (plain slurm-backfill with --scheduler "
+    "slurm-backfill) and show the change against it.",
 )
 @click.option(
     "--output",
@@ -346,6 +394,7 @@ _correction_option = click.option(
 def simulate(
     log: Path,
     scheduler: str,
+    slurm_params: str,
     predictor: str,
     correction: str,
     loss: str,
@@ -353,6 +402,9 @@ def simulate(
     l2: float,
     loss_unit_s: float,
     negative: str,
+    censor_at_limit: bool,
+    feature_scaling: str,
+    per_user_experts: bool,
     procs: int | None,
     baseline: bool,
     output: Path | None,
@@ -381,8 +433,9 @@ def simulate(
     """
     try:
         if starvation_guard is None:  # the default: on wherever a prediction can starve a job
-            # (with requested times it changes nothing: plain EASY is already its rule)
-            guarded = scheduler != "fcfs" and predictor != "requested"
+            # (with requested times it changes nothing: plain EASY is already its rule). It is an
+            # EASY rule: slurm-backfill reserves for every job it tests and does not model it yet.
+            guarded = scheduler in SCHEDULERS and scheduler != "fcfs" and predictor != "requested"
             starvation_guard_s = DEFAULT_STARVATION_GUARD_S if guarded else None
         else:
             starvation_guard_s = parse_starvation_guard(starvation_guard)
@@ -391,7 +444,12 @@ def simulate(
     try:
         spec = RunSpec(
             scheduler, predictor, correction, loss, eta, l2, decide_on_correction, negative,  # type: ignore[arg-type]
-            loss_unit_s, starvation_guard_s,
+            loss_unit_s, starvation_guard_s, censor_at_limit, feature_scaling, per_user_experts,
+            slurm_params,
+        )
+        # SLURM without hpcpredict is the baseline a SLURM site compares with
+        baseline_spec = BASELINE if scheduler != SLURM_BACKFILL else RunSpec(
+            scheduler, "requested", "requested", slurm_params=slurm_params
         )
     except ValueError as error:
         raise click.BadParameter(str(error)) from None
@@ -401,7 +459,7 @@ def simulate(
     workload = _load(log, procs, lenient)
     if not workload.jobs:
         raise click.ClickException(f"{log}: no job left after cleaning (see `hpcpredict info`)")
-    specs = [spec] + ([BASELINE] if baseline and spec != BASELINE else [])
+    specs = [spec] + ([baseline_spec] if baseline and spec != baseline_spec else [])
     with _bar(len(workload.jobs) * len(specs) * replicas, "job", "simulating") as update:
         runs = run_replicated(
             workload, specs, replicas=replicas, shake_s=shake_s, seed=seed, progress=update
@@ -437,7 +495,8 @@ def simulate(
     for position, each in enumerate(specs):
         click.echo(f"  {'simulated' if position == 0 else 'baseline '}: {each.label} "
                    f"({sum(runs.wall_time_s[position]):.1f} s)")
-    titles = ["simulated"] + (["EASY baseline"] if len(specs) > 1 else [])
+    plain = "SLURM" if scheduler == SLURM_BACKFILL else "EASY"
+    titles = ["simulated"] + ([f"{plain} baseline"] if len(specs) > 1 else [])
     click.echo("")
     if replicas == 1:
         for line in metrics_table(list(zip(titles, (m[0] for m in runs.metrics)))):
@@ -448,7 +507,7 @@ def simulate(
         for line in replica_table(titles, runs.metrics):
             click.echo(line)
     if comparison:
-        click.echo("\nChange against EASY with the users' requested times:")
+        click.echo(f"\nChange against {plain} with the users' requested times:")
         for metric, difference in comparison.items():
             click.echo(f"  {describe_change(COMPARED_METRICS[metric], difference)}")
         if replicas == 1:
@@ -466,6 +525,7 @@ EVALUATED_PREDICTORS = ("learned", "ave2", "requested")
 @_log_argument
 @_learning_options
 @_scheduler_option
+@_slurm_params_option
 @_correction_option
 @_procs_option
 @click.option(
@@ -485,7 +545,11 @@ def predict_eval(
     l2: float,
     loss_unit_s: float,
     negative: str,
+    censor_at_limit: bool,
+    feature_scaling: str,
+    per_user_experts: bool,
     scheduler: str,
+    slurm_params: str,
     correction: str,
     procs: int | None,
     plot_dir: Path | None,
@@ -501,11 +565,13 @@ def predict_eval(
     it under-predicts, and the AVEbsld it led to. Two ECDF plots (errors, predicted values)
     are written as PNG.
     """
-    from hpcpredict.analysis import plot_ecdfs, prediction_stats
+    from hpcpredict.analysis import error_by_history, plot_ecdfs, prediction_stats
 
     try:
         specs = [
-            RunSpec(scheduler, name, correction, loss, eta, l2, False, negative, loss_unit_s)  # type: ignore[arg-type]
+            RunSpec(scheduler, name, correction, loss, eta, l2, False, negative, loss_unit_s,  # type: ignore[arg-type]
+                    censor_at_limit=censor_at_limit, feature_scaling=feature_scaling,
+                    per_user_experts=per_user_experts, slurm_params=slurm_params)
             for name in EVALUATED_PREDICTORS
         ]
     except ValueError as error:
@@ -524,6 +590,7 @@ def predict_eval(
     scored_loss = dataclasses.replace(parse_loss(loss), unit_s=loss_unit_s)  # as it was learned
     stats = [prediction_stats(result, scored_loss) for result in results]
     ave_bsld = [compute_metrics(result).ave_bsld for result in results]
+    by_history = [error_by_history(result) for result in results]
     names = [spec.label.split(" + ")[1] for spec in specs]
     pngs: list[Path] = []
     if not no_plots:
@@ -536,8 +603,9 @@ def predict_eval(
             "correction": correction,
             "loss": loss,
             "predictors": {
-                name: {**stat.to_dict(), "ave_bsld": bsld}
-                for name, stat, bsld in zip(names, stats, ave_bsld)
+                name: {**stat.to_dict(), "ave_bsld": bsld,
+                       "by_history": [bucket.to_dict() for bucket in buckets]}
+                for name, stat, bsld, buckets in zip(names, stats, ave_bsld, by_history)
             },
             "plots": [str(png) for png in pngs],
         }
@@ -564,6 +632,22 @@ def predict_eval(
             f"  {cell(st):>{w}}" for st, w in zip(stats, widths)))
     click.echo(f"{'AVEbsld':<{label_width}}" + "".join(
         f"  {b:>{w}.2f}" for b, w in zip(ave_bsld, widths)))
+    click.echo("\nBy the user's history at submission (their jobs ended before it; the job "
+               f"counts are {names[0]}'s schedule's, each predictor's own decides its buckets):")
+    buckets = [bucket.bucket for bucket in by_history[0]]
+    bucket_width = max(len(b) for b in buckets) + 2
+    for title, cell_of in (
+        ("MAE (s)", lambda b: f"{b.mae_s:,.0f}"),
+        ("under-predicted", lambda b: f"{b.under_prediction_rate:.1%}"),
+        ("prediction = request", lambda b: f"{b.at_request_rate:.1%}"),
+    ):
+        click.echo(f"{title:<{bucket_width + 8}}" + "".join(
+            f"  {n:>{w}}" for n, w in zip(names, widths)))
+        for row, bucket in enumerate(buckets):
+            jobs = f"{by_history[0][row].jobs:,}"
+            click.echo(f"  {bucket:<{bucket_width - 2}}{jobs:>8}" + "".join(
+                f"  {cell_of(stats_[row]) if stats_[row].jobs else '-':>{w}}"
+                for stats_, w in zip(by_history, widths)))
     for png in pngs:
         click.echo(f"wrote {png}")
 
@@ -684,7 +768,14 @@ def campaign(
     help="Folder for report.md, the CSV tables and the PNG plots. Default: "
     "sim/results/<campaign name>/ next to the campaign file.",
 )
-def campaign_report(campaign_file: Path, database_url: str | None, out_dir: Path | None) -> None:
+@click.option(
+    "--pair-with", "pair_with", multiple=True, metavar="LABEL",
+    help="Also pair every configuration with this one (a label of the campaign file), replica by "
+    "replica, as with EASY++ (replicas_vs_<label>.csv). Repeatable.",
+)
+def campaign_report(
+    campaign_file: Path, database_url: str | None, out_dir: Path | None, pair_with: tuple[str, ...]
+) -> None:
     """Tables, leave-one-log-out selection, correlations and plots of a campaign's stored runs.
 
     Works on a partial campaign too (only the stored runs are reported); leave-one-log-out uses
@@ -695,6 +786,7 @@ def campaign_report(campaign_file: Path, database_url: str | None, out_dir: Path
     Examples:
       hpcpredict campaign-report sim/headline.toml
       hpcpredict campaign-report sim/paper.toml --out /tmp/paper-report
+      hpcpredict campaign-report sim/censoring.toml --pair-with "learned default"
     """
     from hpcpredict.sim.campaign_report import write_report
     from hpcpredict.sim.campaign_store import CampaignStore
@@ -706,6 +798,11 @@ def campaign_report(campaign_file: Path, database_url: str | None, out_dir: Path
                                    "run `hpcpredict campaign` first")
     if out_dir is not None:
         _check_dir(out_dir, "--out")
+    labels = {cell.key: cell.label for cell in definition.cells}
+    unknown = sorted(set(pair_with) - set(labels.values()))
+    if unknown:
+        raise click.BadParameter(f"{', '.join(unknown)}: not a label of {campaign_file}",
+                                 param_hint="--pair-with")
     store = CampaignStore(url)
     try:
         runs = store.frame(cell.key for cell in definition.cells)
@@ -715,12 +812,9 @@ def campaign_report(campaign_file: Path, database_url: str | None, out_dir: Path
         raise click.ClickException(f"{campaign_file}: no stored run yet (run `hpcpredict campaign`)")
     # A run is named as this campaign names it, not as the campaign that first stored it did
     # (runs are shared by key across campaigns of one database).
-    labels: dict[str, str] = {}
-    for cell in definition.cells:
-        labels.setdefault(cell.key, cell.label)
     runs["label"] = runs["key"].map(labels)
     target = out_dir or definition.path.parent / "results" / definition.name
-    paths = write_report(runs, target, f"Campaign {definition.name}")
+    paths = write_report(runs, target, f"Campaign {definition.name}", pair_with=pair_with)
     click.echo(f"{len(runs):,} of {len(definition.cells):,} runs reported")
     for path in paths:
         click.echo(f"wrote {path}")
@@ -728,8 +822,9 @@ def campaign_report(campaign_file: Path, database_url: str | None, out_dir: Path
 
 # ---------------------------------------------------------------------------- the daemon
 from hpcpredict.cli_daemon import errors, report, serve, slurm_convert, train  # noqa: E402
+from hpcpredict.cli_replay import replay_compare, replay_slurm  # noqa: E402
 
-for _command in (serve, train, errors, report, slurm_convert):
+for _command in (serve, train, errors, report, slurm_convert, replay_slurm, replay_compare):
     main.add_command(_command)
 
 

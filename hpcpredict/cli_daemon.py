@@ -359,7 +359,8 @@ def train(
     if replay.unknown_wait:
         click.echo(f"{replay.unknown_wait:,} jobs had no wait time and were started at submission", err=True)
     click.echo(f"model stored in {config.db}")
-    warning = history_age(predictor.features, time.time()).warning()
+    warning = history_age(predictor.features, time.time(),
+                          extrapolates=predictor.feature_scaling == "raw").warning()
     if warning:
         click.echo(f"warning: {warning}", err=True)
 

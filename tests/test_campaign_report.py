@@ -89,3 +89,50 @@ def test_report_files(tmp_path: Path) -> None:
     for png in ("triples_per_log.png", "triples_between_logs.png"):
         assert (tmp_path / png).read_bytes()[:4] == b"\x89PNG"
     json.dumps(loo.to_dict())  # plain values only
+
+
+def test_pair_with_pairs_every_configuration_with_the_one_named(tmp_path: Path) -> None:
+    rows = []
+    for replica, (mine, reference) in enumerate(((10.0, 20.0), (12.0, 20.0), (14.0, 20.0))):
+        for label, predictor, value in (("t1", "learned", mine), ("ref", "learned", reference),
+                                        ("EASY++", "ave2", 30.0)):
+            rows.append({"key": f"{label}-{replica}", "log": "A", "label": label, "replica": replica,
+                         "predictor": predictor, "ave_bsld": value, "wall_time_s": 1.0,
+                         "m_max_wait_s": 3600.0 * value, "m_p99_wait_s": 60.0})
+    paths = write_report(pd.DataFrame(rows), tmp_path, "Campaign test", pair_with=("ref",))
+    assert tmp_path / "replicas_vs_ref.csv" in paths
+    paired = pd.read_csv(tmp_path / "replicas_vs_ref.csv", index_col=[0, 1])
+    # differences -10, -8, -6 against a mean of 20: -40%, lower on all three replicas
+    assert paired.loc[("t1", "A"), "AVEbsld vs ref"].startswith("-40.0% [")
+    assert paired.loc[("t1", "A"), "wins vs ref"] == "3/3"
+    assert "## Means over replicas, paired against ref" in (tmp_path / "report.md").read_text()
+
+
+def test_the_report_names_runs_as_its_campaign_file_does(tmp_path: Path) -> None:
+    """Runs shared through --db keep the label of the campaign that stored them first; a report
+    relabels them from its own file, and --pair-with takes those labels."""
+    from click.testing import CliRunner
+
+    from hpcpredict.cli import main
+
+    sample = Path(__file__).resolve().parent.parent / "swf" / "KTH-SP2-sample.swf"
+    body = '[[logs]]\nname = "sample"\npath = "{log}"\n' \
+           '[[baselines]]\nlabel = "{easy}"\nscheduler = "easy"\npredictor = "requested"\n' \
+           'correction = "requested"\n' \
+           '[[baselines]]\nlabel = "{plus}"\nscheduler = "easy-sjbf"\npredictor = "ave2"\n' \
+           'correction = "incremental"\n'
+    first, second = tmp_path / "first.toml", tmp_path / "second.toml"
+    first.write_text('name = "first"\n' + body.format(log=sample, easy="EASY", plus="EASY++"))
+    second.write_text('name = "second"\n' + body.format(log=sample, easy="plain", plus="EASY++"))
+    db = f"sqlite:///{tmp_path / 'shared.sqlite'}"
+    runner = CliRunner()
+    assert runner.invoke(main, ["campaign", str(first), "--db", db, "-j", "1"]).exit_code == 0
+    out = tmp_path / "report"
+    result = runner.invoke(main, ["campaign-report", str(second), "--db", db, "--out", str(out),
+                                  "--pair-with", "plain"])
+    assert result.exit_code == 0, result.output
+    assert sorted(pd.read_csv(out / "runs.csv")["label"]) == ["EASY++", "plain"]
+    assert (out / "replicas_vs_plain.csv").is_file()
+    bad = runner.invoke(main, ["campaign-report", str(second), "--db", db, "--out", str(out),
+                               "--pair-with", "EASY"])
+    assert bad.exit_code == 2 and "EASY: not a label of" in bad.output

@@ -282,7 +282,92 @@ def test_killed_before_the_prediction_was_not_our_limit(store: Store) -> None:
     assert outcome.rule is LearnRule.BELOW_PREDICTION and outcome.learned
 
 
+# ---------------------------------------------------------------------- killed at the user's limit
+def censoring_learner() -> LearnedPredictor:
+    return LearnedPredictor(context=FeatureContext(0, "Europe/Stockholm"), censor_at_limit=True)
+
+
+@pytest.mark.parametrize(
+    ("run_s", "current_s", "observed", "expected"),
+    [
+        (3600, 1200, True, LearnRule.TIMEOUT_BOUND),  # model below the limit: learn the bound
+        (3600, 3600, True, LearnRule.TIMEOUT_BOUND_MET),  # model at the limit: no step
+        (3600, None, False, LearnRule.UNSEEN_KILLED),  # nothing to check the bound against
+    ],
+)
+def test_decide_censored_at_the_users_limit(
+    run_s: int, current_s: int | None, observed: bool, expected: LearnRule
+) -> None:
+    rule = decide(run_s=run_s, requested_s=3600, observed=observed, killed_at_lowered_limit=False,
+                  first_prediction_s=100, current_prediction_s=current_s, censored_at_limit=True)
+    assert rule is expected
+    assert rule.trains == (expected is LearnRule.TIMEOUT_BOUND)
+    assert rule.lower_bound == observed
+
+
+def timeout_at_own_limit(
+    service: PredictionService, job_id: int, submit_s: int
+) -> tuple[int, EventOutcome]:
+    """A job of user 7 that SLURM kills at the user's own limit (3600 s): TIMEOUT, 5 s late.
+    Returns the prediction it got and the outcome of its end."""
+    request = job(job_id, submit_s=submit_s)
+    prediction = service.submitted(request, submit_s)
+    service.started(job_id, submit_s)
+    return prediction, service.ended(job_id, 3600 + 5, submit_s + 3605, "TIMEOUT")
+
+
+def test_a_timeout_at_the_users_limit_is_a_true_runtime_without_censoring(store: Store) -> None:
+    service = PredictionService(store, stockholm_learner)
+    _, outcome = timeout_at_own_limit(service, 1, T0)
+    assert outcome.rule is LearnRule.TRUE_RUNTIME and outcome.learned
+
+
+def test_a_timeout_at_the_users_limit_is_a_lower_bound_with_censoring(store: Store) -> None:
+    service = PredictionService(store, censoring_learner)
+    train(service, 8)  # about 600 s predicted for user 7: below the 3600-s bound
+    steps = model_steps(service)
+    prediction, outcome = timeout_at_own_limit(service, 1, T0 + 8000)
+    assert prediction < 3600
+    assert outcome.rule is LearnRule.TIMEOUT_BOUND and outcome.learned
+    assert model_steps(service) == steps + 1
+    with store.session() as session:
+        row = session.get(JobRow, 1)
+        assert row is not None and row.learn_rule == "timeout_bound"
+    # The same event replayed from the log after a restart gives the same model, bit for bit.
+    restarted = PredictionService(store, censoring_learner)
+    assert_same_state(restarted.state_dict(), service.state_dict())
+
+
+def test_a_timeout_the_model_already_predicts_is_not_trained_on(store: Store) -> None:
+    service = PredictionService(store, censoring_learner)
+    # Jobs that all run to their limit: the model learns to predict the limit.
+    for k in range(30):
+        timeout_at_own_limit(service, 100 + k, T0 + 4000 * k)
+    request = job(1, submit_s=T0 + 120_000)
+    assert service.submitted(request, request.submit_s) == 3600
+    steps = model_steps(service)
+    service.started(1, request.submit_s)
+    outcome = service.ended(1, 3600, request.submit_s + 3600, "TIMEOUT")
+    assert outcome.rule is LearnRule.TIMEOUT_BOUND_MET and not outcome.learned
+    assert model_steps(service) == steps
+    assert 1 not in service.state_dict()["pending/job_id"].tolist()
+
+
 # ---------------------------------------------------------------------- corrections
+def test_a_limit_may_return_to_a_value_it_had_and_each_change_is_logged(store: Store) -> None:
+    """The starvation guard gives a pending job its request, then its lowered limit again, and may
+    do so twice: every change is an event of its own; a resend of the last one is not."""
+    service = PredictionService(store)
+    service.submitted(job(1), T0, limit_s=600)
+    for at, limit in enumerate([3600, 600, 3600], start=1):
+        assert service.limit_changed(1, limit, T0 + at).applied, (at, limit)
+    assert not service.limit_changed(1, 3600, T0 + 9).applied  # resent: the job has it already
+    with store.session() as session:
+        changes = [(c.old_limit_s, c.new_limit_s) for c in session.scalars(select(CorrectionRow).order_by(CorrectionRow.id))]
+        assert session.get(JobRow, 1).limit_s == 3600
+    assert changes == [(600, 3600), (3600, 600), (600, 3600)]
+
+
 def test_limit_changes_are_recorded_once(store: Store) -> None:
     service = PredictionService(store)
     service.submitted(job(1), T0)
@@ -290,8 +375,6 @@ def test_limit_changes_are_recorded_once(store: Store) -> None:
     assert service.limit_changed(1, 1200, T0 + 500).applied
     same = service.limit_changed(1, 1200, T0 + 501)
     assert not same.applied and "already has limit" in same.note
-    again = service.limit_changed(1, 600, T0 + 502)  # a resent old correction
-    assert not again.applied and "already logged" in again.note
     with store.session() as session:
         corrections = [
             (c.old_limit_s, c.new_limit_s, c.changed_at_s)
@@ -456,9 +539,10 @@ def test_the_sample_stream_exercises_every_path(uninterrupted: Run) -> None:
     outcomes = [r for r in uninterrupted.results if isinstance(r, EventOutcome)]
     assert all(outcome.applied for outcome in outcomes)
     rules = Counter(outcome.rule for outcome in outcomes if outcome.rule is not None)
-    # Every rule but bound_met (tested on its own above) occurs, forget_pending included
-    # (never_ran jobs the learner had predicted).
-    for rule in set(LearnRule) - {LearnRule.BOUND_MET}:
+    # Every rule but bound_met and the censoring learner's two (tested on their own above)
+    # occurs, forget_pending included (never_ran jobs the learner had predicted).
+    for rule in set(LearnRule) - {LearnRule.BOUND_MET, LearnRule.TIMEOUT_BOUND,
+                                  LearnRule.TIMEOUT_BOUND_MET}:
         assert rules[rule] > 0, rule
     assert int(uninterrupted.state["nag/t"]) > 500
 

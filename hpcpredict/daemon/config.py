@@ -23,6 +23,9 @@
     l2 = 4e9
     negative = "abs"
     loss_unit_s = 3600.0
+    censor_at_limit = false       # learn TIMEOUT jobs as lower bounds (docs/method.md §4)
+    feature_scaling = "raw"       # "robust": log break time, no extrapolation (§2)
+    per_user_experts = false      # per user: the model, AVE2 or the request, by recent loss (§6)
 
 The learner section matters beyond start-up: a checkpoint records the hyperparameters it was made
 with and a daemon started with others refuses it (`LearnedPredictor.load_state_dict`), rather
@@ -43,10 +46,13 @@ from hpcpredict.daemon.readiness import DEFAULT_MIN_TRAINED_JOBS
 from hpcpredict.features import FeatureContext
 from hpcpredict.sim.schedulers import DEFAULT_STARVATION_GUARD_S, parse_starvation_guard
 from hpcpredict.learn.predictor import (
+    DEFAULT_CENSOR_AT_LIMIT,
     DEFAULT_ETA,
+    DEFAULT_FEATURE_SCALING,
     DEFAULT_L2,
     DEFAULT_LOSS_UNIT_S,
     DEFAULT_NEGATIVE,
+    DEFAULT_PER_USER_EXPERTS,
     LearnedPredictor,
 )
 
@@ -64,6 +70,9 @@ class LearnerConfig:
     l2: float = DEFAULT_L2
     negative: str = DEFAULT_NEGATIVE
     loss_unit_s: float = DEFAULT_LOSS_UNIT_S
+    censor_at_limit: bool = DEFAULT_CENSOR_AT_LIMIT
+    feature_scaling: str = DEFAULT_FEATURE_SCALING
+    per_user_experts: bool = DEFAULT_PER_USER_EXPERTS
 
     def build(self, time_zone: str | None) -> LearnedPredictor:
         """An untrained learner whose clock is Unix seconds read in the site's time zone."""
@@ -74,6 +83,9 @@ class LearnerConfig:
             negative=self.negative,  # type: ignore[arg-type]
             loss_unit_s=self.loss_unit_s,
             context=FeatureContext(0, time_zone),
+            censor_at_limit=self.censor_at_limit,
+            feature_scaling=self.feature_scaling,  # type: ignore[arg-type]
+            per_user_experts=self.per_user_experts,
         )
 
 

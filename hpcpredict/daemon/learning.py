@@ -39,6 +39,17 @@ The issue's draft said "not trained on, unless run_s < the prediction"; rules 4-
 made precise: below the prediction given at submission the runtime is true (4); above it, the
 bound is used only in the direction it is informative (5, 6).
 
+7. ``timeout_bound`` / ``timeout_bound_met`` — only with the learner's ``censor_at_limit``: a job
+   killed at the *user's own* limit (SLURM's TIMEOUT, or a runtime that reached the request) is
+   censored the same way: its runtime is at least the limit. Learned as a lower bound when the
+   model predicts less (7a), not trained when it already predicts the limit (7b). Unseen, it is
+   ``unseen_killed``. Without ``censor_at_limit`` such a job is a ``true_runtime`` (the
+   simulator's default does the same with a log).
+
+Rules 5-7 are one method of the learner, `LearnedPredictor.learn_lower_bound` (the under-prediction
+branch of the loss alone, no step when the bound is met), the same the simulator calls with
+``censor_at_limit``: one learner, two drivers.
+
 As the simulator's cleaning does (docs/method.md §10, rule 7), a runtime above the request (SLURM's
 ``OverTimeLimit`` grace) is learned as the request; the store keeps the reported value.
 """
@@ -65,6 +76,13 @@ class LearnRule(StrEnum):
     BELOW_PREDICTION = "below_prediction"
     LOWER_BOUND = "lower_bound"
     BOUND_MET = "bound_met"
+    TIMEOUT_BOUND = "timeout_bound"
+    TIMEOUT_BOUND_MET = "timeout_bound_met"
+
+    @property
+    def lower_bound(self) -> bool:
+        """True when the runtime is only a lower bound (rules 5-7): `learn_lower_bound` applies."""
+        return self in _BOUND_RULES
 
     @property
     def trains(self) -> bool:
@@ -73,8 +91,20 @@ class LearnRule(StrEnum):
 
 
 _TRAINING_RULES = frozenset(
-    {LearnRule.UNSEEN, LearnRule.TRUE_RUNTIME, LearnRule.BELOW_PREDICTION, LearnRule.LOWER_BOUND}
+    {LearnRule.UNSEEN, LearnRule.TRUE_RUNTIME, LearnRule.BELOW_PREDICTION, LearnRule.LOWER_BOUND,
+     LearnRule.TIMEOUT_BOUND}
 )
+_BOUND_RULES = frozenset(
+    {LearnRule.LOWER_BOUND, LearnRule.BOUND_MET, LearnRule.TIMEOUT_BOUND,
+     LearnRule.TIMEOUT_BOUND_MET}
+)
+TIMEOUT_STATE = "TIMEOUT"  # SLURM's state of a job killed at its time limit
+
+
+def killed_at_limit(final_state: str, run_s: int, requested_s: int) -> bool:
+    """Did the job end killed at its own limit? SLURM says TIMEOUT; a log only shows a runtime
+    that reached the request (what the simulator's learner reads, docs/method.md §1)."""
+    return final_state.upper() == TIMEOUT_STATE or run_s >= requested_s
 
 
 def decide(
@@ -85,18 +115,27 @@ def decide(
     killed_at_lowered_limit: bool,
     first_prediction_s: int | None,
     current_prediction_s: int | None,
+    censored_at_limit: bool = False,
 ) -> LearnRule:
     """The rule of the module doc for one ended job (pure: the tests call it directly).
 
     `current_prediction_s` is what the model predicts now from the job's submission features;
-    it is read only for a job observed and killed at a lowered limit.
+    it is read only for a job observed and killed at a lowered limit, or censored at its own
+    limit (`censored_at_limit`: killed there, and the learner censors such jobs).
     """
     if run_s <= 0:
         return LearnRule.NEVER_RAN
     if not observed:
-        return LearnRule.UNSEEN_KILLED if killed_at_lowered_limit else LearnRule.UNSEEN
+        killed = killed_at_lowered_limit or censored_at_limit
+        return LearnRule.UNSEEN_KILLED if killed else LearnRule.UNSEEN
     if not killed_at_lowered_limit:
-        return LearnRule.TRUE_RUNTIME
+        if not censored_at_limit:
+            return LearnRule.TRUE_RUNTIME
+        if current_prediction_s is None:
+            raise ValueError("a censored job needs the model's current prediction")
+        if current_prediction_s < min(run_s, requested_s):
+            return LearnRule.TIMEOUT_BOUND
+        return LearnRule.TIMEOUT_BOUND_MET
     if first_prediction_s is not None and run_s < first_prediction_s:
         return LearnRule.BELOW_PREDICTION
     if current_prediction_s is None:
@@ -139,10 +178,14 @@ def _apply_end(
     end_s: int = payload["end_s"]
     observed: bool = payload["observed"]
     killed: bool = payload["killed_at_lowered_limit"]
+    censored = predictor.censor_at_limit and killed_at_limit(
+        payload["final_state"], run_s, request.requested_s
+    )
     current = None
-    if observed and killed and run_s > 0:
-        # Read-only for a job the learner holds: its features as submitted, today's weights.
-        current = predictor.predict(request, end_s)
+    if observed and (killed or censored) and run_s > 0:
+        # Read-only for a job the learner holds: its features as submitted, today's weights;
+        # the model's own answer (not a per-user expert's), the one learn_lower_bound checks.
+        current = predictor.model_prediction_s(request, end_s)
     rule = decide(
         run_s=run_s,
         requested_s=request.requested_s,
@@ -150,15 +193,21 @@ def _apply_end(
         killed_at_lowered_limit=killed,
         first_prediction_s=payload["first_prediction_s"],
         current_prediction_s=current,
+        censored_at_limit=censored,
     )
     learned_run_s = min(run_s, request.requested_s)  # docs/method.md §10, cleaning rule 7
-    if rule.trains:
-        predictor.job_ended(request, learned_run_s, end_s)
+    if rule.lower_bound:
+        # The learner compares the same prediction with the same bound: it steps exactly for
+        # LOWER_BOUND and TIMEOUT_BOUND, and enters the job in the user's history either way.
+        stepped = predictor.learn_lower_bound(request, learned_run_s, end_s)
+        return Applied(rule=rule, learned=stepped)
+    if rule.trains:  # a true runtime: the rule above has already judged any kill
+        predictor.job_ended(request, learned_run_s, end_s, killed_at_limit=False)
         learned = rule is not LearnRule.UNSEEN or predictor.learn_unseen
         return Applied(rule=rule, learned=learned)
     if rule is LearnRule.NEVER_RAN:
         _leave_running_set(predictor, request)
-    else:  # BOUND_MET, UNSEEN_KILLED: into the history, no step
+    else:  # UNSEEN_KILLED: into the history, no step
         predictor.features.job_ended(request, learned_run_s, end_s)
     if observed:
         forget_pending(predictor, request.job_id)

@@ -200,7 +200,8 @@ class PredictionService:
         if self._newest_end_key != key:
             self._newest_end_s = newest_learned_end_s(self._predictor.features)
             self._newest_end_key = key
-        return age_at(self._newest_end_s, now_s)
+        return age_at(self._newest_end_s, now_s,
+                      extrapolates=self._predictor.feature_scaling == "raw")
 
     def readiness(self, now_s: float) -> Readiness:
         """Whether predictions may be acted on now (readiness.py); a change is logged once."""
@@ -492,6 +493,11 @@ class PredictionService:
                     "old_limit_s": old_limit_s,
                     "new_limit_s": new_limit_s,
                     "now_s": now_s,
+                    # which change of this job's limit: the starvation guard may set a pending
+                    # job's limit back to a value it had (events.idempotency_key)
+                    "change": session.scalar(
+                        select(func.count()).select_from(CorrectionRow).where(CorrectionRow.job_id == job_id)
+                    ),
                 }
                 seq, _ = self._ingest(session, EventKind.LIMIT_CHANGED, job_id, payload, now_s)
                 session.add(
@@ -690,7 +696,9 @@ class PredictionService:
             payload_json=dump_payload(payload),
             occurred_at_s=occurred_at_s,
             recorded_at_s=now_wall_s(),
-            idempotency_key=idempotency_key(kind, job_id, payload.get("new_limit_s")),
+            idempotency_key=idempotency_key(
+                kind, job_id, payload.get("new_limit_s"), payload.get("change", 0)
+            ),
         )
         session.add(row)
         try:

@@ -24,6 +24,28 @@ aggressively, then corrected; |f| keeps the size of the model's answer, and sche
 two of the three logs. Then
 `clip_prediction` truncates to whole seconds (as the reference's int()) and caps at the request.
 
+Censoring (``censor_at_limit``, off by default; docs/method.md §4). A job killed at its time
+limit did not show its runtime, only that it is at least the limit. `learn_lower_bound` learns
+such a job with the under-prediction branch of the loss alone: if the model already predicts the
+bound or more, it takes no step at all (an over-prediction of a censored job is no error), else
+one NAG step towards the bound, on the branch that can only raise f. The daemon uses the same
+method for jobs killed at a limit it lowered (`hpcpredict.daemon.learning`); with
+``censor_at_limit`` every job whose runtime reached its request (an SWF log's only sign of a
+kill; SLURM's TIMEOUT live) goes the same way.
+
+Robust features (``feature_scaling="robust"``, docs/method.md §2). The break time (feature 16,
+seconds since the user's last job ended) is unbounded, and the polynomial squares it: a user back
+after months is a point far outside everything learned, and f, extrapolated, hits the cap (the
+user's own request). "robust" feeds the model log(1 + break) instead, and predicts with every
+coordinate of Phi clamped to the largest magnitude NAG has learned from (its s_i), so no
+prediction extrapolates beyond the range seen. Learning still sees the unclamped Phi (NAG widens
+its scales as usual).
+
+Per-user expert choice (``per_user_experts``, off by default; docs/method.md §6). The published
+prediction is, per user, the learned model's, AVE2's or the request, whichever has had the lowest
+recent loss on that user's jobs (`hpcpredict.learn.experts`). The model itself learns exactly as
+without the option; `model_prediction_s` gives its own answer (what censoring compares with).
+
 Defaults (`DEFAULT_*`, chosen on all three archive logs together, docs/results.md): the
 reference's eta = 5000 and lambda = 4e9, |f| for negative f, and the loss measured in hours
 (``loss_unit_s=3600``, see `hpcpredict.learn.losses`): with the E-Loss in seconds the squared
@@ -50,14 +72,23 @@ and the NAG step (about fifteen numpy calls on 231 floats, no allocation): about
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 from collections.abc import Callable
 from typing import Any, Literal
 
 import numpy as np
 
-from hpcpredict.features import N_FEATURES, FeatureContext, FeatureState
+from hpcpredict.features import (
+    AVE2_S,
+    BREAK_TIME_S,
+    N_FEATURES,
+    SECOND_LAST_RUN_S,
+    FeatureContext,
+    FeatureState,
+)
 from hpcpredict.jobs import JobRequest
+from hpcpredict.learn.experts import AVE2, EXPERTS, LEARNED, ExpertScores
 from hpcpredict.learn.losses import AsymmetricLoss, parse_loss
 from hpcpredict.learn.nag import (
     ETA_REFERENCE,
@@ -71,11 +102,16 @@ from hpcpredict.learn.polynomial import QuadraticExpansion
 from hpcpredict.predictors import clip_prediction
 
 NegativeRule = Literal["clip", "abs"]
+FeatureScaling = Literal["raw", "robust"]
+FEATURE_SCALINGS: tuple[str, ...] = ("raw", "robust")
 
 DEFAULT_ETA = ETA_REFERENCE
 DEFAULT_L2 = L2_REFERENCE
 DEFAULT_NEGATIVE: NegativeRule = "abs"
 DEFAULT_LOSS_UNIT_S = 3600.0
+DEFAULT_CENSOR_AT_LIMIT = False  # docs/results.md, "Censoring": measured, kept an option
+DEFAULT_FEATURE_SCALING: FeatureScaling = "raw"  # docs/results.md, "Cold start": idem
+DEFAULT_PER_USER_EXPERTS = False  # docs/results.md, "Per-user expert choice": idem
 _STATE_VERSION = 1
 
 
@@ -101,9 +137,18 @@ class LearnedPredictor:
         loss_unit_s: float = DEFAULT_LOSS_UNIT_S,
         context: FeatureContext | None = None,
         learn_unseen: bool = True,
+        censor_at_limit: bool = DEFAULT_CENSOR_AT_LIMIT,
+        feature_scaling: FeatureScaling = DEFAULT_FEATURE_SCALING,
+        per_user_experts: bool = DEFAULT_PER_USER_EXPERTS,
     ) -> None:
         if negative not in ("clip", "abs"):
             raise ValueError(f"negative must be 'clip' or 'abs', got {negative!r}")
+        if not isinstance(censor_at_limit, (bool, np.bool_)):
+            raise ValueError(f"censor_at_limit must be true or false, got {censor_at_limit!r}")
+        if not isinstance(per_user_experts, (bool, np.bool_)):
+            raise ValueError(f"per_user_experts must be true or false, got {per_user_experts!r}")
+        if feature_scaling not in FEATURE_SCALINGS:
+            raise ValueError(f"feature scaling must be 'raw' or 'robust', got {feature_scaling!r}")
         self.loss = loss
         self.eta = eta
         self.l2 = l2
@@ -111,6 +156,9 @@ class LearnedPredictor:
         self.loss_unit_s = loss_unit_s
         self.context = context
         self.learn_unseen = learn_unseen
+        self.censor_at_limit = bool(censor_at_limit)
+        self.feature_scaling = feature_scaling
+        self.per_user_experts = bool(per_user_experts)
 
         base_loss = parse_loss(loss) if isinstance(loss, str) else loss
         self._loss = dataclasses.replace(base_loss, unit_s=float(loss_unit_s))
@@ -121,7 +169,16 @@ class LearnedPredictor:
         # Phi(x_j) as submitted, for each job predicted (or observed) and not yet ended.
         self._pending_phi: dict[int, np.ndarray] = {}
         self._x = np.empty(N_FEATURES)
-        self.name = f"learned({self._loss.name},eta={eta:g},l2={l2:g},unit={loss_unit_s:g}s)"
+        self._robust = feature_scaling == "robust"
+        self._clamped = np.empty(self._expansion.n_terms)
+        self.experts = ExpertScores() if self.per_user_experts else None
+        # With experts: the learned model's prediction as given at submission, to score it.
+        self._pending_learned_s: dict[int, int] = {}
+        extras = (",censored" if self.censor_at_limit else "") + (",robust" if self._robust else "")
+        extras += ",experts" if self.per_user_experts else ""
+        self.name = (
+            f"learned({self._loss.name},eta={eta:g},l2={l2:g},unit={loss_unit_s:g}s{extras})"
+        )
 
     # ------------------------------------------------------------------ the protocol
     def predict(self, request: JobRequest, now_s: int) -> int:
@@ -133,22 +190,103 @@ class LearnedPredictor:
         phi = self._pending_phi.get(request.job_id)
         if phi is None:
             phi = self._observe(request, now_s)
-        return self._to_seconds(float(self.nag.state.w.dot(phi)), request.requested_s)
+        learned_s = self._to_seconds(self._score(phi), request.requested_s)
+        if self.experts is None:
+            return learned_s
+        self._pending_learned_s.setdefault(request.job_id, learned_s)
+        return self._expert_answer(request, phi, learned_s)
 
     def job_started(self, request: JobRequest, now_s: int) -> None:
         self.features.job_started(request, now_s)
 
-    def job_ended(self, request: JobRequest, run_s: int, end_s: int) -> None:
-        """Learn from (x_j as submitted, run_s), then add the job to its user's history."""
+    def job_ended(
+        self, request: JobRequest, run_s: int, end_s: int, *, killed_at_limit: bool | None = None
+    ) -> None:
+        """Learn from (x_j as submitted, run_s), then add the job to its user's history.
+
+        With ``censor_at_limit``, a job killed at its limit is learned as a lower bound
+        (`learn_lower_bound`). `killed_at_limit` is the scheduler's word (SLURM: TIMEOUT); None
+        infers it from the runtime reaching the request, all an SWF log can say. With
+        ``per_user_experts`` the three experts are scored on the job first.
+        """
+        if self.censor_at_limit:
+            killed = run_s >= request.requested_s if killed_at_limit is None else killed_at_limit
+            if killed:
+                self.learn_lower_bound(request, run_s, end_s)
+                return
+        self._judge_experts(request, min(run_s, request.requested_s), censored=False)
         phi = self._pending_phi.pop(request.job_id, None)
         if phi is None and self.learn_unseen:
-            phi = self._expansion.expand(self.features.late_submission(request, end_s, self._x))
+            phi = self._expansion.expand(self._scaled(
+                self.features.late_submission(request, end_s, self._x)))
         if phi is not None:
             gradient = self._loss.gradient
             run = float(run_s)
             procs = float(request.procs)
             self.nag.step(phi, lambda f: gradient(f, run, procs))
         self.features.job_ended(request, run_s, end_s)
+
+    def learn_lower_bound(self, request: JobRequest, run_s: int, end_s: int) -> bool:
+        """Learn that the job's runtime is at least min(run_s, request): a censored observation.
+
+        Only the under-prediction branch of the loss is used. If the prediction the model gives
+        now from the job's submission features already reaches the bound, nothing is learned
+        (the model's state is untouched: no step, no l2 shrinkage, no scale update); else one
+        NAG step on the loss of (Phi, bound) whose over branch is cut off, so the loss can only
+        pull f up. Either way the job enters its user's history with the time it ran. True when
+        a step was taken. A job whose submission was not observed has nothing to check the bound
+        against: history only, False.
+        """
+        bound_s = min(run_s, request.requested_s)
+        self._judge_experts(request, bound_s, censored=True)
+        phi = self._pending_phi.pop(request.job_id, None)
+        stepped = False
+        if phi is not None and self._to_seconds(self._score(phi), request.requested_s) < bound_s:
+            gradient = self._loss.gradient
+            bound = float(bound_s)
+            procs = float(request.procs)
+            self.nag.step(phi, lambda f: gradient(f, bound, procs) if f < bound else 0.0)
+            stepped = True
+        self.features.job_ended(request, bound_s, end_s)
+        return stepped
+
+    # ------------------------------------------------------------------ per-user experts
+    def _ave2_s(self, request: JobRequest, phi: np.ndarray) -> int:
+        """AVE2 as `Ave2Predictor` answers it, read from the job's features: the request until
+        two jobs have ended (a second-last runtime is >= 1 s once there is one), else the mean
+        of the last two, rounded down, never above the request."""
+        if phi[1 + SECOND_LAST_RUN_S] <= 0.0:
+            return request.requested_s
+        return clip_prediction(phi[1 + AVE2_S] // 1, request.requested_s)
+
+    def _expert_answer(self, request: JobRequest, phi: np.ndarray, learned_s: int) -> int:
+        assert self.experts is not None
+        choice = self.experts.choice(request.user_id)
+        if choice == LEARNED:
+            return learned_s
+        return self._ave2_s(request, phi) if choice == AVE2 else request.requested_s
+
+    def _judge_experts(self, request: JobRequest, run_s: int, *, censored: bool) -> None:
+        """Score the three experts on an ended job (a censored one: under-predictions only)."""
+        if self.experts is None:
+            return
+        learned_s = self._pending_learned_s.pop(request.job_id, None)
+        phi = self._pending_phi.get(request.job_id)
+        if phi is None:  # never observed: nothing the experts answered to judge
+            return
+        if learned_s is None:  # observed without a prediction: the model's answer now
+            learned_s = self._to_seconds(self._score(phi), request.requested_s)
+        answers = (learned_s, self._ave2_s(request, phi), request.requested_s)
+        run, procs = float(run_s), float(request.procs)
+        value = self._loss.value
+        self.experts.update(request.user_id, [
+            0.0 if censored and answer >= run_s else value(float(answer), run, procs)
+            for answer in answers
+        ])
+
+    def expert_of(self, user_id: int) -> str:
+        """Which expert answers this user's next job ("learned" without the option)."""
+        return "learned" if self.experts is None else EXPERTS[self.experts.choice(user_id)]
 
     # ------------------------------------------------------------------ beyond the protocol
     def observe_submission(self, request: JobRequest, now_s: int) -> None:
@@ -163,7 +301,17 @@ class LearnedPredictor:
         limit we lowered); True if there was something to forget. Its user history is left to
         the caller (`features.job_ended` adds a completed job).
         """
+        self._pending_learned_s.pop(job_id, None)
         return self._pending_phi.pop(job_id, None) is not None
+
+    def model_prediction_s(self, request: JobRequest, now_s: int) -> int:
+        """`predict` without the per-user experts: the learned model's own answer (for a job
+        already predicted or observed, from its submission features and today's weights). With
+        experts `predict` may publish AVE2 or the request instead; censoring judges the model."""
+        phi = self._pending_phi.get(request.job_id)
+        if phi is None:
+            phi = self._observe(request, now_s)
+        return self._to_seconds(self._score(phi), request.requested_s)
 
     def peek(self, request: JobRequest, now_s: int) -> int:
         """What `predict` would answer, without recording anything.
@@ -174,8 +322,13 @@ class LearnedPredictor:
         """
         phi = self._pending_phi.get(request.job_id)
         if phi is None:
-            phi = self._expansion.expand(self.features.compute(request, now_s, self._x))
-        return self._to_seconds(float(self.nag.state.w.dot(phi)), request.requested_s)
+            x = self._scaled(self.features.compute(request, now_s, self._x))
+            phi = self._expansion.expand(x)
+        learned_s = self._to_seconds(self._score(phi), request.requested_s)
+        if self.experts is None:
+            return learned_s
+        given_s = self._pending_learned_s.get(request.job_id, learned_s)
+        return self._expert_answer(request, phi, given_s)
 
     def savepoint(self, user_id: int, job_id: int) -> Callable[[], None]:
         """A function that puts back everything one event of job `job_id` (of user `user_id`) can
@@ -206,13 +359,28 @@ class LearnedPredictor:
         return restore
 
     def raw_prediction(self, request: JobRequest) -> float:
-        """f = w . Phi(x_j) before clipping, for a job already predicted or observed."""
-        return float(np.dot(self.nag.state.w, self._pending_phi[request.job_id]))
+        """f = w . Phi(x_j) before the negative rule and clipping, for a job already predicted or
+        observed (with robust features, Phi clamped as for a prediction)."""
+        return self._score(self._pending_phi[request.job_id])
 
     def _observe(self, request: JobRequest, now_s: int) -> np.ndarray:
-        x = self.features.job_submitted(request, now_s, self._x)
+        x = self._scaled(self.features.job_submitted(request, now_s, self._x))
         phi = self._pending_phi[request.job_id] = self._expansion.expand(x)
         return phi
+
+    def _scaled(self, x: np.ndarray) -> np.ndarray:
+        """x as the model sees it: with robust features the break time is log(1 + seconds)."""
+        if self._robust:
+            x[BREAK_TIME_S] = math.log1p(max(x[BREAK_TIME_S], 0.0))
+        return x
+
+    def _score(self, phi: np.ndarray) -> float:
+        """f = w . Phi; with robust features, Phi clamped to the magnitudes NAG learned from."""
+        w = self.nag.state.w
+        if self._robust:
+            s = self.nag.state.s
+            return float(w.dot(np.clip(phi, -s, s, out=self._clamped)))
+        return float(w.dot(phi))
 
     def _to_seconds(self, f: float, requested_s: int) -> int:
         if f < 0.0:
@@ -231,6 +399,9 @@ class LearnedPredictor:
             "loss_unit_s": self.loss_unit_s,
             "context": self.context,
             "learn_unseen": self.learn_unseen,
+            "censor_at_limit": self.censor_at_limit,
+            "feature_scaling": self.feature_scaling,
+            "per_user_experts": self.per_user_experts,
         }
 
     def clone(self) -> LearnedPredictor:
@@ -253,6 +424,9 @@ class LearnedPredictor:
             "hyper/negative": np.array(self.negative),
             "hyper/loss_unit_s": np.array(float(self.loss_unit_s), dtype=np.float64),
             "hyper/learn_unseen": np.array(self.learn_unseen),
+            "hyper/censor_at_limit": np.array(self.censor_at_limit),
+            "hyper/feature_scaling": np.array(self.feature_scaling),
+            "hyper/per_user_experts": np.array(self.per_user_experts),
         }
         for key, value in self.nag.state.to_state().items():
             state[f"nag/{key}"] = value
@@ -267,6 +441,11 @@ class LearnedPredictor:
             if job_ids
             else np.empty((0, self._expansion.n_terms))
         )
+        if self.experts is not None:
+            state["pending/learned_s"] = np.array(
+                [self._pending_learned_s.get(j, -1) for j in job_ids], dtype=np.int64)
+            for key, value in self.experts.to_state().items():
+                state[f"experts/{key}"] = value
         return state
 
     def load_state_dict(self, state: dict[str, np.ndarray]) -> None:
@@ -285,6 +464,10 @@ class LearnedPredictor:
             "loss_unit_s": float(state["hyper/loss_unit_s"]),
             "learn_unseen": bool(state["hyper/learn_unseen"]),
             "context": saved_context,
+            # absent from checkpoints made before these options existed: their defaults then
+            "censor_at_limit": bool(state.get("hyper/censor_at_limit", False)),
+            "feature_scaling": str(state.get("hyper/feature_scaling", "raw")),
+            "per_user_experts": bool(state.get("hyper/per_user_experts", False)),
         }
         mine = {
             "loss": self._loss.name,
@@ -295,6 +478,9 @@ class LearnedPredictor:
             "loss_unit_s": float(self.loss_unit_s),
             "learn_unseen": self.learn_unseen,
             "context": self.features.context,
+            "censor_at_limit": self.censor_at_limit,
+            "feature_scaling": self.feature_scaling,
+            "per_user_experts": self.per_user_experts,
         }
         different = sorted(key for key in mine if mine[key] != saved[key])
         if different:
@@ -307,9 +493,16 @@ class LearnedPredictor:
             {key[9:]: value for key, value in state.items() if key.startswith("features/")}
         )
         phis = np.array(state["pending/phi"], dtype=np.float64)
-        self._pending_phi = {
-            job_id: phis[row].copy() for row, job_id in enumerate(state["pending/job_id"].tolist())
-        }
+        job_ids = state["pending/job_id"].tolist()
+        self._pending_phi = {job_id: phis[row].copy() for row, job_id in enumerate(job_ids)}
+        if self.experts is not None:
+            self._pending_learned_s = {
+                job_id: learned_s
+                for job_id, learned_s in zip(job_ids, state["pending/learned_s"].tolist())
+                if learned_s >= 0
+            }
+            self.experts.load_state({key[8:]: value for key, value in state.items()
+                                     if key.startswith("experts/")})
 
     def save(self, path: str | os.PathLike[str]) -> None:
         """Checkpoint to an .npz file atomically (temporary file, then os.replace)."""
@@ -339,6 +532,9 @@ class LearnedPredictor:
             loss_unit_s=float(state["hyper/loss_unit_s"]),
             context=context,
             learn_unseen=bool(state["hyper/learn_unseen"]),
+            censor_at_limit=bool(state.get("hyper/censor_at_limit", False)),
+            feature_scaling=str(state.get("hyper/feature_scaling", "raw")),  # type: ignore[arg-type]
+            per_user_experts=bool(state.get("hyper/per_user_experts", False)),
         )
         predictor.load_state_dict(state)
         return predictor

@@ -38,6 +38,11 @@ File format (paths relative to the file, or found in the folder given by ``--log
     loss_unit_s = [3600.0]
     negative = ["abs"]
     starvation_guard_s = [86400]      # optional: the starvation guard (seconds); omitted = off
+    censor_at_limit = [false, true]   # optional: learn jobs killed at their limit as lower bounds
+    feature_scaling = ["raw", "robust"]  # optional: robust = log break time, no extrapolation
+    per_user_experts = [false, true]  # optional: per user, the learned model, AVE2 or the request
+    slurm_params = ["bf_interval=10"] # optional, for scheduler "slurm-backfill": slurm.conf
+                                      # settings (SlurmParams.parse); omitted = Slurm's defaults
 """
 
 from __future__ import annotations
@@ -236,9 +241,14 @@ def _learned_grid(path: Path, entry: dict[str, Any]) -> Iterator[tuple[str, RunS
         "loss_unit_s": entry.get("loss_unit_s", [defaults.loss_unit_s]),
         "negative": entry.get("negative", [defaults.negative]),
         "starvation_guard_s": entry.get("starvation_guard_s", [defaults.starvation_guard_s]),
+        "censor_at_limit": entry.get("censor_at_limit", [defaults.censor_at_limit]),
+        "feature_scaling": entry.get("feature_scaling", [defaults.feature_scaling]),
+        "per_user_experts": entry.get("per_user_experts", [defaults.per_user_experts]),
+        "slurm_params": entry.get("slurm_params", [defaults.slurm_params]),
     }
     unknown = set(entry) - {"losses", "corrections", "schedulers", "eta", "lambda",
-                            "loss_unit_s", "negative", "starvation_guard_s"}
+                            "loss_unit_s", "negative", "starvation_guard_s", "censor_at_limit",
+                            "feature_scaling", "per_user_experts", "slurm_params"}
     if unknown:
         raise CampaignError(f"{where}: unknown keys {sorted(unknown)}")
     for key, values in axes.items():
@@ -249,8 +259,9 @@ def _learned_grid(path: Path, entry: dict[str, Any]) -> Iterator[tuple[str, RunS
         spec = _spec(where, predictor="learned", **settings)
         label = (
             f"learned {spec.loss} + {spec.correction} + {spec.scheduler}"
-            f" (eta={spec.eta:g}, lambda={spec.l2:g}, unit={spec.loss_unit_s:g}s, {spec.negative})"
-            f"{spec.guard_label}"
+            f"{f'({spec.slurm_params})' if spec.slurm_params else ''}"
+            f" (eta={spec.eta:g}, lambda={spec.l2:g}, unit={spec.loss_unit_s:g}s, {spec.negative}"
+            f"{spec.learning_label}){spec.guard_label}"
         )
         yield label, spec
 

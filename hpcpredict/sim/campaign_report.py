@@ -16,6 +16,7 @@ many replicas it won, beside the mean p99 and max wait.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -160,8 +161,13 @@ def log_correlations(table: pd.DataFrame) -> pd.DataFrame:
     return table.dropna().corr(method="pearson")
 
 
-def write_report(runs: pd.DataFrame, out_dir: Path, title: str) -> list[Path]:
-    """Markdown, CSV and PNG files of the campaign's report into `out_dir`; returns the paths."""
+def write_report(
+    runs: pd.DataFrame, out_dir: Path, title: str, pair_with: tuple[str, ...] = ()
+) -> list[Path]:
+    """Markdown, CSV and PNG files of the campaign's report into `out_dir`; returns the paths.
+
+    Each label of `pair_with` gets a section of its own pairing every configuration with it, as
+    EASY++ is paired below (e.g. a new option against the current default)."""
     out_dir.mkdir(parents=True, exist_ok=True)
     learned = learned_table(runs)
     baselines = baseline_table(runs)
@@ -250,6 +256,18 @@ def write_report(runs: pd.DataFrame, out_dir: Path, title: str) -> list[Path]:
                   "the replicas, in hours; 'vs EASY++' is the paired relative difference with its "
                   "95% CI (* = the CI excludes 0) and the replicas won.", "",
                   _markdown(summary.reset_index().set_index("log")), ""]
+    for reference in pair_with:
+        every = list(dict.fromkeys([*baselines.index, *learned.index]))
+        paired = replica_summary(runs, every, reference=reference)
+        if paired.empty:
+            continue
+        order = sorted(paired.index, key=lambda key: (logs.index(key[1]), every.index(key[0])))
+        paired = paired.loc[order]
+        slug = re.sub(r"[^a-z0-9]+", "_", reference.lower()).strip("_")
+        save_csv(paired, f"replicas_vs_{slug}.csv")
+        lines += [f"## Means over replicas, paired against {reference}", "",
+                  f"As above, every configuration paired with {reference} on the same replicas.",
+                  "", _markdown(paired.reset_index().set_index("log")), ""]
     if learned.shape[1] >= 2 and not learned.dropna().empty:
         correlation = log_correlations(learned)
         save_csv(correlation, "correlation.csv")

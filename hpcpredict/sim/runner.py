@@ -15,7 +15,11 @@ from dataclasses import asdict, dataclass, field
 from hpcpredict.features import FeatureContext
 from hpcpredict.learn import LearnedPredictor, parse_loss
 from hpcpredict.learn.predictor import (
+    DEFAULT_CENSOR_AT_LIMIT,
     DEFAULT_ETA,
+    DEFAULT_FEATURE_SCALING,
+    DEFAULT_PER_USER_EXPERTS,
+    FEATURE_SCALINGS,
     DEFAULT_L2,
     DEFAULT_LOSS_UNIT_S,
     DEFAULT_NEGATIVE,
@@ -31,11 +35,16 @@ from hpcpredict.sim.corrections import CORRECTIONS
 from hpcpredict.sim.metrics import Metrics, compute_metrics
 from hpcpredict.sim.replica_stats import PairedDifference, mean_ci, paired_difference
 from hpcpredict.sim.schedulers import SCHEDULERS
+from hpcpredict.sim.slurm_backfill import NAME as SLURM_BACKFILL
+from hpcpredict.sim.slurm_backfill import SlurmBackfill, SlurmParams, simulate_slurm
 from hpcpredict.sim.shaking import DEFAULT_SEED, DEFAULT_SHAKE_S, replica
 from hpcpredict.sim.simulation import ProgressCallback, SimulationResult, simulate
 from hpcpredict.workload import Workload
 
 PREDICTORS: tuple[str, ...] = ("requested", "clairvoyant", "ave2", "learned")
+# Every scheduler a user can name: the EASY family (schedulers.py) and the SLURM-like model
+# (slurm_backfill.py), which has its own event loop (periodic passes) and settings.
+SCHEDULER_NAMES: tuple[str, ...] = (*SCHEDULERS, SLURM_BACKFILL)
 
 
 @dataclass(frozen=True)
@@ -52,10 +61,26 @@ class RunSpec:
     negative: NegativeRule = DEFAULT_NEGATIVE
     loss_unit_s: float = DEFAULT_LOSS_UNIT_S
     starvation_guard_s: int | None = None  # None: off (schedulers.Scheduler says what it does)
+    censor_at_limit: bool = DEFAULT_CENSOR_AT_LIMIT  # learn jobs killed at their limit as bounds
+    feature_scaling: str = DEFAULT_FEATURE_SCALING  # "robust": log break time, no extrapolation
+    per_user_experts: bool = DEFAULT_PER_USER_EXPERTS  # per user: learned, AVE2 or the request
+    # slurm-backfill's slurm.conf settings that differ from Slurm 22.05's defaults, in
+    # SlurmParams.parse's syntax ("bf_interval=10,bf_window=2880"); "" for the defaults.
+    slurm_params: str = ""
 
     def __post_init__(self) -> None:
-        if self.scheduler not in SCHEDULERS:
-            raise ValueError(f"unknown scheduler {self.scheduler!r}; one of {', '.join(SCHEDULERS)}")
+        if self.scheduler not in SCHEDULER_NAMES:
+            raise ValueError(
+                f"unknown scheduler {self.scheduler!r}; one of {', '.join(SCHEDULER_NAMES)}"
+            )
+        if self.scheduler == SLURM_BACKFILL:
+            if self.decide_on_correction:
+                raise ValueError(f"{SLURM_BACKFILL} re-plans at its next pass after a correction "
+                                 "(bf_interval); deciding on corrections is an EASY option")
+            # canonical form, so that one configuration has one campaign key however it is spelt
+            object.__setattr__(self, "slurm_params", SlurmParams.parse(self.slurm_params).to_text())
+        elif self.slurm_params:
+            raise ValueError(f"SLURM settings apply to {SLURM_BACKFILL} only, not {self.scheduler}")
         if self.predictor not in PREDICTORS:
             raise ValueError(f"unknown predictor {self.predictor!r}; one of {', '.join(PREDICTORS)}")
         if self.correction not in CORRECTIONS:
@@ -71,12 +96,26 @@ class RunSpec:
             raise ValueError(f"negative must be 'clip' or 'abs', got {self.negative!r}")
         if not self.loss_unit_s > 0:
             raise ValueError(f"the loss unit must be > 0 seconds, got {self.loss_unit_s}")
+        if not isinstance(self.censor_at_limit, bool):
+            raise ValueError(f"censor_at_limit must be true or false, got {self.censor_at_limit!r}")
+        if not isinstance(self.per_user_experts, bool):
+            raise ValueError(f"per_user_experts must be true or false, got {self.per_user_experts!r}")
+        if self.feature_scaling not in FEATURE_SCALINGS:
+            raise ValueError(
+                f"feature scaling must be one of {', '.join(FEATURE_SCALINGS)}, got "
+                f"{self.feature_scaling!r}"
+            )
         if self.starvation_guard_s is not None:
             if isinstance(self.starvation_guard_s, bool) or not isinstance(self.starvation_guard_s, int) \
                     or self.starvation_guard_s < 0:
                 raise ValueError(
                     f"the starvation guard must be a whole number of seconds >= 0, got "
                     f"{self.starvation_guard_s!r}"
+                )
+            if self.scheduler == SLURM_BACKFILL:
+                raise ValueError(
+                    f"the starvation guard is modelled for the EASY schedulers only; {SLURM_BACKFILL} "
+                    "does not model the daemon's live guard yet (docs/slurm-replay.md)"
                 )
             if SCHEDULERS[self.scheduler].backfill_order is None:
                 raise ValueError(f"the starvation guard needs a backfilling scheduler, not {self.scheduler}")
@@ -86,8 +125,22 @@ class RunSpec:
         """Short human name, e.g. ``easy-sjbf + learned(eloss) + incremental``."""
         predictor = self.predictor
         if predictor == "learned":
-            predictor = f"learned({self.loss})"
-        return f"{self.scheduler} + {predictor} + {self.correction}{self.guard_label}"
+            predictor = f"learned({self.loss}){self.learning_label}"
+        scheduler = self.scheduler
+        if self.slurm_params:
+            scheduler = f"{scheduler}({self.slurm_params})"
+        return f"{scheduler} + {predictor} + {self.correction}{self.guard_label}"
+
+    @property
+    def learning_label(self) -> str:
+        """``, censored, robust features`` for the learner's options that are on, else empty."""
+        if self.predictor != "learned":
+            return ""
+        return (
+            (", censored" if self.censor_at_limit else "")
+            + (", robust features" if self.feature_scaling != DEFAULT_FEATURE_SCALING else "")
+            + (", per-user experts" if self.per_user_experts else "")
+        )
 
     @property
     def guard_label(self) -> str:
@@ -100,9 +153,19 @@ class RunSpec:
         settings = asdict(self)
         if self.starvation_guard_s is None:  # off: absent, so older campaign keys stay valid
             settings.pop("starvation_guard_s")
+        if not self.slurm_params:  # defaults or another scheduler: absent, older keys stay valid
+            settings.pop("slurm_params")
+        # The same for the learner's options added later: absent while at their default.
+        if self.censor_at_limit == DEFAULT_CENSOR_AT_LIMIT:
+            settings.pop("censor_at_limit")
+        if self.feature_scaling == DEFAULT_FEATURE_SCALING:
+            settings.pop("feature_scaling")
+        if self.per_user_experts == DEFAULT_PER_USER_EXPERTS:
+            settings.pop("per_user_experts")
         if self.predictor != "learned":  # learning constants mean nothing for the others
-            for key in ("loss", "eta", "l2", "negative", "loss_unit_s"):
-                settings.pop(key)
+            for key in ("loss", "eta", "l2", "negative", "loss_unit_s", "censor_at_limit",
+                        "feature_scaling", "per_user_experts"):
+                settings.pop(key, None)
         return settings
 
 
@@ -126,6 +189,9 @@ def build_predictor(spec: RunSpec, workload: Workload) -> Predictor:
         negative=spec.negative,
         loss_unit_s=spec.loss_unit_s,
         context=feature_context(workload),
+        censor_at_limit=spec.censor_at_limit,
+        feature_scaling=spec.feature_scaling,  # type: ignore[arg-type]
+        per_user_experts=spec.per_user_experts,
     )
 
 
@@ -133,6 +199,18 @@ def run(
     workload: Workload, spec: RunSpec, *, progress: ProgressCallback | None = None
 ) -> SimulationResult:
     """Replay `workload` under `spec`; the result's settings record the spec and the log."""
+    if spec.scheduler == SLURM_BACKFILL:
+        result = simulate_slurm(
+            workload.jobs,
+            workload.machine_procs,
+            SlurmBackfill(SlurmParams.parse(spec.slurm_params)),
+            build_predictor(spec, workload),
+            CORRECTIONS[spec.correction],
+            progress=progress,
+        )
+        result.settings.update(spec.to_dict())
+        result.settings["log"] = workload.path
+        return result
     scheduler = SCHEDULERS[spec.scheduler]
     if spec.starvation_guard_s is not None:
         scheduler = dataclasses.replace(scheduler, starvation_guard_s=spec.starvation_guard_s)
