@@ -31,6 +31,7 @@ from hpcpredict.daemon.handlers import Handlers
 from hpcpredict.daemon.service import PredictionService
 from hpcpredict.daemon.store import Store
 from hpcpredict.jobs import JobRequest
+from hpcpredict.learn import LearnedPredictor
 
 T0 = 1_700_000_000
 INTERNAL = re.compile(rb"ERR internal error id ([0-9a-f]{8}); details in the daemon's log\n")
@@ -144,23 +145,41 @@ def test_a_failing_event_puts_the_learner_back_without_a_rebuild(
     reference.store.close()
 
 
-def test_each_event_kind_is_put_back_exactly(store: Store) -> None:
-    """SUBMIT (a new user), START and LIMIT fail after touching the learner: nothing remains."""
-    service = PredictionService.open(store, checkpoint_every=1000)
-    lifecycle(service, 1)
+LEARNERS = {
+    "default": LearnedPredictor,
+    # every option that keeps state of its own: per-user expert scores, the learned prediction
+    # kept per job, censoring (learn_lower_bound), robust features
+    "censored, robust, experts": lambda: LearnedPredictor(
+        censor_at_limit=True, feature_scaling="robust", per_user_experts=True
+    ),
+}
+
+
+@pytest.mark.parametrize("learner", list(LEARNERS))
+def test_each_event_kind_is_put_back_exactly(store: Store, learner: str) -> None:
+    """SUBMIT (a new user), START, LIMIT and END (true or censored) fail after touching the
+    learner: nothing of them remains."""
+    service = PredictionService.open(store, LEARNERS[learner], checkpoint_every=1000)
+    for job_id in (1, 2, 3):  # user 7 has a history, and expert scores
+        lifecycle(service, job_id)
     before = service.state_dict()
     fail_inside(store, "predictions", "INSERT")  # SUBMIT writes its prediction last
     with pytest.raises(SQLAlchemyError):
-        service.submitted(job(2, user_id=99), T0 + 2000)
+        service.submitted(job(10, user_id=99), T0 + 10_000)
     assert_same_state(service.state_dict(), before)
     heal(store, "predictions")
-    service.submitted(job(2, user_id=99), T0 + 2000)
+    service.submitted(job(10, user_id=99), T0 + 10_000)
+    service.submitted(job(11), T0 + 11_000)
     before = service.state_dict()
     fail_inside(store, "jobs", "UPDATE")
     with pytest.raises(SQLAlchemyError):
-        service.started(2, T0 + 2010)
+        service.started(10, T0 + 10_010)
     with pytest.raises(SQLAlchemyError):
-        service.limit_changed(2, 1200, T0 + 2020)
+        service.limit_changed(10, 1200, T0 + 10_020)
+    with pytest.raises(SQLAlchemyError):
+        service.ended(11, 600, T0 + 11_600, "COMPLETED")
+    with pytest.raises(SQLAlchemyError):
+        service.ended(11, 3600, T0 + 14_600, "TIMEOUT")
     assert_same_state(service.state_dict(), before)
     assert service.rebuilds == 0
 

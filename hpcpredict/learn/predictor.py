@@ -332,29 +332,31 @@ class LearnedPredictor:
 
     def savepoint(self, user_id: int, job_id: int) -> Callable[[], None]:
         """A function that puts back everything one event of job `job_id` (of user `user_id`) can
-        change: NAG's state, that user's history and the job's pending features.
+        change: NAG's state, that user's history and expert scores, and the job's pending
+        features and learned prediction.
 
-        `predict`, `job_started`, `job_ended`, `discard` and `observe_submission` for one job
-        touch nothing else (the feature clock's cache is a pure function of time). The daemon
-        takes one before applying an event and calls it when the event's transaction fails, so
-        that the learner equals "checkpoint + logged events" again without a replay.
+        `predict`, `job_started`, `job_ended`, `learn_lower_bound`, `discard` and
+        `observe_submission` for one job touch nothing else (the feature clock's cache is a pure
+        function of time, `_x` and `_clamped` are scratch). The daemon takes one before applying
+        an event and calls it when the event's transaction fails, so that the learner equals
+        "checkpoint + logged events" again without a replay.
         """
         nag = self.nag.state
         saved_nag = NagState(nag.w.copy(), nag.s.copy(), nag.g_sum.copy(), nag.n_sum, nag.t)
         user = self.features.users.get(user_id)
         saved_user = None if user is None else user.copy()
         saved_phi = self._pending_phi.get(job_id)  # never written in place: kept by reference
+        saved_learned_s = self._pending_learned_s.get(job_id)
+        scores = None if self.experts is None else self.experts.users.get(user_id)
+        saved_scores = None if scores is None else scores.copy()  # updated in place
 
         def restore() -> None:
             self.nag.state = saved_nag
-            if saved_user is None:
-                self.features.users.pop(user_id, None)
-            else:
-                self.features.users[user_id] = saved_user
-            if saved_phi is None:
-                self._pending_phi.pop(job_id, None)
-            else:
-                self._pending_phi[job_id] = saved_phi
+            _put_back(self.features.users, user_id, saved_user)
+            _put_back(self._pending_phi, job_id, saved_phi)
+            _put_back(self._pending_learned_s, job_id, saved_learned_s)
+            if self.experts is not None:
+                _put_back(self.experts.users, user_id, saved_scores)
 
         return restore
 
@@ -538,3 +540,11 @@ class LearnedPredictor:
         )
         predictor.load_state_dict(state)
         return predictor
+
+
+def _put_back(mapping: dict[Any, Any], key: Any, saved: Any) -> None:
+    """`mapping[key]` as saved (None: it had no entry)."""
+    if saved is None:
+        mapping.pop(key, None)
+    else:
+        mapping[key] = saved
