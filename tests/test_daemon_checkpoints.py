@@ -58,10 +58,10 @@ def damage(store: Store, seq: int, change: Callable[[bytes], bytes]) -> None:
         row.state_npz = change(row.state_npz)
 
 
-def without(name: str) -> Callable[[bytes], bytes]:
+def without(*names: str) -> Callable[[bytes], bytes]:
     def change(blob: bytes) -> bytes:
         with np.load(io.BytesIO(blob)) as data:
-            state = {key: data[key] for key in data.files if key != name}
+            state = {key: data[key] for key in data.files if key not in names}
         return state_to_npz(state)
     return change
 
@@ -214,3 +214,26 @@ def test_serve_starts_and_says_what_it_found_when_the_trained_model_is_damaged(
     assert "the history `hpcpredict train` taught this model (4,997 jobs) is not in it" in text
     assert "hpcpredict train --replace" in text
     assert "Aborted!" not in text and "Traceback" not in text and "pickled" not in text
+
+
+def test_a_checkpoint_from_before_the_learner_options_is_still_used(
+    store: Store, uninterrupted: dict[str, np.ndarray], caplog: pytest.LogCaptureFixture
+) -> None:
+    """Checkpoints written before censor_at_limit, feature_scaling and per_user_experts existed
+    lack those arrays; the learner reads them as the defaults: not damage."""
+    damage(store, 30, without("hyper/censor_at_limit", "hyper/feature_scaling", "hyper/per_user_experts"))
+    caplog.set_level(logging.INFO, logger="hpcpredict.daemon.service")
+    restarted = PredictionService(store, checkpoint_every=10)
+    assert_same_state(restarted.state_dict(), uninterrupted)
+    assert restarted.replayed_events == 36 - 30
+    assert not any("unusable" in r.getMessage() for r in caplog.records)
+    assert checkpoint_seqs(store) == [20, 30]
+
+
+def test_a_checkpoint_of_a_learner_without_experts_is_refused_by_one_with_them(store: Store) -> None:
+    """Its experts/ arrays are missing because the constants differ: a refusal, not damage."""
+    service = PredictionService(store, checkpoint_every=1)
+    lifecycle(service, 1)
+    with pytest.raises(ValueError, match="other hyperparameters .*per_user_experts"):
+        PredictionService(store, lambda: LearnedPredictor(per_user_experts=True))
+    assert checkpoint_seqs(store) == [2, 3]

@@ -86,17 +86,28 @@ def load_checkpoint(
                 f"{int(array.size - np.isfinite(array).sum()) - nan:,} infinite)"
             )
     predictor = predictor_factory()
-    missing = sorted(set(predictor.state_dict()) - set(state))  # an untrained state has every key
-    if missing:
-        more = f" and {len(missing) - 1} more" if len(missing) > 1 else ""
-        raise CheckpointError(f"it is incomplete (no array {missing[0]!r}{more})")
     try:
+        # Compares the learner constants first: arrays a learner with other options keeps (the
+        # per-user experts') are missing because the constants differ, which is a refusal; and
+        # arrays added with a later option are read as its default when absent (older stores).
         predictor.load_state_dict(state)
     except HyperparameterMismatchError:
         raise
-    except (KeyError, ValueError, TypeError, IndexError) as error:
+    except KeyError as error:
+        raise CheckpointError(f"it is incomplete (no array {_missing_name(error, state, predictor)!r})") from None
+    except (ValueError, TypeError, IndexError) as error:
         raise CheckpointError(f"its arrays are inconsistent ({_said(error)})") from None
     return predictor
+
+
+def _missing_name(error: KeyError, state: dict[str, np.ndarray], predictor: LearnedPredictor) -> str:
+    """The full name of the array a KeyError is about (the optimiser's and the features' own
+    readers see their arrays without the "nag/" or "features/" prefix)."""
+    key = str(error.args[0]) if error.args else "?"
+    if "/" in key:
+        return key
+    absent = sorted(set(predictor.clone().state_dict()) - set(state))  # an untrained one's keys
+    return next((name for name in absent if name.endswith("/" + key)), key)
 
 
 def _said(error: BaseException) -> str:
