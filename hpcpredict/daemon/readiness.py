@@ -11,7 +11,9 @@ each time readiness changes. The reasons, each a `FallbackReason`:
 * ``stale`` — the newest job it learned ended more than 30 days ago (staleness.py): its
   time-since-last-job features are far outside what it learned. Measured on the bundled 1996
   sample trained and asked today: every known user's prediction is capped at the request, but a
-  user the model never saw gets 7 s, so the cap is not a guarantee; this reason is.
+  user the model never saw gets 7 s, so the cap is not a guarantee; this reason is. It holds
+  for a learner with robust features too (which does not extrapolate): what it knows of its
+  users is as old.
 
 The default floor, `DEFAULT_MIN_TRAINED_JOBS` = 231, is one learned job per weight of the model
 (the degree-2 expansion of 20 features has 231 terms, docs/method.md §3): below that, many
