@@ -77,7 +77,8 @@ def main() -> None:
     parser.add_argument("--train-jobs", type=int, default=0,
                         help="warm the daemon with `hpcpredict train` on this many jobs just before the "
                         "slice, scaled like it and given the replay's user id (every replayed job is "
-                        "submitted by the one user running this)")
+                        "submitted by the one user running this); below the daemon's min_trained_jobs "
+                        "(231) it is not ready and answers the requests, so lower mode lowers nothing")
     parser.add_argument("--out", type=Path, default=Path("slurm-replay"))
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
@@ -100,7 +101,7 @@ def main() -> None:
             print("$", " ".join(train), flush=True)
             subprocess.run(train, env=cluster.env, check=True)
         serve = subprocess.Popen(
-            [sys.executable, "-m", "hpcpredict.cli", "serve", "--db", db, "--socket", socket_path, "--http", "",
+            [sys.executable, "-m", "hpcpredict.cli", "serve", "--db", db, "--create-db", "--socket", socket_path, "--http", "",
              "--spool", str(cluster.dir / "jobcomp.spool"), "--slurm", "--slurm-backend", "cli",
              "--slurm-interval", "2", "--correction-margin", str(CORRECTION_MARGIN_S)],
             env=cluster.env, stdout=(args.out / f"{name}.serve.log").open("wb"), stderr=subprocess.STDOUT,

@@ -4,8 +4,9 @@ log replayed with the plugin and a real daemon, in lower then record mode, and r
 What SLURM did is asserted, never how fast: every job ran to completion, the limits are those the
 plugin set (lowered to the prediction in whole minutes, the user's request in the mark; untouched in
 record mode), and the SWF written back is a valid log that replay-compare measures. The daemon
-runs untrained and without its SLURM watcher, and jobcomp.lua is not installed, so it never learns
-during the test and predicts 1 s for every job: lower mode lowers every limit to 1 minute,
+runs untrained, its readiness floor off (``--min-trained-jobs 0``: docs/daemon.md, "Readiness"),
+and without its SLURM watcher, and jobcomp.lua is not installed, so it never learns during the
+test and predicts 1 s for every job: lower mode lowers every limit to 1 minute,
 deterministically (a daemon learning as jobs end changes its answers within seconds, which
 would make the limits depend on timing). The slice's sleeps are far shorter than a minute, so no
 job needs the corrector (tests/test_slurm_e2e.py covers it).
@@ -50,7 +51,7 @@ def cluster() -> Iterator[SlurmCluster]:
     socket_path = str(slurm.dir / "hpcpredict.sock")
     serve = subprocess.Popen(
         [sys.executable, "-m", "hpcpredict.cli", "serve", "--db", f"sqlite:///{slurm.dir / 'state.db'}",
-         "--socket", socket_path, "--http", "", "--spool", str(slurm.dir / "jobcomp.spool")],
+         "--create-db", "--min-trained-jobs", "0", "--socket", socket_path, "--http", "", "--spool", str(slurm.dir / "jobcomp.spool")],
         env=slurm.env, stdout=(slurm.dir / "serve.log").open("wb"), stderr=subprocess.STDOUT,
     )
     try:
