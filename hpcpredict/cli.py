@@ -17,7 +17,7 @@ from tqdm import tqdm
 from hpcpredict.learn import parse_loss
 from hpcpredict.learn.predictor import FEATURE_SCALINGS
 from hpcpredict.outputs import OutputPathError, check_output_dir, check_output_file
-from hpcpredict.sim.corrections import CORRECTIONS
+from hpcpredict.sim.corrections import CORRECTION_NAMES
 from hpcpredict.sim.metrics import compute_metrics, metrics_table, replica_table
 from hpcpredict.sim.replica_stats import describe_change
 from hpcpredict.sim.output import write_jobs_csv, write_result_swf
@@ -288,12 +288,14 @@ _scheduler_option = click.option(
 )
 _correction_option = click.option(
     "--correction",
-    type=click.Choice(list(CORRECTIONS)),
+    type=click.Choice(list(CORRECTION_NAMES)),
     default=RunSpec.correction,
     show_default=True,
     help="What happens when a job outlives its prediction (always capped at the request). "
     "requested: jump to the request. incremental: initial prediction + 1 min, then + 5 min, "
-    "15 min, 30 min, 1 h, ... 100 h, then the request. doubling: twice the elapsed time.",
+    "15 min, 30 min, 1 h, ... 100 h, then the request. doubling: twice the elapsed time. "
+    "survival: the --survival-quantile of the user's recent runtimes given the elapsed time "
+    "(Kaplan-Meier, running jobs censored), incremental for users with fewer than 5 ended jobs.",
 )
 
 
@@ -329,6 +331,15 @@ _correction_option = click.option(
     "csv_path",
     type=click.Path(dir_okay=False, writable=True, path_type=Path),
     help="Write the per-job outcome as an evalys-style jobs CSV.",
+)
+@click.option(
+    "--survival-quantile",
+    "survival_quantile",
+    type=click.FloatRange(min=0, max=1, min_open=True, max_open=True),
+    default=RunSpec.survival_quantile,
+    show_default=True,
+    help="With --correction survival: extend a job that outlives its prediction to this quantile "
+    "of its user's runtime given the time it has run.",
 )
 @click.option(
     "--decide-on-correction",
@@ -388,6 +399,7 @@ def simulate(
     baseline: bool,
     output: Path | None,
     csv_path: Path | None,
+    survival_quantile: float,
     decide_on_correction: bool,
     starvation_guard: str | None,
     replicas: int,
@@ -423,6 +435,7 @@ def simulate(
         spec = RunSpec(
             scheduler, predictor, correction, loss, eta, l2, decide_on_correction, negative,  # type: ignore[arg-type]
             loss_unit_s, starvation_guard_s, censor_at_limit, feature_scaling, per_user_experts,
+            survival_quantile,
         )
     except ValueError as error:
         raise click.BadParameter(str(error)) from None

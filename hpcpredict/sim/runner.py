@@ -31,7 +31,8 @@ from hpcpredict.predictors import (
     Predictor,
     RequestedPredictor,
 )
-from hpcpredict.sim.corrections import CORRECTIONS
+from hpcpredict.sim.corrections import CORRECTION_NAMES, make_correction
+from hpcpredict.sim.survival import DEFAULT_SURVIVAL_QUANTILE
 from hpcpredict.sim.metrics import Metrics, compute_metrics
 from hpcpredict.sim.replica_stats import PairedDifference, mean_ci, paired_difference
 from hpcpredict.sim.schedulers import SCHEDULERS
@@ -59,16 +60,21 @@ class RunSpec:
     censor_at_limit: bool = DEFAULT_CENSOR_AT_LIMIT  # learn jobs killed at their limit as bounds
     feature_scaling: str = DEFAULT_FEATURE_SCALING  # "robust": log break time, no extrapolation
     per_user_experts: bool = DEFAULT_PER_USER_EXPERTS  # per user: learned, AVE2 or the request
+    # With correction "survival": the quantile of the user's runtime given the elapsed time.
+    survival_quantile: float = DEFAULT_SURVIVAL_QUANTILE
 
     def __post_init__(self) -> None:
         if self.scheduler not in SCHEDULERS:
             raise ValueError(f"unknown scheduler {self.scheduler!r}; one of {', '.join(SCHEDULERS)}")
         if self.predictor not in PREDICTORS:
             raise ValueError(f"unknown predictor {self.predictor!r}; one of {', '.join(PREDICTORS)}")
-        if self.correction not in CORRECTIONS:
+        if self.correction not in CORRECTION_NAMES:
             raise ValueError(
-                f"unknown correction {self.correction!r}; one of {', '.join(CORRECTIONS)}"
+                f"unknown correction {self.correction!r}; one of {', '.join(CORRECTION_NAMES)}"
             )
+        if isinstance(self.survival_quantile, bool) or not isinstance(self.survival_quantile, (int, float)) \
+                or not 0.0 < self.survival_quantile < 1.0:
+            raise ValueError(f"the survival quantile must be in (0, 1), got {self.survival_quantile!r}")
         parse_loss(self.loss)  # raises a ValueError that lists the valid forms
         if not self.eta > 0:
             raise ValueError(f"eta must be > 0, got {self.eta}")
@@ -103,7 +109,14 @@ class RunSpec:
         predictor = self.predictor
         if predictor == "learned":
             predictor = f"learned({self.loss}){self.learning_label}"
-        return f"{self.scheduler} + {predictor} + {self.correction}{self.guard_label}"
+        return f"{self.scheduler} + {predictor} + {self.correction_label}{self.guard_label}"
+
+    @property
+    def correction_label(self) -> str:
+        """``incremental``, or ``survival(q=0.5)`` with the quantile that matters."""
+        if self.correction == "survival":
+            return f"survival(q={self.survival_quantile:g})"
+        return self.correction
 
     @property
     def learning_label(self) -> str:
@@ -134,6 +147,10 @@ class RunSpec:
             settings.pop("feature_scaling")
         if self.per_user_experts == DEFAULT_PER_USER_EXPERTS:
             settings.pop("per_user_experts")
+        if self.correction != "survival":  # the quantile means nothing to the other policies
+            settings.pop("survival_quantile")
+        else:
+            settings["survival_quantile"] = float(self.survival_quantile)
         if self.predictor != "learned":  # learning constants mean nothing for the others
             for key in ("loss", "eta", "l2", "negative", "loss_unit_s", "censor_at_limit",
                         "feature_scaling", "per_user_experts"):
@@ -179,7 +196,7 @@ def run(
         workload.machine_procs,
         scheduler,
         build_predictor(spec, workload),
-        CORRECTIONS[spec.correction],
+        make_correction(spec.correction, survival_quantile=spec.survival_quantile),
         decide_on_correction=spec.decide_on_correction,
         progress=progress,
     )
