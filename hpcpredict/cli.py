@@ -264,6 +264,15 @@ def _learning_options(command: Callable[..., None]) -> Callable[..., None]:
                 "from (no extrapolation for a user back after a long gap).",
             ),
             click.option(
+                "--calibration-alpha",
+                "calibration_alpha",
+                type=click.FloatRange(min=0, max=1, min_open=True, max_open=True),
+                default=None,
+                help="Calibrated confidence: publish the model's answer scaled, per user (global "
+                "fallback), so that this share of jobs outlive it (online conformal quantile of "
+                "log(runtime/prediction)). Default: off, the model's answer as it is.",
+            ),
+            click.option(
                 "--per-user-experts/--no-per-user-experts",
                 "per_user_experts",
                 default=RunSpec.per_user_experts,
@@ -394,6 +403,7 @@ def simulate(
     negative: str,
     censor_at_limit: bool,
     feature_scaling: str,
+    calibration_alpha: float | None,
     per_user_experts: bool,
     procs: int | None,
     baseline: bool,
@@ -435,7 +445,7 @@ def simulate(
         spec = RunSpec(
             scheduler, predictor, correction, loss, eta, l2, decide_on_correction, negative,  # type: ignore[arg-type]
             loss_unit_s, starvation_guard_s, censor_at_limit, feature_scaling, per_user_experts,
-            survival_quantile,
+            survival_quantile, calibration_alpha,
         )
     except ValueError as error:
         raise click.BadParameter(str(error)) from None
@@ -531,6 +541,7 @@ def predict_eval(
     negative: str,
     censor_at_limit: bool,
     feature_scaling: str,
+    calibration_alpha: float | None,
     per_user_experts: bool,
     scheduler: str,
     correction: str,
@@ -554,7 +565,7 @@ def predict_eval(
         specs = [
             RunSpec(scheduler, name, correction, loss, eta, l2, False, negative, loss_unit_s,  # type: ignore[arg-type]
                     censor_at_limit=censor_at_limit, feature_scaling=feature_scaling,
-                    per_user_experts=per_user_experts)
+                    per_user_experts=per_user_experts, calibration_alpha=calibration_alpha)
             for name in EVALUATED_PREDICTORS
         ]
     except ValueError as error:

@@ -72,7 +72,8 @@ def _open_service(config: DaemonConfig, store=None):  # -> PredictionService (SQ
     try:
         store = Store(config.db) if store is None else store
         return PredictionService.open(
-            store, config.predictor_factory, checkpoint_every=config.checkpoint_every
+            store, config.predictor_factory, checkpoint_every=config.checkpoint_every,
+            correction=config.correction_policy(),
         )
     except (SQLAlchemyError, ValueError) as error:
         raise click.ClickException(f"{config.db}: {error}") from None

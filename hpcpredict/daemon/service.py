@@ -42,7 +42,7 @@ from sqlalchemy.orm import Session
 from hpcpredict.daemon.staleness import HistoryAge, history_age
 from hpcpredict.daemon import user_errors
 from hpcpredict.daemon.events import EventKind, dump_payload, idempotency_key, request_to_json
-from hpcpredict.daemon.learning import Applied, LearnRule, apply_event
+from hpcpredict.daemon.learning import Applied, LearnRule, apply_event, observe_event
 from hpcpredict.daemon.store import (
     CheckpointRow,
     CorrectionRow,
@@ -55,6 +55,7 @@ from hpcpredict.daemon.store import (
 from hpcpredict.jobs import JobRequest
 from hpcpredict.learn.predictor import LearnedPredictor
 from hpcpredict.predictors import clip_prediction
+from hpcpredict.sim.corrections import CorrectionPolicy, IncrementalCorrection
 
 logger = logging.getLogger(__name__)
 
@@ -109,6 +110,7 @@ class PredictionService:
         *,
         checkpoint_every: int = DEFAULT_CHECKPOINT_EVERY,
         keep_checkpoints: int = DEFAULT_KEEP_CHECKPOINTS,
+        correction: CorrectionPolicy | None = None,
     ) -> None:
         if checkpoint_every < 1:
             raise ValueError(f"checkpoint_every must be >= 1 event, got {checkpoint_every}")
@@ -118,6 +120,9 @@ class PredictionService:
         self.checkpoint_every = checkpoint_every
         self.keep_checkpoints = keep_checkpoints
         self._factory = predictor_factory
+        # The SLURM corrector's policy: it hears every start and end the learner does (SURVIVAL
+        # keeps its users' runtimes from them), and its state is checkpointed with the learner's.
+        self.correction: CorrectionPolicy = IncrementalCorrection() if correction is None else correction
         self._broken: BaseException | None = None
         self._touched = False
         self._restore()
@@ -130,6 +135,7 @@ class PredictionService:
         *,
         checkpoint_every: int = DEFAULT_CHECKPOINT_EVERY,
         keep_checkpoints: int = DEFAULT_KEEP_CHECKPOINTS,
+        correction: CorrectionPolicy | None = None,
     ) -> PredictionService:
         """Upgrade the store's schema, restore the last checkpoint, replay what follows it."""
         store.upgrade()
@@ -141,6 +147,7 @@ class PredictionService:
             predictor_factory,
             checkpoint_every=checkpoint_every,
             keep_checkpoints=keep_checkpoints,
+            correction=correction,
         )
 
     # ------------------------------------------------------------------ state
@@ -174,21 +181,32 @@ class PredictionService:
             return session.scalar(select(JobRow.status).where(JobRow.job_id == operator.index(job_id)))
 
     def state_dict(self) -> dict[str, np.ndarray]:
-        """The learner's `state_dict()` (a copy): what checkpoints hold and tests compare."""
-        return self._predictor.state_dict()
+        """The learner's `state_dict()` (a copy) and the correction policy's state (under
+        ``correction/``, empty for the pure policies): what checkpoints hold and tests compare."""
+        state = self._predictor.state_dict()
+        for key, value in self.correction.to_state().items():
+            state[f"correction/{key}"] = value
+        return state
 
     def _restore(self) -> None:
         """Learner = newest checkpoint + the events logged after it, applied in order."""
         predictor = self._factory()
         checkpoint = self.store.latest_checkpoint()
         after_seq = 0
+        correction_state: dict[str, np.ndarray] = {}
         if checkpoint is not None:
-            predictor.load_state_dict(state_from_npz(checkpoint.state_npz))
+            state = state_from_npz(checkpoint.state_npz)
+            predictor.load_state_dict(state)
+            correction_state = {key[11:]: value for key, value in state.items()
+                                if key.startswith("correction/")}
             after_seq = checkpoint.last_event_seq
+        self.correction.load_state(correction_state)
         replayed = 0
         last_seq = after_seq
         for stored in self.store.events_after(after_seq):
-            apply_event(predictor, EventKind(stored.kind), stored.payload)
+            kind = EventKind(stored.kind)
+            observe_event(self.correction, kind, stored.payload,
+                          apply_event(predictor, kind, stored.payload))
             replayed += 1
             last_seq = stored.seq
         self._predictor = predictor
@@ -461,7 +479,7 @@ class PredictionService:
             CheckpointRow(
                 created_at_s=now_wall_s(),
                 last_event_seq=seq,
-                state_npz=state_to_npz(self._predictor.state_dict()),
+                state_npz=state_to_npz(self.state_dict()),
             )
         )
         session.flush()
@@ -526,7 +544,9 @@ class PredictionService:
             # The unique key, not a lookup first: it also holds against a second writer.
             raise _DuplicateEvent() from error
         self._touched = True
-        return row.seq, apply_event(self._predictor, kind, payload)
+        applied = apply_event(self._predictor, kind, payload)
+        observe_event(self.correction, kind, payload, applied)
+        return row.seq, applied
 
     def _job_or_new(
         self, session: Session, job_id: int, request: JobRequest | None, event: str

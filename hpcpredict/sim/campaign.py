@@ -42,6 +42,7 @@ File format (paths relative to the file, or found in the folder given by ``--log
     feature_scaling = ["raw", "robust"]  # optional: robust = log break time, no extrapolation
     per_user_experts = [false, true]  # optional: per user, the learned model, AVE2 or the request
     survival_quantile = [0.5, 0.9]    # optional: with corrections = ["survival"], its quantile
+    calibration_alpha = [0.5]         # optional: publish at this under-prediction rate (omitted: off)
 """
 
 from __future__ import annotations
@@ -244,10 +245,12 @@ def _learned_grid(path: Path, entry: dict[str, Any]) -> Iterator[tuple[str, RunS
         "feature_scaling": entry.get("feature_scaling", [defaults.feature_scaling]),
         "per_user_experts": entry.get("per_user_experts", [defaults.per_user_experts]),
         "survival_quantile": entry.get("survival_quantile", [defaults.survival_quantile]),
+        "calibration_alpha": entry.get("calibration_alpha", [defaults.calibration_alpha]),
     }
     unknown = set(entry) - {"losses", "corrections", "schedulers", "eta", "lambda",
                             "loss_unit_s", "negative", "starvation_guard_s", "censor_at_limit",
-                            "feature_scaling", "per_user_experts", "survival_quantile"}
+                            "feature_scaling", "per_user_experts", "survival_quantile",
+                            "calibration_alpha"}
     if unknown:
         raise CampaignError(f"{where}: unknown keys {sorted(unknown)}")
     for key, values in axes.items():

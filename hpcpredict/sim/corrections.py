@@ -17,6 +17,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Protocol
 
+import numpy as np
+
 from hpcpredict.jobs import JobRequest
 
 #: INCREMENTAL steps after the k-th correction (Tsafrir, Etsion & Feitelson, TPDS 2007; docs/method.md §8).
@@ -41,8 +43,17 @@ class CorrectionPolicy(Protocol):
         """A job began running (SURVIVAL counts it as censored while it runs)."""
         ...
 
-    def job_ended(self, request: JobRequest, run_s: int, end_s: int) -> None:
-        """A job ended after `run_s` seconds (SURVIVAL adds it to its user's runtimes)."""
+    def job_ended(self, request: JobRequest, run_s: int, end_s: int, *, censored: bool = False) -> None:
+        """A job ended after `run_s` seconds (SURVIVAL adds it to its user's runtimes; a
+        `censored` one, killed at a lowered limit, as a lower bound)."""
+        ...
+
+    def to_state(self) -> dict[str, np.ndarray]:
+        """What the daemon checkpoints of the policy (nothing for the pure ones)."""
+        ...
+
+    def load_state(self, state: dict[str, np.ndarray]) -> None:
+        """Replace the policy's state with `to_state()`'s (an empty dict: a fresh policy)."""
         ...
 
 
@@ -52,7 +63,13 @@ class _Stateless:
     def job_started(self, request: JobRequest, now_s: int) -> None:
         pass
 
-    def job_ended(self, request: JobRequest, run_s: int, end_s: int) -> None:
+    def job_ended(self, request: JobRequest, run_s: int, end_s: int, *, censored: bool = False) -> None:
+        pass
+
+    def to_state(self) -> dict[str, np.ndarray]:
+        return {}
+
+    def load_state(self, state: dict[str, np.ndarray]) -> None:
         pass
 
 

@@ -15,6 +15,7 @@ from dataclasses import asdict, dataclass, field
 from hpcpredict.features import FeatureContext
 from hpcpredict.learn import LearnedPredictor, parse_loss
 from hpcpredict.learn.predictor import (
+    DEFAULT_CALIBRATION_ALPHA,
     DEFAULT_CENSOR_AT_LIMIT,
     DEFAULT_ETA,
     DEFAULT_FEATURE_SCALING,
@@ -62,6 +63,8 @@ class RunSpec:
     per_user_experts: bool = DEFAULT_PER_USER_EXPERTS  # per user: learned, AVE2 or the request
     # With correction "survival": the quantile of the user's runtime given the elapsed time.
     survival_quantile: float = DEFAULT_SURVIVAL_QUANTILE
+    # Calibrated confidence: publish the model's answer scaled to this under-prediction rate.
+    calibration_alpha: float | None = DEFAULT_CALIBRATION_ALPHA
 
     def __post_init__(self) -> None:
         if self.scheduler not in SCHEDULERS:
@@ -93,6 +96,12 @@ class RunSpec:
                 f"feature scaling must be one of {', '.join(FEATURE_SCALINGS)}, got "
                 f"{self.feature_scaling!r}"
             )
+        if self.calibration_alpha is not None and (
+                isinstance(self.calibration_alpha, bool)
+                or not isinstance(self.calibration_alpha, (int, float))
+                or not 0.0 < self.calibration_alpha < 1.0):
+            raise ValueError(
+                f"the calibration target must be in (0, 1), got {self.calibration_alpha!r}")
         if self.starvation_guard_s is not None:
             if isinstance(self.starvation_guard_s, bool) or not isinstance(self.starvation_guard_s, int) \
                     or self.starvation_guard_s < 0:
@@ -127,6 +136,8 @@ class RunSpec:
             (", censored" if self.censor_at_limit else "")
             + (", robust features" if self.feature_scaling != DEFAULT_FEATURE_SCALING else "")
             + (", per-user experts" if self.per_user_experts else "")
+            + (f", calibrated alpha={self.calibration_alpha:g}"
+               if self.calibration_alpha is not None else "")
         )
 
     @property
@@ -147,13 +158,17 @@ class RunSpec:
             settings.pop("feature_scaling")
         if self.per_user_experts == DEFAULT_PER_USER_EXPERTS:
             settings.pop("per_user_experts")
+        if self.calibration_alpha is None:
+            settings.pop("calibration_alpha")
+        else:
+            settings["calibration_alpha"] = float(self.calibration_alpha)
         if self.correction != "survival":  # the quantile means nothing to the other policies
             settings.pop("survival_quantile")
         else:
             settings["survival_quantile"] = float(self.survival_quantile)
         if self.predictor != "learned":  # learning constants mean nothing for the others
             for key in ("loss", "eta", "l2", "negative", "loss_unit_s", "censor_at_limit",
-                        "feature_scaling", "per_user_experts"):
+                        "feature_scaling", "per_user_experts", "calibration_alpha"):
                 settings.pop(key, None)
         return settings
 
@@ -181,6 +196,7 @@ def build_predictor(spec: RunSpec, workload: Workload) -> Predictor:
         censor_at_limit=spec.censor_at_limit,
         feature_scaling=spec.feature_scaling,  # type: ignore[arg-type]
         per_user_experts=spec.per_user_experts,
+        calibration_alpha=spec.calibration_alpha,
     )
 
 

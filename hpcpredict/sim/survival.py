@@ -81,17 +81,19 @@ def conditional_quantile_s(
 
 
 class RuntimeHistory:
-    """Per user: the last `window` ended runtimes and the start times of the running jobs.
+    """Per user: the last `window` ended jobs (runtime, censored?) and the running jobs' starts.
 
-    Fed like a predictor (`job_started`, `job_ended`); read by `SurvivalCorrection`. A lock makes
-    it safe for the daemon, where the service thread feeds it and the SLURM watcher's thread reads.
+    Fed like a predictor (`job_started`, `job_ended`); read by `SurvivalCorrection`. An end is
+    censored when the runtime is only a lower bound (live: a job killed at a limit hpcpredict
+    lowered, or one that never ran). A lock makes it safe for the daemon, where the service's
+    thread feeds it and the SLURM watcher's thread reads it.
     """
 
     def __init__(self, window: int = DEFAULT_SURVIVAL_WINDOW) -> None:
         if window < 1:
             raise ValueError(f"the window must hold at least one runtime, got {window}")
         self.window = window
-        self._ended: dict[int, deque[int]] = {}
+        self._ended: dict[int, deque[tuple[int, bool]]] = {}
         self._running: dict[int, dict[int, int]] = {}  # user -> job id -> start (s)
         self._lock = threading.Lock()
 
@@ -99,7 +101,7 @@ class RuntimeHistory:
         with self._lock:
             self._running.setdefault(request.user_id, {})[request.job_id] = int(now_s)
 
-    def job_ended(self, request: JobRequest, run_s: int, end_s: int) -> None:
+    def job_ended(self, request: JobRequest, run_s: int, end_s: int, *, censored: bool = False) -> None:
         with self._lock:
             running = self._running.get(request.user_id)
             if running is not None:
@@ -109,35 +111,41 @@ class RuntimeHistory:
             ended = self._ended.get(request.user_id)
             if ended is None:
                 ended = self._ended[request.user_id] = deque(maxlen=self.window)
-            ended.append(max(0, int(run_s)))
+            ended.append((max(0, int(run_s)), bool(censored)))
 
     def observations(self, user_id: int, now_s: int | None) -> tuple[list[int], list[int]]:
-        """(ended runtimes, running jobs' elapsed times at `now_s`) of the user; no running
-        jobs when `now_s` is None."""
+        """(runtimes, lower bounds) of the user: the ended jobs' runtimes, and the censored ends
+        with the running jobs' elapsed times at `now_s` (none when `now_s` is None)."""
         with self._lock:
             ended = list(self._ended.get(user_id, ()))
             starts = list(self._running.get(user_id, {}).values()) if now_s is not None else []
-        return ended, [max(0, now_s - start) for start in starts] if now_s is not None else []
+        events = [run_s for run_s, censored in ended if not censored]
+        bounds = [run_s for run_s, censored in ended if censored]
+        if now_s is not None:
+            bounds.extend(max(0, now_s - start_s) for start_s in starts)
+        return events, bounds
 
     def to_state(self) -> dict[str, np.ndarray]:
         with self._lock:
-            ended = [(user, run) for user, runs in self._ended.items() for run in runs]
+            ended = [(user, run_s, int(censored)) for user, runs in self._ended.items()
+                     for run_s, censored in runs]
             running = [(user, job, start) for user, jobs in self._running.items()
                        for job, start in jobs.items()]
         return {
-            "window": np.array(self.window, dtype=np.int64),
-            "ended": np.array(ended, dtype=np.int64).reshape(-1, 2),
+            "ended": np.array(ended, dtype=np.int64).reshape(-1, 3),
             "running": np.array(running, dtype=np.int64).reshape(-1, 3),
         }
 
     def load_state(self, state: dict[str, np.ndarray]) -> None:
+        """Replace the history with `to_state()`'s (an empty dict: an empty history)."""
         with self._lock:
             self._ended = {}
             self._running = {}
-            for user, run in state["ended"].tolist():
-                self._ended.setdefault(user, deque(maxlen=self.window)).append(run)
-            for user, job, start in state["running"].tolist():
-                self._running.setdefault(user, {})[job] = start
+            for user, run_s, censored in state.get("ended", np.empty((0, 3))).tolist():
+                self._ended.setdefault(int(user), deque(maxlen=self.window)).append(
+                    (int(run_s), bool(censored)))
+            for user, job, start in state.get("running", np.empty((0, 3))).tolist():
+                self._running.setdefault(int(user), {})[int(job)] = int(start)
 
 
 @dataclass
@@ -161,8 +169,14 @@ class SurvivalCorrection:
     def job_started(self, request: JobRequest, now_s: int) -> None:
         self.history.job_started(request, now_s)
 
-    def job_ended(self, request: JobRequest, run_s: int, end_s: int) -> None:
-        self.history.job_ended(request, run_s, end_s)
+    def job_ended(self, request: JobRequest, run_s: int, end_s: int, *, censored: bool = False) -> None:
+        self.history.job_ended(request, run_s, end_s, censored=censored)
+
+    def to_state(self) -> dict[str, np.ndarray]:
+        return self.history.to_state()
+
+    def load_state(self, state: dict[str, np.ndarray]) -> None:
+        self.history.load_state(state)
 
     def corrected_prediction_s(
         self, requested_s: int, initial_prediction_s: int, corrections_done: int, elapsed_s: int,
