@@ -213,12 +213,12 @@ class LearnedPredictor:
         infers it from the runtime reaching the request, all an SWF log can say. With
         ``per_user_experts`` the three experts are scored on the job first.
         """
-        self._judge_calibration(request, min(run_s, request.requested_s))
         if self.censor_at_limit:
             killed = run_s >= request.requested_s if killed_at_limit is None else killed_at_limit
             if killed:
-                self._learn_lower_bound(request, run_s, end_s)
+                self.learn_lower_bound(request, run_s, end_s)
                 return
+        self._judge_calibration(request, min(run_s, request.requested_s))
         self._judge_experts(request, min(run_s, request.requested_s), censored=False)
         phi = self._pending_phi.pop(request.job_id, None)
         if phi is None and self.learn_unseen:
@@ -242,11 +242,8 @@ class LearnedPredictor:
         a step was taken. A job whose submission was not observed has nothing to check the bound
         against: history only, False.
         """
-        self._judge_calibration(request, min(run_s, request.requested_s))
-        return self._learn_lower_bound(request, run_s, end_s)
-
-    def _learn_lower_bound(self, request: JobRequest, run_s: int, end_s: int) -> bool:
         bound_s = min(run_s, request.requested_s)
+        self._judge_calibration(request, bound_s)
         self._judge_experts(request, bound_s, censored=True)
         phi = self._pending_phi.pop(request.job_id, None)
         stepped = False
@@ -435,10 +432,9 @@ class LearnedPredictor:
             "hyper/censor_at_limit": np.array(self.censor_at_limit),
             "hyper/feature_scaling": np.array(self.feature_scaling),
             "hyper/per_user_experts": np.array(self.per_user_experts),
-            # NaN: off (npz holds no None)
-            "hyper/calibration_alpha": np.array(
-                np.nan if self.calibration_alpha is None else self.calibration_alpha, dtype=np.float64),
         }
+        if self.calibration_alpha is not None:  # absent: off (as in checkpoints made before it)
+            state["hyper/calibration_alpha"] = np.array(self.calibration_alpha, dtype=np.float64)
         for key, value in self.nag.state.to_state().items():
             state[f"nag/{key}"] = value
         for key, value in self.features.to_state().items():
@@ -567,6 +563,6 @@ class LearnedPredictor:
 
 
 def _alpha_from_state(state: dict[str, np.ndarray]) -> float | None:
-    """The calibration target a checkpoint was made with; None (off) when NaN or absent."""
-    value = float(state.get("hyper/calibration_alpha", np.nan))
-    return None if value != value else value
+    """The calibration target a checkpoint was made with; None (off) when absent."""
+    value = state.get("hyper/calibration_alpha")
+    return None if value is None else float(value)
