@@ -237,3 +237,26 @@ def test_the_daemon_config_chooses_the_corrector_policy(tmp_path: Path) -> None:
     path.write_text('[daemon]\ncorrection = "sometimes"\n')
     with pytest.raises(ConfigError, match="correction must be one of"):
         load_config(path)
+
+
+# ---------------------------------------------------------------------- campaigns
+def test_the_campaign_files_of_ideas_2_and_5_load_and_reuse_the_headline_runs() -> None:
+    from hpcpredict.sim.campaign import load_campaign
+    from hpcpredict.sim.runner import RunSpec
+
+    sim = Path(__file__).resolve().parent.parent / "sim"
+    headline = {cell.key for cell in load_campaign(sim / "headline.toml").cells}
+    survival = load_campaign(sim / "survival.toml").cells
+    calibration = load_campaign(sim / "calibration.toml").cells
+    both = {cell.key for cell in load_campaign(sim / "ideas-2-5.toml").cells}
+    # EASY, EASY++, the learned default and the model without the guard: the headline's runs.
+    for cells in (survival, calibration):
+        shared = [cell for cell in cells if cell.key in headline]
+        assert len(shared) == 4 * 3 * 10 and len(cells) == 6 * 3 * 10
+    assert both == {cell.key for cell in survival} | {cell.key for cell in calibration}
+    quantiles = {cell.spec.survival_quantile for cell in survival if cell.spec.correction == "survival"}
+    assert quantiles == {0.5, 0.9}
+    # The quantile is part of a run's key only for the survival correction.
+    assert RunSpec(survival_quantile=0.9).to_dict() == RunSpec().to_dict()
+    assert RunSpec(correction="survival").to_dict() != RunSpec(correction="survival", survival_quantile=0.9).to_dict()
+    assert RunSpec(correction="survival", survival_quantile=0.9).label.endswith("survival(q=0.9)")

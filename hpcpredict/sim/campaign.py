@@ -260,7 +260,7 @@ def _learned_grid(path: Path, entry: dict[str, Any]) -> Iterator[tuple[str, RunS
         settings = dict(zip(axes, values))
         spec = _spec(where, predictor="learned", **settings)
         label = (
-            f"learned {spec.loss} + {spec.correction} + {spec.scheduler}"
+            f"learned {spec.loss} + {spec.correction_label} + {spec.scheduler}"
             f" (eta={spec.eta:g}, lambda={spec.l2:g}, unit={spec.loss_unit_s:g}s, {spec.negative}"
             f"{spec.learning_label}){spec.guard_label}"
         )
