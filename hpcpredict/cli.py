@@ -21,12 +21,20 @@ from hpcpredict.sim.corrections import CORRECTION_NAMES
 from hpcpredict.sim.metrics import compute_metrics, metrics_table, replica_table
 from hpcpredict.sim.replica_stats import describe_change
 from hpcpredict.sim.output import write_jobs_csv, write_result_swf
-from hpcpredict.sim.runner import COMPARED_METRICS, PREDICTORS, RunSpec, run, run_replicated
+from hpcpredict.sim.runner import (
+    COMPARED_METRICS,
+    PREDICTORS,
+    SCHEDULER_NAMES,
+    RunSpec,
+    run,
+    run_replicated,
+)
 from hpcpredict.sim.schedulers import (
     DEFAULT_STARVATION_GUARD_S,
     SCHEDULERS,
     parse_starvation_guard,
 )
+from hpcpredict.sim.slurm_backfill import NAME as SLURM_BACKFILL
 from hpcpredict.sim.shaking import DEFAULT_SEED, DEFAULT_SHAKE_S
 from hpcpredict.swf import SwfFormatError
 from hpcpredict.workload import Workload, WorkloadError, load_workload
@@ -288,12 +296,22 @@ def _learning_options(command: Callable[..., None]) -> Callable[..., None]:
 
 _scheduler_option = click.option(
     "--scheduler",
-    type=click.Choice(list(SCHEDULERS)),
+    type=click.Choice(list(SCHEDULER_NAMES)),
     default=RunSpec.scheduler,
     show_default=True,
     help="fcfs: strict arrival order. easy: FCFS with EASY backfilling (a job may jump ahead if it "
     "does not delay the head job's reservation). easy-sjbf: EASY, backfilling the shortest "
-    "predicted jobs first.",
+    "predicted jobs first. slurm-backfill: Slurm 22.05's sched/backfill (priority order, a "
+    "reservation for every job tested, periodic passes; --slurm-params).",
+)
+_slurm_params_option = click.option(
+    "--slurm-params",
+    default="",
+    metavar="NAME=VALUE,...",
+    help="slurm-backfill's slurm.conf settings, by their slurm.conf names: bf_interval (s, "
+    "default 30), bf_max_job_test (500), bf_window (min, 1440), bf_resolution (s, 60), "
+    "PriorityWeightAge, PriorityWeightJobSize (0: first in, first out), PriorityMaxAge (s), "
+    "PriorityFavorSmall (YES/NO). Example: bf_interval=10,bf_window=2880.",
 )
 _correction_option = click.option(
     "--correction",
@@ -311,6 +329,7 @@ _correction_option = click.option(
 @main.command()
 @_log_argument
 @_scheduler_option
+@_slurm_params_option
 @click.option(
     "--predictor",
     type=click.Choice(list(PREDICTORS)),
@@ -327,7 +346,8 @@ _correction_option = click.option(
     "--baseline/--no-baseline",
     default=True,
     show_default=True,
-    help="Also replay plain EASY with requested times and show the change against it.",
+    help="Also replay plain EASY with requested times (plain slurm-backfill with --scheduler "
+    "slurm-backfill) and show the change against it.",
 )
 @click.option(
     "--output",
@@ -394,6 +414,7 @@ _correction_option = click.option(
 def simulate(
     log: Path,
     scheduler: str,
+    slurm_params: str,
     predictor: str,
     correction: str,
     loss: str,
@@ -434,8 +455,9 @@ def simulate(
     """
     try:
         if starvation_guard is None:  # the default: on wherever a prediction can starve a job
-            # (with requested times it changes nothing: plain EASY is already its rule)
-            guarded = scheduler != "fcfs" and predictor != "requested"
+            # (with requested times it changes nothing: plain EASY is already its rule). It is an
+            # EASY rule: slurm-backfill reserves for every job it tests and does not model it yet.
+            guarded = scheduler in SCHEDULERS and scheduler != "fcfs" and predictor != "requested"
             starvation_guard_s = DEFAULT_STARVATION_GUARD_S if guarded else None
         else:
             starvation_guard_s = parse_starvation_guard(starvation_guard)
@@ -445,7 +467,11 @@ def simulate(
         spec = RunSpec(
             scheduler, predictor, correction, loss, eta, l2, decide_on_correction, negative,  # type: ignore[arg-type]
             loss_unit_s, starvation_guard_s, censor_at_limit, feature_scaling, per_user_experts,
-            survival_quantile, calibration_alpha,
+            slurm_params, survival_quantile, calibration_alpha,
+        )
+        # SLURM without hpcpredict is the baseline a SLURM site compares with
+        baseline_spec = BASELINE if scheduler != SLURM_BACKFILL else RunSpec(
+            scheduler, "requested", "requested", slurm_params=slurm_params
         )
     except ValueError as error:
         raise click.BadParameter(str(error)) from None
@@ -455,7 +481,7 @@ def simulate(
     workload = _load(log, procs, lenient)
     if not workload.jobs:
         raise click.ClickException(f"{log}: no job left after cleaning (see `hpcpredict info`)")
-    specs = [spec] + ([BASELINE] if baseline and spec != BASELINE else [])
+    specs = [spec] + ([baseline_spec] if baseline and spec != baseline_spec else [])
     with _bar(len(workload.jobs) * len(specs) * replicas, "job", "simulating") as update:
         runs = run_replicated(
             workload, specs, replicas=replicas, shake_s=shake_s, seed=seed, progress=update
@@ -491,7 +517,8 @@ def simulate(
     for position, each in enumerate(specs):
         click.echo(f"  {'simulated' if position == 0 else 'baseline '}: {each.label} "
                    f"({sum(runs.wall_time_s[position]):.1f} s)")
-    titles = ["simulated"] + (["EASY baseline"] if len(specs) > 1 else [])
+    plain = "SLURM" if scheduler == SLURM_BACKFILL else "EASY"
+    titles = ["simulated"] + ([f"{plain} baseline"] if len(specs) > 1 else [])
     click.echo("")
     if replicas == 1:
         for line in metrics_table(list(zip(titles, (m[0] for m in runs.metrics)))):
@@ -502,7 +529,7 @@ def simulate(
         for line in replica_table(titles, runs.metrics):
             click.echo(line)
     if comparison:
-        click.echo("\nChange against EASY with the users' requested times:")
+        click.echo(f"\nChange against {plain} with the users' requested times:")
         for metric, difference in comparison.items():
             click.echo(f"  {describe_change(COMPARED_METRICS[metric], difference)}")
         if replicas == 1:
@@ -520,6 +547,7 @@ EVALUATED_PREDICTORS = ("learned", "ave2", "requested")
 @_log_argument
 @_learning_options
 @_scheduler_option
+@_slurm_params_option
 @_correction_option
 @_procs_option
 @click.option(
@@ -544,6 +572,7 @@ def predict_eval(
     calibration_alpha: float | None,
     per_user_experts: bool,
     scheduler: str,
+    slurm_params: str,
     correction: str,
     procs: int | None,
     plot_dir: Path | None,
@@ -565,7 +594,8 @@ def predict_eval(
         specs = [
             RunSpec(scheduler, name, correction, loss, eta, l2, False, negative, loss_unit_s,  # type: ignore[arg-type]
                     censor_at_limit=censor_at_limit, feature_scaling=feature_scaling,
-                    per_user_experts=per_user_experts, calibration_alpha=calibration_alpha)
+                    per_user_experts=per_user_experts, slurm_params=slurm_params,
+                    calibration_alpha=calibration_alpha)
             for name in EVALUATED_PREDICTORS
         ]
     except ValueError as error:
@@ -816,8 +846,9 @@ def campaign_report(
 
 # ---------------------------------------------------------------------------- the daemon
 from hpcpredict.cli_daemon import errors, report, serve, slurm_convert, train  # noqa: E402
+from hpcpredict.cli_replay import replay_compare, replay_slurm  # noqa: E402
 
-for _command in (serve, train, errors, report, slurm_convert):
+for _command in (serve, train, errors, report, slurm_convert, replay_slurm, replay_compare):
     main.add_command(_command)
 
 

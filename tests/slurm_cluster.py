@@ -10,6 +10,7 @@ the tests are skipped — or fail, when ``HPCPREDICT_REQUIRE_SERVERS=1`` (CI).
 from __future__ import annotations
 
 import os
+import random
 import shutil
 import socket
 import subprocess
@@ -32,6 +33,27 @@ def _free_port() -> int:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         return probe.getsockname()[1]
+
+
+def _free_port_range(count: int) -> int:
+    """First of `count` consecutive free ports (slurm.conf's ``Port=[a-b]`` for several slurmd)."""
+    if count == 1:
+        return _free_port()
+    for _ in range(200):
+        base = random.randrange(20000, 60000 - count)
+        probes = []
+        try:
+            for port in range(base, base + count):
+                probe = socket.socket()
+                probes.append(probe)
+                probe.bind(("127.0.0.1", port))
+            return base
+        except OSError:
+            continue
+        finally:
+            for probe in probes:
+                probe.close()
+    raise ClusterUnavailable(f"no {count} consecutive free ports on loopback")
 
 
 def ensure_packages(*, accounting: bool = False) -> None:
@@ -66,11 +88,17 @@ def ensure_munge() -> None:
 
 
 class SlurmCluster:
-    """A one-node cluster; `start()` returns once the node is idle, `stop()` reaps everything."""
+    """A cluster on loopback; `start()` returns once every node is idle, `stop()` reaps everything.
+
+    One node of NODE_CPUS CPUs by default. ``nodes=N, node_cpus=1`` gives N one-CPU nodes, one
+    slurmd each (node1..nodeN on consecutive ports): SLURM's backfill reserves whole nodes, so
+    one-CPU nodes make its plan processor-granular, like the simulator's (the replay tests).
+    """
 
     def __init__(self, *, job_submit_lua: Path | None = None, jobcomp_lua: Path | None = None,
                  extra_files: dict[str, str] | None = None, extra_config: list[str] | None = None,
-                 accounting: bool = False) -> None:
+                 accounting: bool = False, nodes: int = 1, node_cpus: int = NODE_CPUS,
+                 min_job_age_s: int = 300) -> None:
         self.dir = Path(tempfile.mkdtemp(prefix="hpslurm"))
         self.conf = self.dir / "slurm.conf"
         self.env = {**os.environ, "SLURM_CONF": str(self.conf)}
@@ -83,12 +111,16 @@ class SlurmCluster:
         self.accounting = accounting
         self.dbd_port = _free_port()
         self.processes: list[subprocess.Popen] = []
+        self.node_count = nodes
+        self.node_cpus = node_cpus
+        self.min_job_age_s = min_job_age_s
+        self.node_names = [NODE] if nodes == 1 else [f"node{k}" for k in range(1, nodes + 1)]
 
     # ------------------------------------------------------------------ life cycle
     def start(self) -> SlurmCluster:
         ensure_packages(accounting=self.accounting)
         ensure_munge()
-        for sub in ("state", f"spool/{NODE}"):
+        for sub in ("state", *(f"spool/{name}" for name in self.node_names)):
             (self.dir / sub).mkdir(parents=True, exist_ok=True)
         if self.job_submit_lua is not None:
             shutil.copy(self.job_submit_lua, self.dir / "job_submit.lua")
@@ -103,11 +135,13 @@ class SlurmCluster:
         if self.accounting:
             self._start_accounting()
         self.processes.append(self._spawn(["slurmctld", "-D", "-c", "-i"], "slurmctld.out"))
-        self.processes.append(self._spawn(["slurmd", "-D", "-N", NODE], "slurmd.out"))
-        deadline = time.monotonic() + 60
+        for name in self.node_names:
+            self.processes.append(self._spawn(["slurmd", "-D", "-N", name], f"slurmd-{name}.out"))
+        deadline = time.monotonic() + 60 + self.node_count
         while True:
-            state = self.run(["sinfo", "-h", "-n", NODE, "-o", "%t"], check=False).stdout.strip()
-            if state in ("idle", "mix", "alloc"):
+            states = self.run(["sinfo", "-h", "-N", "-o", "%t"], check=False).stdout.split()
+            state = ",".join(sorted(set(states)))
+            if len(states) == self.node_count and set(states) <= {"idle", "mix", "alloc"}:
                 return self
             if any(p.poll() is not None for p in self.processes) or time.monotonic() > deadline:
                 self.stop()
@@ -233,6 +267,15 @@ class SlurmCluster:
         return subprocess.Popen(command, env=self.env, stdout=(self.dir / output).open("wb"),
                                 stderr=subprocess.STDOUT)
 
+    def _node_list(self) -> str:
+        return NODE if self.node_count == 1 else f"node[1-{self.node_count}]"
+
+    def _node_line(self, host: str) -> str:
+        base = _free_port_range(self.node_count)
+        ports = str(base) if self.node_count == 1 else f"[{base}-{base + self.node_count - 1}]"
+        return (f"NodeName={self._node_list()} NodeAddr=127.0.0.1 NodeHostname={host} "
+                f"CPUs={self.node_cpus} Port={ports} State=UNKNOWN")
+
     def _config(self) -> str:
         d = self.dir
         plugins = []
@@ -267,13 +310,12 @@ class SlurmCluster:
             "SlurmdParameters=config_overrides",
             "MailProg=/bin/true",
             "ReturnToService=2",
-            "MinJobAge=300",
+            f"MinJobAge={self.min_job_age_s}",
             "KillWait=5",
             "OverTimeLimit=0",
             *plugins,
             *(line.format(dir=d) for line in self.extra_config),
-            f"NodeName={NODE} NodeAddr=127.0.0.1 NodeHostname={host} CPUs={NODE_CPUS} "
-            f"Port={_free_port()} State=UNKNOWN",
-            f"PartitionName=debug Nodes={NODE} Default=YES MaxTime=INFINITE State=UP",
+            self._node_line(host),
+            f"PartitionName=debug Nodes={self._node_list()} Default=YES MaxTime=INFINITE State=UP",
             "",
         ])

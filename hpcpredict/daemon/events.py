@@ -28,21 +28,24 @@ class EventKind(StrEnum):
     LIMIT_CHANGED = "limit_changed"
 
 
-def idempotency_key(kind: EventKind, job_id: int, new_limit_s: int | None = None) -> str:
+def idempotency_key(
+    kind: EventKind, job_id: int, new_limit_s: int | None = None, change: int = 0
+) -> str:
     """The key under which an event is stored once.
 
     A job is submitted, starts and ends once: its id and the kind identify the event (a second
     ``ended`` for a job is the same event resent, and must not train twice). A limit is set
-    absolutely (``scontrol update TimeLimit=...``, design.md), so setting the same limit on the
-    same job again is the same event; limits only move up after submission (the corrector
-    raises them), so a job never legitimately returns to a limit it had. SLURM recycles job ids
-    only after MaxJobId (67,043,328 by default) jobs: a site that wraps around must purge old
-    jobs first.
+    absolutely (``scontrol update TimeLimit=...``, design.md), and may return to a value it had
+    (the starvation guard gives a pending job its request, then its lowered limit again): a
+    limit change is the job's `change`-th (0-based) to `new_limit_s`. A resent change finds the
+    job at that limit already and is refused before any key is made. SLURM recycles job ids only
+    after MaxJobId (67,043,328 by default) jobs: a site that wraps around must purge old jobs
+    first.
     """
     if kind is EventKind.LIMIT_CHANGED:
         if new_limit_s is None:
             raise ValueError("a limit_changed event needs its new limit")
-        return f"{kind.value}:{job_id}:{new_limit_s}"
+        return f"{kind.value}:{job_id}:{change}:{new_limit_s}"
     return f"{kind.value}:{job_id}"
 
 

@@ -35,7 +35,7 @@ from dataclasses import dataclass, fields
 from typing import Any
 
 import numpy as np
-from sqlalchemy import delete, select
+from sqlalchemy import delete, func, select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
@@ -393,6 +393,11 @@ class PredictionService:
                     "old_limit_s": old_limit_s,
                     "new_limit_s": new_limit_s,
                     "now_s": now_s,
+                    # which change of this job's limit: the starvation guard may set a pending
+                    # job's limit back to a value it had (events.idempotency_key)
+                    "change": session.scalar(
+                        select(func.count()).select_from(CorrectionRow).where(CorrectionRow.job_id == job_id)
+                    ),
                 }
                 seq, _ = self._ingest(session, EventKind.LIMIT_CHANGED, job_id, payload, now_s)
                 session.add(
@@ -535,7 +540,9 @@ class PredictionService:
             payload_json=dump_payload(payload),
             occurred_at_s=occurred_at_s,
             recorded_at_s=now_wall_s(),
-            idempotency_key=idempotency_key(kind, job_id, payload.get("new_limit_s")),
+            idempotency_key=idempotency_key(
+                kind, job_id, payload.get("new_limit_s"), payload.get("change", 0)
+            ),
         )
         session.add(row)
         try:

@@ -67,6 +67,10 @@ class RunningProfile:
             raise KeyError(f"job {job} with predicted end {predicted_end_s} is not running")
         del by_end[position]
 
+    def ends(self) -> list[tuple[int, int]]:
+        """(predicted end, processors) of every running job, by predicted end."""
+        return [(end_s, procs) for end_s, _, procs in self._by_end]
+
     def ends_by(self, now_s: int) -> bool:
         """Is some running job predicted to end at or before `now_s` (its termination pending)?"""
         return bool(self._by_end) and self._by_end[0][0] <= now_s

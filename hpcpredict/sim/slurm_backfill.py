@@ -1,0 +1,410 @@
+"""A SLURM-like scheduler: Slurm 22.05's sched/backfill with its main scheduler (docs/method.md §7).
+
+What SLURM does, as read in slurmctld's job_scheduler.c and plugins/sched/backfill/backfill.c
+(22.05) and the slurm.conf man page of Debian's 22.05.8, and what is modelled here:
+
+* **Priority order.** Pending jobs are walked by decreasing priority. `priority/basic` (the
+  default `PriorityType`) is first in, first out; `priority/multifactor` with only
+  `PriorityWeightAge` is the same order (every pending job ages at the same rate, capped at
+  `PriorityMaxAge`, ties by job id). `PriorityWeightJobSize` adds a size factor (processors over
+  the machine, or its complement with `PriorityFavorSmall`), which changes the order as jobs age.
+  Fair-share and QOS are not modelled (one account, one QOS).
+* **The main scheduler** runs on events (a submission, a job's end): in priority order it starts
+  jobs while they fit *now* and stops at the first that does not ("once any job in a partition is
+  left pending, no other jobs in that partition will be scheduled", sched_config.html). One
+  partition, so the first blocked job stops it.
+* **The backfill scheduler** runs every `bf_interval` seconds, only when something changed since
+  its last pass (backfill.c's `_more_work`). It tests at most `bf_max_job_test` jobs in priority
+  order and plans each at its earliest start given the running jobs (until start + time limit) and
+  the reservations of the jobs tested before it; a job that can start now, without touching those
+  reservations, starts; any other whose start falls within `bf_window` minutes gets a reservation
+  (SLURM reserves for *every* job it tests, not only the head: `bf_job_part_count_reserve=0`).
+  Reservations end at `bf_resolution` boundaries (backfill.c's `_set_slot_time` rounds the end
+  up) and are cut at the window's end, beyond which the backfill map knows nothing.
+
+The time limit SLURM plans with is the job's *current prediction* here, exactly as EASY plans with
+it: with the `requested` predictor that is the user's limit (plain SLURM), with a learned one the
+limit hpcpredict's plugin lowered, raised by the correction policy as the corrector raises it.
+
+Approximations, stated so that the validation against a real slurmctld (docs/slurm-replay.md)
+can be read: processors are counted, not placed, which is exact for nodes of one CPU (the replay's
+cluster) as long as placement never fragments; a reservation starts at its exact start (SLURM
+rounds it down to `bf_resolution`, which on nodes both busy and reserved changes nothing); the
+select plugin's coarsening of far running-job ends (`bf_window_linear`) and the passes' own
+duration, lock yields and `batch_sched_delay` are not modelled; the periodic main pass
+(`sched_interval`) is not either, since in FIFO order it starts nothing the event passes would not.
+
+Invariants (checked as the simulation runs and by tests/test_slurm_backfill.py): no start ever
+over-allocates the machine (`RunningProfile.add` checks it), every job starts at or after its
+submission, and with exact runtimes, `bf_resolution=1`, `bf_interval=1` and no test limit no job
+starts after the first start it was promised (conservative backfilling).
+"""
+
+from __future__ import annotations
+
+import time
+from bisect import bisect_left
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from heapq import heappop, heappush
+from itertools import count as counter
+
+from hpcpredict.jobs import Job
+from hpcpredict.predictors import Predictor, clip_prediction
+from hpcpredict.sim.corrections import CorrectionPolicy
+from hpcpredict.sim.profile import RunningProfile
+from hpcpredict.sim.simulation import ProgressCallback, SimulationResult, _check_input
+
+NAME = "slurm-backfill"
+
+# Same-instant order: the reference's three (docs/method.md §10), then the periodic backfill pass,
+# which sees every submission and end of its instant, as slurmctld's backfill thread would.
+PREDICTION_OVER, SUBMISSION, TERMINATION, BACKFILL = 0, 1, 2, 3
+
+# slurm.conf names -> field names; the defaults are Slurm 22.05's (slurm.conf(5), Debian 22.05.8).
+_SLURM_NAMES = {
+    "bf_interval": "bf_interval_s",
+    "bf_max_job_test": "bf_max_job_test",
+    "bf_window": "bf_window_min",
+    "bf_resolution": "bf_resolution_s",
+    "PriorityWeightAge": "priority_weight_age",
+    "PriorityWeightJobSize": "priority_weight_job_size",
+    "PriorityMaxAge": "priority_max_age_s",
+    "PriorityFavorSmall": "priority_favor_small",
+}
+_LIMITS = {  # slurm.conf(5) minimum and maximum of each numeric setting
+    "bf_interval_s": (1, 10800),
+    "bf_max_job_test": (1, 1_000_000),
+    "bf_window_min": (1, 43200),
+    "bf_resolution_s": (1, 3600),
+    "priority_weight_age": (0, 2**32 - 1),
+    "priority_weight_job_size": (0, 2**32 - 1),
+    "priority_max_age_s": (1, 10 * 365 * 86400),
+}
+
+
+class SlurmParamsError(ValueError):
+    """A `--slurm-params` text that cannot be read (the message names the setting)."""
+
+
+@dataclass(frozen=True)
+class SlurmParams:
+    """The slurm.conf settings the model reads, with Slurm 22.05's defaults."""
+
+    bf_interval_s: int = 30  # SchedulerParameters=bf_interval (seconds)
+    bf_max_job_test: int = 500  # SchedulerParameters=bf_max_job_test (jobs)
+    bf_window_min: int = 1440  # SchedulerParameters=bf_window (minutes)
+    bf_resolution_s: int = 60  # SchedulerParameters=bf_resolution (seconds)
+    priority_weight_age: int = 0  # PriorityWeightAge (multifactor)
+    priority_weight_job_size: int = 0  # PriorityWeightJobSize (multifactor)
+    priority_max_age_s: int = 7 * 86400  # PriorityMaxAge (7-0, seconds here)
+    priority_favor_small: bool = False  # PriorityFavorSmall
+
+    def __post_init__(self) -> None:
+        for name, (low, high) in _LIMITS.items():
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+                slurm = next(key for key, field in _SLURM_NAMES.items() if field == name)
+                raise SlurmParamsError(f"{slurm} must be a whole number in [{low}, {high}], got {value!r}")
+
+    @property
+    def bf_window_s(self) -> int:
+        return self.bf_window_min * 60
+
+    @property
+    def multifactor(self) -> bool:
+        """Does the order depend on more than arrival (a job size weight)?"""
+        return self.priority_weight_job_size > 0
+
+    @classmethod
+    def parse(cls, text: str | None) -> SlurmParams:
+        """Read ``bf_interval=30,bf_window=1440,PriorityWeightJobSize=1000`` (slurm.conf names;
+        PriorityMaxAge in seconds; PriorityFavorSmall YES/NO). Empty or None: the defaults."""
+        values: dict[str, object] = {}
+        for item in (text or "").split(","):
+            if not item.strip():
+                continue
+            key, sep, value = item.strip().partition("=")
+            if not sep or key not in _SLURM_NAMES:
+                raise SlurmParamsError(
+                    f"unknown SLURM setting {item.strip()!r}; known: {', '.join(_SLURM_NAMES)} (name=value)"
+                )
+            field = _SLURM_NAMES[key]
+            if field == "priority_favor_small":
+                if value.upper() not in ("YES", "NO"):
+                    raise SlurmParamsError(f"PriorityFavorSmall must be YES or NO, got {value!r}")
+                values[field] = value.upper() == "YES"
+            else:
+                if not value.isdigit() or not value.isascii():
+                    raise SlurmParamsError(f"{key} must be a whole number, got {value!r}")
+                values[field] = int(value)
+        return cls(**values)  # type: ignore[arg-type]
+
+    def to_text(self) -> str:
+        """The settings that differ from the defaults, in `parse`'s syntax ('' for none)."""
+        default = SlurmParams()
+        words = []
+        for key, field in _SLURM_NAMES.items():
+            value = getattr(self, field)
+            if value != getattr(default, field):
+                words.append(f"{key}={('YES' if value else 'NO') if isinstance(value, bool) else value}")
+        return ",".join(words)
+
+    def to_dict(self) -> dict[str, object]:
+        return asdict(self)
+
+
+class _FreeProfile:
+    """Free processors over time as the backfill pass plans: a step function.
+
+    `times[i]` starts a segment on which `free[i]` processors are free; the last segment lasts for
+    ever. Built at each pass from the running jobs (processors back at start + time limit), then
+    lowered by each reservation and each job the pass starts.
+    """
+
+    __slots__ = ("times", "free")
+
+    def __init__(self, now_s: int, free_now: int, running_ends: Sequence[tuple[int, int]]) -> None:
+        self.times = [now_s]
+        self.free = [free_now]
+        for end_s, procs in running_ends:  # ascending ends; ends <= now are already in free_now
+            if end_s <= now_s:
+                continue
+            if end_s != self.times[-1]:
+                self.times.append(end_s)
+                self.free.append(self.free[-1])
+            self.free[-1] += procs
+
+    def _split(self, at_s: int) -> int:
+        """Index of the segment starting at `at_s`, creating it if needed."""
+        position = bisect_left(self.times, at_s)
+        if position < len(self.times) and self.times[position] == at_s:
+            return position
+        self.times.insert(position, at_s)
+        self.free.insert(position, self.free[position - 1])
+        return position
+
+    def take(self, start_s: int, end_s: int, procs: int) -> None:
+        """Hold `procs` processors over [start_s, end_s)."""
+        if end_s <= start_s:
+            return
+        first = self._split(start_s)
+        last = self._split(end_s)
+        for position in range(first, last):
+            self.free[position] -= procs
+
+    def fits(self, start_s: int, end_s: int, procs: int) -> bool:
+        """Are `procs` processors free over [start_s, end_s], both ends included?
+
+        Included end: backfill.c tests the slots whose begin_time <= the job's end, so a
+        reservation beginning exactly when the job would end blocks it."""
+        position = bisect_left(self.times, start_s)
+        if position == len(self.times) or self.times[position] != start_s:
+            position -= 1
+        times, free = self.times, self.free
+        while position < len(times) and times[position] <= end_s:
+            if free[position] < procs:
+                return False
+            position += 1
+        return True
+
+    def earliest_future_start(self, now_s: int, procs: int, limit_s: int, resolution_s: int) -> int:
+        """Earliest start after `now_s` with `procs` free until the end rounded up to the
+        resolution (a reservation's extent, backfill.c `_set_slot_time`). Candidate starts are the
+        segment starts: free processors only ever grow at one of them."""
+        times, free = self.times, self.free
+        for position in range(1, len(times)):
+            start_s = times[position]
+            if free[position] < procs:
+                continue
+            if self.fits(start_s, _round_up(start_s + limit_s, resolution_s), procs):
+                return start_s
+        raise AssertionError(f"a job of {procs} processors never fits")  # the last segment is empty
+
+
+def _round_up(value_s: int, resolution_s: int) -> int:
+    return -(-value_s // resolution_s) * resolution_s
+
+
+@dataclass(frozen=True)
+class SlurmBackfill:
+    """The scheduler's settings; `simulate_slurm` runs it."""
+
+    params: SlurmParams = SlurmParams()
+    name: str = NAME
+
+    def order(self, now_s: int, pending: list[int], submit_s: list[int], procs: list[int],
+              machine_procs: int) -> list[int]:
+        """Pending jobs by decreasing priority, ties by submission (job index)."""
+        p = self.params
+        if not p.multifactor:
+            return pending  # FIFO: kept in submission order
+        def priority(job: int) -> float:
+            age = min(now_s - submit_s[job], p.priority_max_age_s) / p.priority_max_age_s
+            size = procs[job] / machine_procs
+            if p.priority_favor_small:
+                size = 1.0 - size
+            return p.priority_weight_age * age + p.priority_weight_job_size * size
+        return sorted(pending, key=lambda job: (-priority(job), job))
+
+
+def simulate_slurm(
+    jobs: Sequence[Job],
+    machine_procs: int,
+    scheduler: SlurmBackfill,
+    predictor: Predictor,
+    correction: CorrectionPolicy,
+    *,
+    correction_lead_s: int = 0,
+    progress: ProgressCallback | None = None,
+    progress_every: int = 5000,
+) -> SimulationResult:
+    """Replay a cleaned log (sorted by submission) through the SLURM-like scheduler.
+
+    `correction_lead_s`: corrections happen this long before the limit instead of at it, as
+    hpcpredict's corrector raises a limit `--correction-margin` seconds ahead of SLURM's check
+    (docs/admin-guide.md); the policy is asked as if the job had reached its limit. 0: at the
+    predicted end, as in the EASY simulations.
+    """
+    if correction_lead_s < 0:
+        raise ValueError(f"the correction lead must be >= 0 s, got {correction_lead_s}")
+    wall_start = time.perf_counter()
+    params = scheduler.params
+    count = len(jobs)
+    requests = [job.request for job in jobs]
+    submit_s = [request.submit_s for request in requests]
+    run_s = [job.run_s for job in jobs]
+    procs = [request.procs for request in requests]
+    requested_s = [request.requested_s for request in requests]
+    _check_input(jobs, machine_procs, submit_s, run_s, procs, requested_s)
+
+    start_s = [-1] * count
+    prediction_s = [0] * count
+    initial_prediction_s = [0] * count
+    corrections = [0] * count
+    backfilled = [False] * count
+    first_reserved_start_s = [-1] * count
+
+    sequence = counter(count)
+    events: list[tuple[int, int, int, int]] = [
+        (submit_s[index], SUBMISSION, index, index) for index in range(count)
+    ]
+    pending: list[int] = []  # submission order; removal is O(queue), queues are short
+    profile = RunningProfile(machine_procs)
+    finished = 0
+    now_s = 0
+    changed = False  # since the last backfill pass (backfill.c `_more_work`)
+    pass_scheduled = False
+
+    def start(index: int, jumped: bool) -> None:
+        pending.remove(index)
+        start_s[index] = now_s
+        backfilled[index] = jumped
+        profile.add(index, now_s, now_s + prediction_s[index], procs[index])
+        predictor.job_started(requests[index], now_s)
+        heappush(events, (now_s + run_s[index], TERMINATION, next(sequence), index))
+        plan_correction(index)
+
+    def plan_correction(index: int) -> None:
+        """The next correction, if the job is still running when it falls due and its limit is
+        below its request (the corrector never raises a limit above the request)."""
+        due_s = max(0, prediction_s[index] - correction_lead_s)
+        if due_s < run_s[index] and prediction_s[index] < requested_s[index]:
+            heappush(events, (start_s[index] + due_s, PREDICTION_OVER, next(sequence), index))
+
+    def main_pass() -> None:
+        free = profile.free_now(now_s)
+        for job in scheduler.order(now_s, pending, submit_s, procs, machine_procs)[:]:
+            if procs[job] > free:
+                return
+            free -= procs[job]
+            start(job, False)
+
+    def backfill_pass() -> None:
+        plan = _FreeProfile(now_s, profile.free_now(now_s), profile.ends())
+        window_end_s = now_s + params.bf_window_s
+        order = scheduler.order(now_s, pending, submit_s, procs, machine_procs)
+        left_waiting = False
+        for job in order[: params.bf_max_job_test]:
+            limit_s, need = prediction_s[job], procs[job]
+            if plan.fits(now_s, now_s + limit_s, need):
+                start(job, left_waiting)
+                plan.take(now_s, now_s + limit_s, need)
+                continue
+            left_waiting = True
+            begin_s = plan.earliest_future_start(now_s, need, limit_s, params.bf_resolution_s)
+            if begin_s > window_end_s:
+                continue  # beyond the window: no reservation ("too far in the future")
+            end_s = min(_round_up(begin_s + limit_s, params.bf_resolution_s), window_end_s)
+            plan.take(begin_s, end_s, need)
+            if first_reserved_start_s[job] < 0:
+                first_reserved_start_s[job] = begin_s
+
+    def note_change() -> None:
+        nonlocal changed, pass_scheduled
+        changed = True
+        if not pass_scheduled:
+            # The backfill thread wakes every bf_interval; its phase is that of the log's clock.
+            # A pass due at this very instant still runs (it comes after the instant's events).
+            pass_s = _round_up(now_s, params.bf_interval_s)
+            heappush(events, (pass_s, BACKFILL, next(sequence), -1))
+            pass_scheduled = True
+
+    while events:
+        now_s, kind, _, index = heappop(events)
+        if kind == SUBMISSION:
+            predicted = clip_prediction(predictor.predict(requests[index], now_s), requested_s[index])
+            prediction_s[index] = initial_prediction_s[index] = predicted
+            pending.append(index)
+            main_pass()
+            note_change()
+        elif kind == TERMINATION:
+            predictor.job_ended(requests[index], run_s[index], now_s)
+            profile.remove(index, start_s[index] + prediction_s[index])
+            finished += 1
+            if progress is not None and finished % progress_every == 0:
+                progress(finished)
+            main_pass()
+            note_change()
+        elif kind == PREDICTION_OVER:
+            limit_s = prediction_s[index]  # asked as at the limit (== the elapsed time without lead)
+            new_prediction = correction.corrected_prediction_s(
+                requested_s[index], initial_prediction_s[index], corrections[index], limit_s
+            )
+            if not limit_s < new_prediction <= requested_s[index]:
+                raise AssertionError(
+                    f"correction {correction.name} gave {new_prediction} s for job "
+                    f"{jobs[index].job_id} whose limit is {limit_s} s (request {requested_s[index]} s)"
+                )
+            corrections[index] += 1
+            profile.move(index, start_s[index] + limit_s, start_s[index] + new_prediction)
+            prediction_s[index] = new_prediction
+            plan_correction(index)
+            note_change()  # a raised limit is a job update: the next pass re-plans
+        else:
+            pass_scheduled = False
+            if changed and pending:
+                changed = False
+                backfill_pass()
+            else:
+                changed = False
+
+    if progress is not None:
+        progress(finished)
+    if pending or len(profile) or finished != count:
+        raise AssertionError(f"{count - finished} jobs never finished")
+    return SimulationResult(
+        jobs=jobs,
+        machine_procs=machine_procs,
+        scheduler=scheduler.name,
+        predictor=predictor.name,
+        correction=correction.name,
+        start_s=start_s,
+        initial_prediction_s=initial_prediction_s,
+        final_prediction_s=prediction_s,
+        corrections=corrections,
+        backfilled=backfilled,
+        first_reserved_start_s=first_reserved_start_s,
+        wall_time_s=time.perf_counter() - wall_start,
+        settings={"slurm_params": params.to_text(), "correction_lead_s": correction_lead_s},
+    )

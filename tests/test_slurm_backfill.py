@@ -1,0 +1,230 @@
+"""The SLURM-like scheduler (`--scheduler slurm-backfill`): hand-worked schedules for each slurm.conf
+setting it reads, invariants on random workloads, and its place in RunSpec and the CLI."""
+
+from __future__ import annotations
+
+import pytest
+from click.testing import CliRunner
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from test_simulation import PREDICTORS, build_predictor, make_job, peak_usage, workloads
+
+from hpcpredict.cli import main
+from hpcpredict.predictors import RequestedPredictor
+from hpcpredict.sim import CORRECTIONS, SCHEDULERS, compute_metrics, simulate
+from hpcpredict.sim.runner import RunSpec
+from hpcpredict.sim.slurm_backfill import SlurmBackfill, SlurmParams, SlurmParamsError, simulate_slurm
+
+EXACT = SlurmParams(bf_interval_s=1, bf_resolution_s=1)  # passes at every second, no rounding
+
+
+def run(jobs, params=SlurmParams(), predictor=None, correction="requested", procs=4, lead_s=0):
+    return simulate_slurm(jobs, procs, SlurmBackfill(params), predictor or RequestedPredictor(),
+                          CORRECTIONS[correction], correction_lead_s=lead_s)
+
+
+class Fixed:
+    """Predicts `value_s` for every job."""
+
+    name = "fixed"
+
+    def __init__(self, value_s: int) -> None:
+        self.value_s = value_s
+
+    def predict(self, request, now_s):
+        return self.value_s
+
+    def job_started(self, request, now_s):
+        pass
+
+    def job_ended(self, request, run_s, end_s):
+        pass
+
+
+# A 4-processor machine. A holds 3 processors until 100; B needs all 4 (reserved at 100); C (1 proc,
+# 50 s) fits before B; D (1 proc, 200 s) would run past 100.
+SCENARIO = [
+    make_job(1, 0, 3, 100, 100),
+    make_job(2, 1, 4, 10, 10),
+    make_job(3, 2, 1, 50, 50),
+    make_job(4, 3, 1, 200, 200),
+]
+
+
+def test_backfill_waits_for_the_periodic_pass_and_rounds_reservations_to_the_resolution():
+    result = run(SCENARIO)  # Slurm's defaults: a pass every 30 s, 60 s resolution
+    assert result.start_s == [0, 100, 30, 110]  # C waits for the pass at 30; D is started by the
+    assert result.backfilled == [False, False, True, False]  # main scheduler when B ends
+    # B's reservation [100, 110) ends on a 60 s boundary: D was promised 120
+    assert result.first_reserved_start_s == [-1, 100, -1, 120]
+    exact = run(SCENARIO, EXACT)
+    assert exact.start_s == [0, 100, 2, 110]
+    assert exact.first_reserved_start_s == [-1, 100, -1, 110]
+
+
+# EASY protects only the head: D (1 proc, 200 s) uses B's spare processor and delays C, the second
+# job in the queue. SLURM reserves for every job it tests, so D waits behind C.
+EVERY_JOB = [
+    make_job(1, 0, 3, 100, 100),  # A
+    make_job(2, 1, 3, 50, 50),  # B: reserved [100, 150), one processor spare
+    make_job(3, 2, 4, 10, 10),  # C: reserved [150, 160)
+    make_job(4, 3, 1, 200, 200),  # D
+]
+
+
+def test_slurm_reserves_for_every_tested_job_where_easy_protects_only_the_head():
+    easy = simulate(EVERY_JOB, 4, SCHEDULERS["easy"], RequestedPredictor(), CORRECTIONS["requested"])
+    assert easy.start_s == [0, 100, 203, 3]
+    slurm = run(EVERY_JOB, EXACT)
+    assert slurm.start_s == [0, 100, 150, 160]
+    assert slurm.first_reserved_start_s == [-1, 100, 150, 160]
+
+
+def test_bf_max_job_test_limits_the_jobs_planned():
+    # E (1 proc, 20 s) fits in the hole before B, but with bf_max_job_test=1 the passes test only
+    # the first pending job: E waits for the main scheduler, behind everyone.
+    jobs = [*EVERY_JOB, make_job(5, 4, 1, 20, 20)]
+    deep = run(jobs, EXACT)
+    assert deep.start_s == [0, 100, 150, 160, 4]
+    shallow = run(jobs, SlurmParams(bf_interval_s=1, bf_resolution_s=1, bf_max_job_test=1))
+    assert shallow.start_s == [0, 100, 150, 160, 160]
+    assert shallow.first_reserved_start_s == [-1, 100, 150, 160, -1]  # each planned once first
+
+
+def test_bf_window_leaves_far_jobs_unreserved():
+    # A one-minute window: B and C would start after it, so nothing is reserved and D backfills
+    # at once, delaying C as EASY did (the man page: a window shorter than the longest limit
+    # starves jobs). C is reserved only once its start (D's end, 203) comes within the window.
+    result = run(EVERY_JOB, SlurmParams(bf_interval_s=1, bf_resolution_s=1, bf_window_min=1))
+    assert result.first_reserved_start_s == [-1, -1, 203, -1]
+    assert result.start_s == [0, 100, 203, 3]
+
+
+def test_job_size_priority_lets_the_wide_job_go_first():
+    jobs = [
+        make_job(1, 0, 3, 100, 100),
+        make_job(2, 1, 2, 500, 500),  # older, narrower
+        make_job(3, 2, 4, 10, 10),  # younger, wider
+    ]
+    fifo = run(jobs, EXACT)
+    assert fifo.start_s == [0, 100, 600]
+    by_size = run(jobs, SlurmParams(bf_interval_s=1, bf_resolution_s=1, priority_weight_job_size=1000))
+    assert by_size.start_s == [0, 110, 100]
+    small_first = SlurmParams(bf_interval_s=1, bf_resolution_s=1, priority_weight_job_size=1000,
+                              priority_favor_small=True)
+    assert run(jobs, small_first).start_s == [0, 100, 600]
+
+
+def test_corrections_raise_the_limit_slurm_plans_with():
+    # B is predicted 10 s but runs 50: the correction moves its planned end, so C (which needs the
+    # whole machine) is re-planned at B's real end, not started over it.
+    jobs = [make_job(1, 0, 4, 50, 300), make_job(2, 1, 4, 10, 300)]
+    predictor = build_predictor("clairvoyant", jobs)
+    result = run(jobs, EXACT, predictor=predictor, correction="incremental")
+    assert result.start_s == [0, 50]
+    noisy = run(jobs, EXACT, predictor=build_predictor("noisy", jobs), correction="incremental")
+    assert noisy.start_s == [0, 50]
+
+
+def test_a_correction_lead_raises_limits_before_they_expire_as_the_corrector_does():
+    # Predicted 10 s, runs 65 s, incremental steps: 10 -> 70 s. At the limit (lead 0) one correction;
+    # 10 s ahead (lead 10), the 70 s limit is raised again at 60 s, while the job still runs.
+    job = [make_job(1, 0, 1, 65, 1000)]
+    at_limit = run(job, EXACT, Fixed(10), "incremental", lead_s=0)
+    ahead = run(job, EXACT, Fixed(10), "incremental", lead_s=10)
+    assert (at_limit.corrections, at_limit.final_prediction_s) == ([1], [70])
+    assert (ahead.corrections, ahead.final_prediction_s) == ([2], [310])
+    # A limit equal to the request is never raised, however early the corrector looks.
+    assert run(job, EXACT, Fixed(1000), "incremental", lead_s=2000).corrections == [0]
+    with pytest.raises(ValueError):
+        run(job, EXACT, lead_s=-1)
+
+
+@st.composite
+def slurm_params(draw):
+    return SlurmParams(
+        bf_interval_s=draw(st.sampled_from([1, 7, 30])),
+        bf_max_job_test=draw(st.sampled_from([1, 3, 500])),
+        bf_window_min=draw(st.sampled_from([1, 5, 1440])),
+        bf_resolution_s=draw(st.sampled_from([1, 60])),
+        priority_weight_job_size=draw(st.sampled_from([0, 1000])),
+        priority_favor_small=draw(st.booleans()),
+    )
+
+
+@settings(max_examples=200, deadline=None)
+@given(workloads(), slurm_params(), st.sampled_from(PREDICTORS), st.sampled_from(sorted(CORRECTIONS)),
+       st.sampled_from([0, 0, 20]))
+def test_schedule_invariants(workload, params, predictor, correction, lead_s):
+    machine, jobs = workload
+    result = run(jobs, params, build_predictor(predictor, jobs), correction, machine, lead_s)
+    assert peak_usage(result) <= machine  # never over-allocates
+    for index, job in enumerate(jobs):
+        assert result.start_s[index] >= job.submit_s  # every job started, never before submission
+        assert 1 <= result.initial_prediction_s[index] <= result.final_prediction_s[index] <= job.requested_s
+        if result.first_reserved_start_s[index] >= 0:
+            assert result.first_reserved_start_s[index] > job.submit_s
+    assert compute_metrics(result).ave_bsld >= 1.0
+
+
+@settings(max_examples=150, deadline=None)
+@given(workloads())
+def test_with_exact_runtimes_no_job_starts_after_its_first_reservation(workload):
+    # Conservative backfilling: a reservation is only ever made around the reservations of
+    # higher-priority jobs, so with exact runtimes (nothing ends early or late), passes at every
+    # second and no rounding, every promise holds.
+    machine, jobs = workload
+    result = run(jobs, EXACT, build_predictor("clairvoyant", jobs), "requested", machine)
+    for index in range(len(jobs)):
+        promised = result.first_reserved_start_s[index]
+        if promised >= 0:
+            assert result.start_s[index] <= promised
+
+
+@settings(max_examples=100, deadline=None)
+@given(workloads())
+def test_fifo_with_a_whole_machine_per_job_is_fcfs(workload):
+    # Every job needs the whole machine: nothing can backfill, SLURM is first come, first served.
+    machine, jobs = workload
+    wide = [make_job(job.job_id, job.submit_s, machine, job.run_s, job.requested_s) for job in jobs]
+    slurm = run(wide, SlurmParams(), procs=machine)
+    fcfs = simulate(wide, machine, SCHEDULERS["fcfs"], RequestedPredictor(), CORRECTIONS["requested"])
+    assert slurm.start_s == fcfs.start_s
+
+
+def test_params_parse_validate_and_print_canonically():
+    params = SlurmParams.parse(" bf_window=2880 ,bf_interval=10,PriorityFavorSmall=yes")
+    assert (params.bf_window_min, params.bf_interval_s, params.priority_favor_small) == (2880, 10, True)
+    assert params.to_text() == "bf_interval=10,bf_window=2880,PriorityFavorSmall=YES"
+    assert SlurmParams.parse("bf_interval=30").to_text() == ""  # the default is not spelt out
+    for bad in ("bf_interval=0", "bf_window=43201", "bf_foo=1", "bf_interval", "bf_interval=1e3",
+                "PriorityFavorSmall=maybe", "bf_interval=-5"):
+        with pytest.raises(SlurmParamsError):
+            SlurmParams.parse(bad)
+
+
+def test_runspec_keys_and_refusals():
+    spec = RunSpec("slurm-backfill", slurm_params="bf_window=2880,bf_interval=30")
+    assert spec.slurm_params == "bf_window=2880"
+    assert spec.to_dict()["slurm_params"] == "bf_window=2880"
+    assert "slurm_params" not in RunSpec("slurm-backfill").to_dict()  # defaults: no new key
+    assert "slurm_params" not in RunSpec().to_dict()
+    assert spec.label.startswith("slurm-backfill(bf_window=2880) + learned")
+    with pytest.raises(ValueError, match="slurm-backfill only"):
+        RunSpec("easy", slurm_params="bf_interval=10")
+    with pytest.raises(ValueError, match="starvation guard"):
+        RunSpec("slurm-backfill", starvation_guard_s=86400)
+    with pytest.raises(ValueError, match="next pass"):
+        RunSpec("slurm-backfill", decide_on_correction=True)
+
+
+def test_simulate_command_compares_with_plain_slurm(sample_log):
+    result = CliRunner().invoke(main, [
+        "simulate", str(sample_log), "--scheduler", "slurm-backfill", "--predictor", "ave2",
+        "--slurm-params", "bf_interval=60",
+    ])
+    assert result.exit_code == 0, result.output
+    assert "SLURM baseline" in result.output
+    assert "baseline : slurm-backfill(bf_interval=60) + requested + requested" in result.output
+    refused = CliRunner().invoke(main, ["simulate", str(sample_log), "--slurm-params", "bf_interval=10"])
+    assert refused.exit_code == 2 and "slurm-backfill only" in refused.output
