@@ -17,7 +17,7 @@ from tqdm import tqdm
 from hpcpredict.learn import parse_loss
 from hpcpredict.learn.predictor import FEATURE_SCALINGS
 from hpcpredict.outputs import OutputPathError, check_output_dir, check_output_file
-from hpcpredict.sim.corrections import CORRECTIONS
+from hpcpredict.sim.corrections import CORRECTION_NAMES
 from hpcpredict.sim.metrics import compute_metrics, metrics_table, replica_table
 from hpcpredict.sim.replica_stats import describe_change
 from hpcpredict.sim.output import write_jobs_csv, write_result_swf
@@ -272,6 +272,15 @@ def _learning_options(command: Callable[..., None]) -> Callable[..., None]:
                 "from (no extrapolation for a user back after a long gap).",
             ),
             click.option(
+                "--calibration-alpha",
+                "calibration_alpha",
+                type=click.FloatRange(min=0, max=1, min_open=True, max_open=True),
+                default=None,
+                help="Calibrated confidence: publish the model's answer scaled, per user (global "
+                "fallback), so that this share of jobs outlive it (online conformal quantile of "
+                "log(runtime/prediction)). Default: off, the model's answer as it is.",
+            ),
+            click.option(
                 "--per-user-experts/--no-per-user-experts",
                 "per_user_experts",
                 default=RunSpec.per_user_experts,
@@ -306,12 +315,14 @@ _slurm_params_option = click.option(
 )
 _correction_option = click.option(
     "--correction",
-    type=click.Choice(list(CORRECTIONS)),
+    type=click.Choice(list(CORRECTION_NAMES)),
     default=RunSpec.correction,
     show_default=True,
     help="What happens when a job outlives its prediction (always capped at the request). "
     "requested: jump to the request. incremental: initial prediction + 1 min, then + 5 min, "
-    "15 min, 30 min, 1 h, ... 100 h, then the request. doubling: twice the elapsed time.",
+    "15 min, 30 min, 1 h, ... 100 h, then the request. doubling: twice the elapsed time. "
+    "survival: the --survival-quantile of the user's recent runtimes given the elapsed time "
+    "(Kaplan-Meier, running jobs censored), incremental for users with fewer than 5 ended jobs.",
 )
 
 
@@ -349,6 +360,15 @@ _correction_option = click.option(
     "csv_path",
     type=click.Path(dir_okay=False, writable=True, path_type=Path),
     help="Write the per-job outcome as an evalys-style jobs CSV.",
+)
+@click.option(
+    "--survival-quantile",
+    "survival_quantile",
+    type=click.FloatRange(min=0, max=1, min_open=True, max_open=True),
+    default=RunSpec.survival_quantile,
+    show_default=True,
+    help="With --correction survival: extend a job that outlives its prediction to this quantile "
+    "of its user's runtime given the time it has run.",
 )
 @click.option(
     "--decide-on-correction",
@@ -404,11 +424,13 @@ def simulate(
     negative: str,
     censor_at_limit: bool,
     feature_scaling: str,
+    calibration_alpha: float | None,
     per_user_experts: bool,
     procs: int | None,
     baseline: bool,
     output: Path | None,
     csv_path: Path | None,
+    survival_quantile: float,
     decide_on_correction: bool,
     starvation_guard: str | None,
     replicas: int,
@@ -445,7 +467,7 @@ def simulate(
         spec = RunSpec(
             scheduler, predictor, correction, loss, eta, l2, decide_on_correction, negative,  # type: ignore[arg-type]
             loss_unit_s, starvation_guard_s, censor_at_limit, feature_scaling, per_user_experts,
-            slurm_params,
+            slurm_params, survival_quantile, calibration_alpha,
         )
         # SLURM without hpcpredict is the baseline a SLURM site compares with
         baseline_spec = BASELINE if scheduler != SLURM_BACKFILL else RunSpec(
@@ -547,6 +569,7 @@ def predict_eval(
     negative: str,
     censor_at_limit: bool,
     feature_scaling: str,
+    calibration_alpha: float | None,
     per_user_experts: bool,
     scheduler: str,
     slurm_params: str,
@@ -571,7 +594,8 @@ def predict_eval(
         specs = [
             RunSpec(scheduler, name, correction, loss, eta, l2, False, negative, loss_unit_s,  # type: ignore[arg-type]
                     censor_at_limit=censor_at_limit, feature_scaling=feature_scaling,
-                    per_user_experts=per_user_experts, slurm_params=slurm_params)
+                    per_user_experts=per_user_experts, slurm_params=slurm_params,
+                    calibration_alpha=calibration_alpha)
             for name in EVALUATED_PREDICTORS
         ]
     except ValueError as error:

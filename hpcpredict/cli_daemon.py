@@ -77,6 +77,7 @@ def _open_service(config: DaemonConfig, store=None):  # -> PredictionService (SQ
             config.predictor_factory,
             checkpoint_every=config.checkpoint_every,
             min_trained_jobs=config.min_trained_jobs,
+            correction=config.correction_policy(),
         )
     except (SQLAlchemyError, ValueError, ReplayError) as error:
         raise click.ClickException(f"{config.db}: {error}") from None

@@ -16,6 +16,8 @@
     slurm_interval_s = 10.0       # seconds between looks at SLURM
     correction_margin_s = 120     # raise a lowered limit this long before it expires
     starvation_guard = "24h"      # a job pending this long: limits back to requests ("off": never)
+    correction = "incremental"    # how the corrector raises limits: incremental | survival (§8)
+    survival_quantile = 0.5       # with "survival": the user's runtime quantile given the elapsed time
 
     [learner]                     # must be the same for `train` and `serve`
     loss = "eloss"
@@ -26,6 +28,7 @@
     censor_at_limit = false       # learn TIMEOUT jobs as lower bounds (docs/method.md §4)
     feature_scaling = "raw"       # "robust": log break time, no extrapolation (§2)
     per_user_experts = false      # per user: the model, AVE2 or the request, by recent loss (§6)
+    # calibration_alpha = 0.5     # publish so that this share of jobs outlive it (§6; omitted: off)
 
 The learner section matters beyond start-up: a checkpoint records the hyperparameters it was made
 with and a daemon started with others refuses it (`LearnedPredictor.load_state_dict`), rather
@@ -44,8 +47,11 @@ from typing import Any
 from hpcpredict.daemon.paths import default_db_url, state_dir
 from hpcpredict.daemon.readiness import DEFAULT_MIN_TRAINED_JOBS
 from hpcpredict.features import FeatureContext
+from hpcpredict.sim.corrections import CORRECTION_NAMES, CorrectionPolicy, make_correction
 from hpcpredict.sim.schedulers import DEFAULT_STARVATION_GUARD_S, parse_starvation_guard
+from hpcpredict.sim.survival import DEFAULT_SURVIVAL_QUANTILE
 from hpcpredict.learn.predictor import (
+    DEFAULT_CALIBRATION_ALPHA,
     DEFAULT_CENSOR_AT_LIMIT,
     DEFAULT_ETA,
     DEFAULT_FEATURE_SCALING,
@@ -73,6 +79,7 @@ class LearnerConfig:
     censor_at_limit: bool = DEFAULT_CENSOR_AT_LIMIT
     feature_scaling: str = DEFAULT_FEATURE_SCALING
     per_user_experts: bool = DEFAULT_PER_USER_EXPERTS
+    calibration_alpha: float | None = DEFAULT_CALIBRATION_ALPHA
 
     def build(self, time_zone: str | None) -> LearnedPredictor:
         """An untrained learner whose clock is Unix seconds read in the site's time zone."""
@@ -86,6 +93,7 @@ class LearnerConfig:
             censor_at_limit=self.censor_at_limit,
             feature_scaling=self.feature_scaling,  # type: ignore[arg-type]
             per_user_experts=self.per_user_experts,
+            calibration_alpha=self.calibration_alpha,
         )
 
 
@@ -107,10 +115,18 @@ class DaemonConfig:
     # While a job pending for the machine has waited this long, the watcher puts lowered limits
     # back to the requests (hpcpredict/slurm/guard.py): "24h", "90m", seconds, or "off".
     starvation_guard: str | int = DEFAULT_STARVATION_GUARD_S
+    # The SLURM corrector's policy (docs/method.md §8); "survival" keeps each user's recent
+    # runtimes from the events the service logs, in its checkpoint (hpcpredict/sim/survival.py).
+    correction: str = "incremental"
+    survival_quantile: float = DEFAULT_SURVIVAL_QUANTILE
     learner: LearnerConfig = field(default_factory=LearnerConfig)
 
     def predictor_factory(self) -> LearnedPredictor:
         return self.learner.build(self.time_zone)
+
+    def correction_policy(self) -> CorrectionPolicy:
+        """A fresh correction policy for the service (which feeds it) and the SLURM corrector."""
+        return make_correction(self.correction, survival_quantile=self.survival_quantile)
 
     @property
     def starvation_guard_s(self) -> int | None:
@@ -127,6 +143,7 @@ _DAEMON_KEYS = {
     "db", "socket", "socket_mode", "socket_group", "http", "spool", "checkpoint_every",
     "min_trained_jobs", "time_zone",
     "slurm", "slurm_backend", "slurm_interval_s", "correction_margin_s", "starvation_guard",
+    "correction", "survival_quantile",
 }
 _LEARNER_KEYS = {f.name for f in dataclasses.fields(LearnerConfig)}
 
@@ -206,6 +223,11 @@ def _checked(config: DaemonConfig) -> DaemonConfig:
         raise ConfigError(f"starvation_guard: {error}") from None
     if guard_s is not None and guard_s < 60:
         raise ConfigError(f"starvation_guard must be off or at least 60 s, got {config.starvation_guard!r}")
+    if config.correction not in CORRECTION_NAMES:
+        raise ConfigError(f"correction must be one of {', '.join(CORRECTION_NAMES)}, got {config.correction!r}")
+    if isinstance(config.survival_quantile, bool) or not isinstance(config.survival_quantile, (int, float)) \
+            or not 0.0 < config.survival_quantile < 1.0:
+        raise ConfigError(f"survival_quantile must be in (0, 1), got {config.survival_quantile!r}")
     try:
         config.predictor_factory()
     except (ValueError, TypeError, KeyError) as error:  # bad loss name, negative rule, zone

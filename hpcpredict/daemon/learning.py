@@ -62,6 +62,7 @@ from typing import Any
 
 from hpcpredict.daemon.events import EventKind, request_from_json
 from hpcpredict.jobs import JobRequest
+from hpcpredict.sim.corrections import CorrectionPolicy
 from hpcpredict.learn.predictor import LearnedPredictor
 from hpcpredict.predictors import clip_prediction
 
@@ -169,6 +170,23 @@ def apply_event(predictor: LearnedPredictor, kind: EventKind, payload: dict[str,
     if kind is EventKind.LIMIT_CHANGED:
         return Applied()  # the learner does not read limits; the store records the change
     raise ValueError(f"unknown event kind {kind!r}")
+
+
+def observe_event(
+    correction: CorrectionPolicy, kind: EventKind, payload: dict[str, Any], applied: Applied
+) -> None:
+    """Tell the correction policy a job started or ended, from the event's payload alone (so a
+    replay tells it again exactly): SURVIVAL's runtime history (hpcpredict/sim/survival.py), the
+    one the simulator feeds at its own events. A job killed at a limit hpcpredict lowered ran at
+    least `run_s` (a lower bound); one that never ran leaves the running set and says nothing."""
+    request = request_from_json(payload["job"])
+    if kind is EventKind.STARTED:
+        correction.job_started(request, payload["now_s"])
+    elif kind is EventKind.ENDED:
+        run_s = min(payload["run_s"], request.requested_s)
+        censored = bool(payload["killed_at_lowered_limit"]) or applied.rule is LearnRule.NEVER_RAN \
+            or run_s <= 0
+        correction.job_ended(request, run_s, payload["end_s"], censored=censored)
 
 
 def _apply_end(

@@ -158,6 +158,7 @@ class Daemon:
             self.service.job_status,
             margin_s=self.config.correction_margin_s,
             interval_s=self.config.slurm_interval_s,
+            policy=self.service.correction,  # the policy the service feeds (SURVIVAL's history)
             guard_s=self.config.starvation_guard_s,
         )
         watcher = self.watcher

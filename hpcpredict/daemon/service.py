@@ -48,11 +48,11 @@ from sqlalchemy.exc import DBAPIError, IntegrityError, SQLAlchemyError
 from sqlalchemy.orm import Session
 
 from hpcpredict.daemon import user_errors
-from hpcpredict.daemon.checkpoints import CheckpointError, load_checkpoint, state_to_npz
+from hpcpredict.daemon.checkpoints import CheckpointError, load_checkpoint, state_from_npz, state_to_npz
 from hpcpredict.daemon.readiness import DEFAULT_MIN_TRAINED_JOBS, Readiness, assess
 from hpcpredict.daemon.staleness import HistoryAge, age_at, newest_learned_end_s
 from hpcpredict.daemon.events import EventKind, dump_payload, idempotency_key, request_to_json
-from hpcpredict.daemon.learning import Applied, LearnRule, apply_event
+from hpcpredict.daemon.learning import Applied, LearnRule, apply_event, observe_event
 from hpcpredict.daemon.store import (
     CheckpointRow,
     CorrectionRow,
@@ -66,6 +66,7 @@ from hpcpredict.daemon.store import (
 from hpcpredict.jobs import JobRequest
 from hpcpredict.learn.predictor import LearnedPredictor
 from hpcpredict.predictors import clip_prediction
+from hpcpredict.sim.corrections import CorrectionPolicy, IncrementalCorrection
 
 logger = logging.getLogger(__name__)
 
@@ -130,6 +131,7 @@ class PredictionService:
         checkpoint_every: int = DEFAULT_CHECKPOINT_EVERY,
         keep_checkpoints: int = DEFAULT_KEEP_CHECKPOINTS,
         min_trained_jobs: int = DEFAULT_MIN_TRAINED_JOBS,
+        correction: CorrectionPolicy | None = None,
     ) -> None:
         if checkpoint_every < 1:
             raise ValueError(f"checkpoint_every must be >= 1 event, got {checkpoint_every}")
@@ -142,6 +144,9 @@ class PredictionService:
         self.keep_checkpoints = keep_checkpoints
         self.min_trained_jobs = min_trained_jobs
         self._factory = predictor_factory
+        # The SLURM corrector's policy: it hears every start and end the learner does (SURVIVAL
+        # keeps its users' runtimes from them), and its state is checkpointed with the learner's.
+        self.correction: CorrectionPolicy = IncrementalCorrection() if correction is None else correction
         self._broken: BaseException | None = None
         self._needs_rebuild = False  # a failed commit left the learner possibly ahead of the log
         self._touched = False
@@ -165,6 +170,7 @@ class PredictionService:
         checkpoint_every: int = DEFAULT_CHECKPOINT_EVERY,
         keep_checkpoints: int = DEFAULT_KEEP_CHECKPOINTS,
         min_trained_jobs: int = DEFAULT_MIN_TRAINED_JOBS,
+        correction: CorrectionPolicy | None = None,
     ) -> PredictionService:
         """Upgrade the store's schema, restore the last checkpoint, replay what follows it."""
         store.upgrade()
@@ -177,6 +183,7 @@ class PredictionService:
             checkpoint_every=checkpoint_every,
             keep_checkpoints=keep_checkpoints,
             min_trained_jobs=min_trained_jobs,
+            correction=correction,
         )
 
     # ------------------------------------------------------------------ state
@@ -236,8 +243,12 @@ class PredictionService:
             return session.scalar(select(JobRow.status).where(JobRow.job_id == operator.index(job_id)))
 
     def state_dict(self) -> dict[str, np.ndarray]:
-        """The learner's `state_dict()` (a copy): what checkpoints hold and tests compare."""
-        return self._predictor.state_dict()
+        """The learner's `state_dict()` (a copy) and the correction policy's state (under
+        ``correction/``, empty for the pure policies): what checkpoints hold and tests compare."""
+        state = self._predictor.state_dict()
+        for key, value in self.correction.to_state().items():
+            state[f"correction/{key}"] = value
+        return state
 
     def _restore(self) -> None:
         """Learner = newest usable checkpoint + the events logged after it, applied in order."""
@@ -245,10 +256,14 @@ class PredictionService:
         predictor = None
         after_seq = 0
         restored_from = "an untrained model"
+        correction_state: dict[str, np.ndarray] = {}
         unusable: list[tuple[int, int, str]] = []  # (id, last_event_seq, what was found)
         for checkpoint in self.store.checkpoints():
             try:
                 predictor = load_checkpoint(checkpoint, self._factory, last_logged)
+                state = state_from_npz(checkpoint.state_npz)
+                correction_state = {key[len("correction/"):]: value for key, value in state.items()
+                                    if key.startswith("correction/")}
             except CheckpointError as error:
                 unusable.append((checkpoint.id, checkpoint.last_event_seq, str(error)))
                 logger.error(
@@ -263,11 +278,14 @@ class PredictionService:
             predictor = self._factory()
             if unusable:
                 self._warn_untrained_restart(last_logged)
+        self.correction.load_state(correction_state)
         replayed = 0
         last_seq = after_seq
         for stored in self.store.events_after(after_seq):
             try:
-                apply_event(predictor, EventKind(stored.kind), stored.payload)
+                kind = EventKind(stored.kind)
+                observe_event(self.correction, kind, stored.payload,
+                              apply_event(predictor, kind, stored.payload))
             except (KeyError, TypeError, ValueError) as error:
                 raise ReplayError(
                     f"event {stored.seq} of the log ({stored.kind}, job {stored.job_id}) cannot be "
@@ -586,7 +604,7 @@ class PredictionService:
             CheckpointRow(
                 created_at_s=now_wall_s(),
                 last_event_seq=seq,
-                state_npz=state_to_npz(self._predictor.state_dict()),
+                state_npz=state_to_npz(self.state_dict()),
             )
         )
         session.flush()
@@ -713,7 +731,9 @@ class PredictionService:
         self._ingested_seq = row.seq
         self._undo = self._predictor.savepoint(payload["job"]["user_id"], job_id)
         self._touched = True
-        return row.seq, apply_event(self._predictor, kind, payload)
+        applied = apply_event(self._predictor, kind, payload)
+        observe_event(self.correction, kind, payload, applied)
+        return row.seq, applied
 
     def _job_or_new(
         self, session: Session, job_id: int, request: JobRequest | None, event: str

@@ -88,6 +88,7 @@ from hpcpredict.features import (
     FeatureState,
 )
 from hpcpredict.jobs import JobRequest
+from hpcpredict.learn.calibration import ConformalCalibration
 from hpcpredict.learn.experts import AVE2, EXPERTS, LEARNED, ExpertScores
 from hpcpredict.learn.losses import AsymmetricLoss, parse_loss
 from hpcpredict.learn.nag import (
@@ -112,6 +113,7 @@ DEFAULT_LOSS_UNIT_S = 3600.0
 DEFAULT_CENSOR_AT_LIMIT = False  # docs/results.md, "Censoring": measured, kept an option
 DEFAULT_FEATURE_SCALING: FeatureScaling = "raw"  # docs/results.md, "Cold start": idem
 DEFAULT_PER_USER_EXPERTS = False  # docs/results.md, "Per-user expert choice": idem
+DEFAULT_CALIBRATION_ALPHA: float | None = None  # docs/results.md, "Calibrated confidence": idem
 _STATE_VERSION = 1
 
 
@@ -140,6 +142,7 @@ class LearnedPredictor:
         censor_at_limit: bool = DEFAULT_CENSOR_AT_LIMIT,
         feature_scaling: FeatureScaling = DEFAULT_FEATURE_SCALING,
         per_user_experts: bool = DEFAULT_PER_USER_EXPERTS,
+        calibration_alpha: float | None = DEFAULT_CALIBRATION_ALPHA,
     ) -> None:
         if negative not in ("clip", "abs"):
             raise ValueError(f"negative must be 'clip' or 'abs', got {negative!r}")
@@ -159,6 +162,7 @@ class LearnedPredictor:
         self.censor_at_limit = bool(censor_at_limit)
         self.feature_scaling = feature_scaling
         self.per_user_experts = bool(per_user_experts)
+        self.calibration_alpha = None if calibration_alpha is None else float(calibration_alpha)
 
         base_loss = parse_loss(loss) if isinstance(loss, str) else loss
         self._loss = dataclasses.replace(base_loss, unit_s=float(loss_unit_s))
@@ -174,8 +178,14 @@ class LearnedPredictor:
         self.experts = ExpertScores() if self.per_user_experts else None
         # With experts: the learned model's prediction as given at submission, to score it.
         self._pending_learned_s: dict[int, int] = {}
+        # Calibrated confidence: the model's answer scaled to a target under-prediction rate.
+        self.calibration = (None if self.calibration_alpha is None
+                            else ConformalCalibration(self.calibration_alpha))
+        # With calibration: (the model's answer, the published one) at submission, to judge it.
+        self._pending_calibrated: dict[int, tuple[int, int]] = {}
         extras = (",censored" if self.censor_at_limit else "") + (",robust" if self._robust else "")
         extras += ",experts" if self.per_user_experts else ""
+        extras += f",alpha={self.calibration_alpha:g}" if self.calibration is not None else ""
         self.name = (
             f"learned({self._loss.name},eta={eta:g},l2={l2:g},unit={loss_unit_s:g}s{extras})"
         )
@@ -190,7 +200,7 @@ class LearnedPredictor:
         phi = self._pending_phi.get(request.job_id)
         if phi is None:
             phi = self._observe(request, now_s)
-        learned_s = self._to_seconds(self._score(phi), request.requested_s)
+        learned_s = self._calibrated(request, self._to_seconds(self._score(phi), request.requested_s))
         if self.experts is None:
             return learned_s
         self._pending_learned_s.setdefault(request.job_id, learned_s)
@@ -214,6 +224,7 @@ class LearnedPredictor:
             if killed:
                 self.learn_lower_bound(request, run_s, end_s)
                 return
+        self._judge_calibration(request, min(run_s, request.requested_s))
         self._judge_experts(request, min(run_s, request.requested_s), censored=False)
         phi = self._pending_phi.pop(request.job_id, None)
         if phi is None and self.learn_unseen:
@@ -238,6 +249,7 @@ class LearnedPredictor:
         against: history only, False.
         """
         bound_s = min(run_s, request.requested_s)
+        self._judge_calibration(request, bound_s)
         self._judge_experts(request, bound_s, censored=True)
         phi = self._pending_phi.pop(request.job_id, None)
         stepped = False
@@ -249,6 +261,27 @@ class LearnedPredictor:
             stepped = True
         self.features.job_ended(request, bound_s, end_s)
         return stepped
+
+    # ------------------------------------------------------------------ calibrated confidence
+    def _calibrated(self, request: JobRequest, model_s: int) -> int:
+        """The model's answer as published: scaled to the target under-prediction rate (the
+        first answer for a job asked again, so the judged prediction is the one given)."""
+        if self.calibration is None:
+            return model_s
+        given = self._pending_calibrated.get(request.job_id)
+        if given is None:
+            given = self._pending_calibrated[request.job_id] = (
+                model_s, self.calibration.published_s(request.user_id, model_s, request.requested_s))
+        return given[1]
+
+    def _judge_calibration(self, request: JobRequest, run_s: int) -> None:
+        """A job ended: move the thresholds by whether it outlived its published prediction. A
+        job killed at a limit (a lower bound) outlived any prediction below it: the same rule."""
+        if self.calibration is None:
+            return
+        given = self._pending_calibrated.pop(request.job_id, None)
+        if given is not None:
+            self.calibration.observe(request.user_id, given[0], given[1], run_s)
 
     # ------------------------------------------------------------------ per-user experts
     def _ave2_s(self, request: JobRequest, phi: np.ndarray) -> int:
@@ -302,6 +335,7 @@ class LearnedPredictor:
         the caller (`features.job_ended` adds a completed job).
         """
         self._pending_learned_s.pop(job_id, None)
+        self._pending_calibrated.pop(job_id, None)
         return self._pending_phi.pop(job_id, None) is not None
 
     def model_prediction_s(self, request: JobRequest, now_s: int) -> int:
@@ -325,6 +359,10 @@ class LearnedPredictor:
             x = self._scaled(self.features.compute(request, now_s, self._x))
             phi = self._expansion.expand(x)
         learned_s = self._to_seconds(self._score(phi), request.requested_s)
+        if self.calibration is not None:
+            given = self._pending_calibrated.get(request.job_id)
+            learned_s = given[1] if given is not None else self.calibration.published_s(
+                request.user_id, learned_s, request.requested_s)
         if self.experts is None:
             return learned_s
         given_s = self._pending_learned_s.get(request.job_id, learned_s)
@@ -404,6 +442,7 @@ class LearnedPredictor:
             "censor_at_limit": self.censor_at_limit,
             "feature_scaling": self.feature_scaling,
             "per_user_experts": self.per_user_experts,
+            "calibration_alpha": self.calibration_alpha,
         }
 
     def clone(self) -> LearnedPredictor:
@@ -430,6 +469,8 @@ class LearnedPredictor:
             "hyper/feature_scaling": np.array(self.feature_scaling),
             "hyper/per_user_experts": np.array(self.per_user_experts),
         }
+        if self.calibration_alpha is not None:  # absent: off (as in checkpoints made before it)
+            state["hyper/calibration_alpha"] = np.array(self.calibration_alpha, dtype=np.float64)
         for key, value in self.nag.state.to_state().items():
             state[f"nag/{key}"] = value
         for key, value in self.features.to_state().items():
@@ -448,6 +489,13 @@ class LearnedPredictor:
                 [self._pending_learned_s.get(j, -1) for j in job_ids], dtype=np.int64)
             for key, value in self.experts.to_state().items():
                 state[f"experts/{key}"] = value
+        if self.calibration is not None:
+            calibrated = list(self._pending_calibrated)
+            state["calibration/pending_job_id"] = np.array(calibrated, dtype=np.int64)
+            state["calibration/pending_s"] = np.array(
+                [self._pending_calibrated[j] for j in calibrated], dtype=np.int64).reshape(-1, 2)
+            for key, value in self.calibration.to_state().items():
+                state[f"calibration/{key}"] = value
         return state
 
     def load_state_dict(self, state: dict[str, np.ndarray]) -> None:
@@ -470,6 +518,7 @@ class LearnedPredictor:
             "censor_at_limit": bool(state.get("hyper/censor_at_limit", False)),
             "feature_scaling": str(state.get("hyper/feature_scaling", "raw")),
             "per_user_experts": bool(state.get("hyper/per_user_experts", False)),
+            "calibration_alpha": _alpha_from_state(state),
         }
         mine = {
             "loss": self._loss.name,
@@ -483,6 +532,7 @@ class LearnedPredictor:
             "censor_at_limit": self.censor_at_limit,
             "feature_scaling": self.feature_scaling,
             "per_user_experts": self.per_user_experts,
+            "calibration_alpha": self.calibration_alpha,
         }
         different = sorted(key for key in mine if mine[key] != saved[key])
         if different:
@@ -505,6 +555,13 @@ class LearnedPredictor:
             }
             self.experts.load_state({key[8:]: value for key, value in state.items()
                                      if key.startswith("experts/")})
+        if self.calibration is not None:
+            self._pending_calibrated = {
+                job_id: (model_s, published_s) for job_id, (model_s, published_s) in zip(
+                    state["calibration/pending_job_id"].tolist(), state["calibration/pending_s"].tolist())
+            }
+            self.calibration.load_state({key[12:]: value for key, value in state.items()
+                                         if key.startswith("calibration/")})
 
     def save(self, path: str | os.PathLike[str]) -> None:
         """Checkpoint to an .npz file atomically (temporary file, then os.replace)."""
@@ -537,6 +594,7 @@ class LearnedPredictor:
             censor_at_limit=bool(state.get("hyper/censor_at_limit", False)),
             feature_scaling=str(state.get("hyper/feature_scaling", "raw")),  # type: ignore[arg-type]
             per_user_experts=bool(state.get("hyper/per_user_experts", False)),
+            calibration_alpha=_alpha_from_state(state),
         )
         predictor.load_state_dict(state)
         return predictor
@@ -548,3 +606,9 @@ def _put_back(mapping: dict[Any, Any], key: Any, saved: Any) -> None:
         mapping.pop(key, None)
     else:
         mapping[key] = saved
+
+
+def _alpha_from_state(state: dict[str, np.ndarray]) -> float | None:
+    """The calibration target a checkpoint was made with; None (off) when absent."""
+    value = state.get("hyper/calibration_alpha")
+    return None if value is None else float(value)

@@ -43,6 +43,8 @@ File format (paths relative to the file, or found in the folder given by ``--log
     per_user_experts = [false, true]  # optional: per user, the learned model, AVE2 or the request
     slurm_params = ["bf_interval=10"] # optional, for scheduler "slurm-backfill": slurm.conf
                                       # settings (SlurmParams.parse); omitted = Slurm's defaults
+    survival_quantile = [0.5, 0.9]    # optional: with corrections = ["survival"], its quantile
+    calibration_alpha = [0.5]         # optional: publish at this under-prediction rate (omitted: off)
 """
 
 from __future__ import annotations
@@ -245,10 +247,13 @@ def _learned_grid(path: Path, entry: dict[str, Any]) -> Iterator[tuple[str, RunS
         "feature_scaling": entry.get("feature_scaling", [defaults.feature_scaling]),
         "per_user_experts": entry.get("per_user_experts", [defaults.per_user_experts]),
         "slurm_params": entry.get("slurm_params", [defaults.slurm_params]),
+        "survival_quantile": entry.get("survival_quantile", [defaults.survival_quantile]),
+        "calibration_alpha": entry.get("calibration_alpha", [defaults.calibration_alpha]),
     }
     unknown = set(entry) - {"losses", "corrections", "schedulers", "eta", "lambda",
                             "loss_unit_s", "negative", "starvation_guard_s", "censor_at_limit",
-                            "feature_scaling", "per_user_experts", "slurm_params"}
+                            "feature_scaling", "per_user_experts", "slurm_params",
+                            "survival_quantile", "calibration_alpha"}
     if unknown:
         raise CampaignError(f"{where}: unknown keys {sorted(unknown)}")
     for key, values in axes.items():
@@ -258,7 +263,7 @@ def _learned_grid(path: Path, entry: dict[str, Any]) -> Iterator[tuple[str, RunS
         settings = dict(zip(axes, values))
         spec = _spec(where, predictor="learned", **settings)
         label = (
-            f"learned {spec.loss} + {spec.correction} + {spec.scheduler}"
+            f"learned {spec.loss} + {spec.correction_label} + {spec.scheduler}"
             f"{f'({spec.slurm_params})' if spec.slurm_params else ''}"
             f" (eta={spec.eta:g}, lambda={spec.l2:g}, unit={spec.loss_unit_s:g}s, {spec.negative}"
             f"{spec.learning_label}){spec.guard_label}"

@@ -4,12 +4,22 @@ A correction policy is a pure function of the job's request, its initial predict
 times it has been corrected and how long it has run: no hidden state, so the simulator and the
 SLURM corrector (which must be restartable) compute the same limit from the same facts. Every
 policy is capped at the user's request: a job is never killed before p~_j by a correction.
+
+The one exception is SURVIVAL (`hpcpredict.sim.survival`), which reads the user's runtime
+history: every policy therefore also hears jobs start and end (`job_started`, `job_ended`, the
+predictor's two calls; the stateless ones ignore them), and is told whose job it corrects and
+when (`user_id`, `now_s`). The simulator and the daemon's service make those calls; its state is
+in the daemon's checkpoint, so the SLURM corrector stays restartable.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Protocol
+
+import numpy as np
+
+from hpcpredict.jobs import JobRequest
 
 #: INCREMENTAL steps after the k-th correction (Tsafrir, Etsion & Feitelson, TPDS 2007; docs/method.md §8).
 #: They replace each other (initial + step k), they do not accumulate.
@@ -23,32 +33,68 @@ class CorrectionPolicy(Protocol):
     name: str
 
     def corrected_prediction_s(
-        self, requested_s: int, initial_prediction_s: int, corrections_done: int, elapsed_s: int
+        self, requested_s: int, initial_prediction_s: int, corrections_done: int, elapsed_s: int,
+        *, user_id: int | None = None, now_s: int | None = None,
     ) -> int:
         """New prediction (seconds since start) for the `corrections_done + 1`-th correction."""
         ...
 
+    def job_started(self, request: JobRequest, now_s: int) -> None:
+        """A job began running (SURVIVAL counts it as censored while it runs)."""
+        ...
+
+    def job_ended(self, request: JobRequest, run_s: int, end_s: int, *, censored: bool = False) -> None:
+        """A job ended after `run_s` seconds (SURVIVAL adds it to its user's runtimes; a
+        `censored` one, killed at a lowered limit, as a lower bound)."""
+        ...
+
+    def to_state(self) -> dict[str, np.ndarray]:
+        """What the daemon checkpoints of the policy (nothing for the pure ones)."""
+        ...
+
+    def load_state(self, state: dict[str, np.ndarray]) -> None:
+        """Replace the policy's state with `to_state()`'s (an empty dict: a fresh policy)."""
+        ...
+
+
+class _Stateless:
+    """The pure policies hear starts and ends and ignore them."""
+
+    def job_started(self, request: JobRequest, now_s: int) -> None:
+        pass
+
+    def job_ended(self, request: JobRequest, run_s: int, end_s: int, *, censored: bool = False) -> None:
+        pass
+
+    def to_state(self) -> dict[str, np.ndarray]:
+        return {}
+
+    def load_state(self, state: dict[str, np.ndarray]) -> None:
+        pass
+
 
 @dataclass(frozen=True)
-class RequestedTimeCorrection:
+class RequestedTimeCorrection(_Stateless):
     """REQUESTED TIME: give up predicting and trust the user's request."""
 
     name: str = "requested"
 
     def corrected_prediction_s(
-        self, requested_s: int, initial_prediction_s: int, corrections_done: int, elapsed_s: int
+        self, requested_s: int, initial_prediction_s: int, corrections_done: int, elapsed_s: int,
+        *, user_id: int | None = None, now_s: int | None = None,
     ) -> int:
         return requested_s
 
 
 @dataclass(frozen=True)
-class IncrementalCorrection:
+class IncrementalCorrection(_Stateless):
     """INCREMENTAL: initial prediction + 1 min, then + 5 min, ... + 100 h, then the request."""
 
     name: str = "incremental"
 
     def corrected_prediction_s(
-        self, requested_s: int, initial_prediction_s: int, corrections_done: int, elapsed_s: int
+        self, requested_s: int, initial_prediction_s: int, corrections_done: int, elapsed_s: int,
+        *, user_id: int | None = None, now_s: int | None = None,
     ) -> int:
         if corrections_done >= len(INCREMENTAL_STEPS_S):
             return requested_s
@@ -56,7 +102,7 @@ class IncrementalCorrection:
 
 
 @dataclass(frozen=True)
-class DoublingCorrection:
+class DoublingCorrection(_Stateless):
     """RECURSIVE DOUBLING: the job has run `elapsed_s`; predict twice that, capped at the request.
 
     The reference doubled without the cap (a bug, docs/method.md §10); we cap.
@@ -65,7 +111,8 @@ class DoublingCorrection:
     name: str = "doubling"
 
     def corrected_prediction_s(
-        self, requested_s: int, initial_prediction_s: int, corrections_done: int, elapsed_s: int
+        self, requested_s: int, initial_prediction_s: int, corrections_done: int, elapsed_s: int,
+        *, user_id: int | None = None, now_s: int | None = None,
     ) -> int:
         return min(max(2 * elapsed_s, elapsed_s + 1), requested_s)
 
@@ -74,3 +121,19 @@ CORRECTIONS: dict[str, CorrectionPolicy] = {
     policy.name: policy
     for policy in (RequestedTimeCorrection(), IncrementalCorrection(), DoublingCorrection())
 }
+
+#: Every correction `simulate` and the campaigns accept: the pure ones above, and SURVIVAL.
+CORRECTION_NAMES: tuple[str, ...] = (*CORRECTIONS, "survival")
+
+
+def make_correction(name: str, *, survival_quantile: float | None = None) -> CorrectionPolicy:
+    """A policy for one run: the shared pure instance, or a fresh SURVIVAL with its own history."""
+    if name == "survival":
+        from hpcpredict.sim.survival import DEFAULT_SURVIVAL_QUANTILE, SurvivalCorrection
+
+        quantile = DEFAULT_SURVIVAL_QUANTILE if survival_quantile is None else survival_quantile
+        return SurvivalCorrection(quantile=quantile)
+    try:
+        return CORRECTIONS[name]
+    except KeyError:
+        raise ValueError(f"unknown correction {name!r}; one of {', '.join(CORRECTION_NAMES)}") from None

@@ -125,6 +125,7 @@ def simulate(
             by_request.add(index, now_s, now_s + requested_s[index], procs[index], checked=False)
             unpinned_running.add(index)
         predictor.job_started(requests[index], now_s)
+        correction.job_started(requests[index], now_s)
         heappush(events, (now_s + run_s[index], TERMINATION, next(sequence), index))
         if prediction_s[index] < run_s[index]:
             over_s = now_s + prediction_s[index]
@@ -167,6 +168,7 @@ def simulate(
                 remember(reservation)
         elif kind == TERMINATION:
             predictor.job_ended(requests[index], run_s[index], now_s)
+            correction.job_ended(requests[index], run_s[index], now_s)
             profile.remove(index, start_s[index] + prediction_s[index])
             if by_request is not None:
                 by_request.remove(index, start_s[index] + requested_s[index])
@@ -185,7 +187,8 @@ def simulate(
         else:
             elapsed = now_s - start_s[index]
             new_prediction = correction.corrected_prediction_s(
-                requested_s[index], initial_prediction_s[index], corrections[index], elapsed
+                requested_s[index], initial_prediction_s[index], corrections[index], elapsed,
+                user_id=requests[index].user_id, now_s=now_s,
             )
             if not elapsed < new_prediction <= requested_s[index]:
                 raise AssertionError(

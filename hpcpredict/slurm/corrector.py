@@ -12,6 +12,13 @@ rounded up to SLURM's whole minutes: INCREMENTAL gives prediction + 1 min, + 5 m
 ... then the request. A step that would leave less than `margin_s` of headroom is skipped for the
 next one (the corrector only looks every few seconds), and the request is always the last
 answer: a job is never killed by hpcpredict before the limit its user asked for.
+
+Each successive limit is asked of the policy as the simulator asks it, when the job reaches the
+limit before: the first as of the current limit (the job is within the margin of it), the next
+ones as of the limit rejected before. That changes nothing for INCREMENTAL (it ignores the
+elapsed time) and gives DOUBLING and SURVIVAL their successive answers (twice the last limit;
+the user's quantile given the job outlives it) instead of the same answer again and again. SURVIVAL
+also needs the job's user (`user_id`) and the time (`now_s`) for its running jobs.
 """
 
 from __future__ import annotations
@@ -35,6 +42,8 @@ def corrected_limit_s(
     elapsed_s: int,
     margin_s: int = DEFAULT_MARGIN_S,
     policy: CorrectionPolicy = IncrementalCorrection(),
+    user_id: int | None = None,
+    now_s: int | None = None,
 ) -> int | None:
     """The limit to set now (seconds, whole minutes, <= `request_s`), or None if none is due.
 
@@ -44,11 +53,14 @@ def corrected_limit_s(
     """
     if current_limit_s >= request_s or elapsed_s + margin_s < current_limit_s:
         return None
+    reached_s = max(elapsed_s, current_limit_s)  # the simulator corrects at the predicted end
     for corrections_done in range(_MAX_STEPS):
-        candidate = policy.corrected_prediction_s(request_s, prediction_s, corrections_done, elapsed_s)
+        candidate = policy.corrected_prediction_s(request_s, prediction_s, corrections_done,
+                                                  reached_s, user_id=user_id, now_s=now_s)
         limit = min(request_s, whole_minutes_s(candidate))
         if limit >= request_s:
             return request_s
         if limit > current_limit_s and limit > elapsed_s + margin_s:
             return limit
+        reached_s = max(reached_s, limit)
     return request_s

@@ -7,8 +7,9 @@ through the adapter) and, for every job the plugin marked (``admin_comment``, `t
   so the one recorded is the one SLURM acted on), STARTED, and ENDED for jobs SLURM still shows
   finished (``jobcomp.lua`` reports every end as well; the service learns each job once);
 * corrects: a running job within `margin_s` of a limit below its request gets the limit the
-  INCREMENTAL policy gives (`corrector.py`), set with ``scontrol update`` and recorded as a
-  LIMIT event;
+  correction policy gives (`corrector.py`; INCREMENTAL by default, SURVIVAL with ``correction =
+  "survival"``, whose runtime history the service feeds from the events it logs), set with
+  ``scontrol update`` and recorded as a LIMIT event;
 * guards against starvation (`guard.py`): while a job pending for the machine has waited
   `guard_s` or more, lowered limits go back to the requests and `status` tells PREDICT to hold
   lowering; afterwards pending jobs get their lowered limits again.
@@ -235,6 +236,8 @@ class SlurmWatcher:
             elapsed_s=now_s - job.start_s,
             margin_s=self.margin_s,
             policy=self.policy,
+            user_id=job.uid,
+            now_s=now_s,
         )
         if limit_s is None:
             return
