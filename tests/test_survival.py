@@ -28,6 +28,7 @@ from hpcpredict.sim.survival import (
 from hpcpredict.slurm.corrector import corrected_limit_s
 from hpcpredict.slurm.tag import PredictionTag
 from test_simulation import make_job
+from test_starvation_guard import OneSecond
 from test_slurm_watcher import Clock, Job, ScriptedSlurm, watcher_for
 
 
@@ -138,17 +139,6 @@ def test_the_history_keeps_a_window_and_round_trips_through_its_state() -> None:
 
 
 # ---------------------------------------------------------------------- in a replay
-class OneSecond:
-    name = "one-second"
-
-    def predict(self, request: JobRequest, now_s: int) -> int:
-        return 1
-
-    def job_started(self, request: JobRequest, now_s: int) -> None:
-        pass
-
-    def job_ended(self, request: JobRequest, run_s: int, end_s: int) -> None:
-        pass
 
 
 def test_survival_needs_fewer_corrections_than_incremental_on_a_regular_user() -> None:

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from hpcpredict.jobs import Job
+from hpcpredict.jobs import Job, JobRequest
 from hpcpredict.predictors import Predictor, clip_prediction
 from hpcpredict.sim.corrections import CorrectionPolicy
 from heapq import heappop, heappush
@@ -76,12 +76,7 @@ def simulate(
     """
     wall_start = time.perf_counter()
     count = len(jobs)
-    requests = [job.request for job in jobs]
-    submit_s = [request.submit_s for request in requests]
-    run_s = [job.run_s for job in jobs]
-    procs = [request.procs for request in requests]
-    requested_s = [request.requested_s for request in requests]
-    _check_input(jobs, machine_procs, submit_s, run_s, procs, requested_s)
+    requests, submit_s, run_s, procs, requested_s = job_columns(jobs, machine_procs)
 
     start_s = [-1] * count
     prediction_s = [0] * count
@@ -230,6 +225,20 @@ def simulate(
         wall_time_s=time.perf_counter() - wall_start,
         settings={"decide_on_correction": decide_on_correction, "exhaustive": exhaustive},
     )
+
+
+def job_columns(
+    jobs: Sequence[Job], machine_procs: int
+) -> tuple[list[JobRequest], list[int], list[int], list[int], list[int]]:
+    """The jobs' requests, submit times, runtimes, processors and requested times as plain lists
+    (the replay loops index them), checked for what a replay needs (`_check_input`)."""
+    requests = [job.request for job in jobs]
+    submit_s = [request.submit_s for request in requests]
+    run_s = [job.run_s for job in jobs]
+    procs = [request.procs for request in requests]
+    requested_s = [request.requested_s for request in requests]
+    _check_input(jobs, machine_procs, submit_s, run_s, procs, requested_s)
+    return requests, submit_s, run_s, procs, requested_s
 
 
 def _check_input(

@@ -53,7 +53,7 @@ from hpcpredict.jobs import Job
 from hpcpredict.predictors import Predictor, clip_prediction
 from hpcpredict.sim.corrections import CorrectionPolicy
 from hpcpredict.sim.profile import RunningProfile
-from hpcpredict.sim.simulation import ProgressCallback, SimulationResult, _check_input
+from hpcpredict.sim.simulation import ProgressCallback, SimulationResult, job_columns
 
 NAME = "slurm-backfill"
 
@@ -271,12 +271,7 @@ def simulate_slurm(
     wall_start = time.perf_counter()
     params = scheduler.params
     count = len(jobs)
-    requests = [job.request for job in jobs]
-    submit_s = [request.submit_s for request in requests]
-    run_s = [job.run_s for job in jobs]
-    procs = [request.procs for request in requests]
-    requested_s = [request.requested_s for request in requests]
-    _check_input(jobs, machine_procs, submit_s, run_s, procs, requested_s)
+    requests, submit_s, run_s, procs, requested_s = job_columns(jobs, machine_procs)
 
     start_s = [-1] * count
     prediction_s = [0] * count
