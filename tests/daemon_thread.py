@@ -18,20 +18,26 @@ from hpcpredict.daemon.store import Store
 class Running:
     """A daemon serving in a thread of this process."""
 
-    def __init__(self, config: DaemonConfig) -> None:
+    def __init__(self, config: DaemonConfig, *, wait_for_spool: bool = True, **daemon_options: object) -> None:
+        """`daemon_options`: passed to `Daemon` (``max_backlog``)."""
         self.config = config
         self.store = Store(config.db)
         self.service = PredictionService.open(
             self.store, config.predictor_factory, checkpoint_every=20,
             min_trained_jobs=config.min_trained_jobs,
         )
-        self.daemon = Daemon(config, self.service)
+        self.daemon = Daemon(config, self.service, **daemon_options)  # type: ignore[arg-type]
         self.error: BaseException | None = None
         self.thread = threading.Thread(target=self._run)
         self.thread.start()
         if not self.daemon.ready.wait(15):
             self.stop()
             raise RuntimeError(f"daemon did not start: {self.error!r}")
+        # The spool found at start is ingested in the background (issue 17): tests start from
+        # a daemon that has done it, as the old synchronous start had.
+        if wait_for_spool and not self.daemon.spool_ingested.wait(60):
+            self.stop()
+            raise RuntimeError(f"daemon did not ingest its spool: {self.error!r}")
 
     def _run(self) -> None:
         try:

@@ -42,6 +42,8 @@ from hpcpredict.daemon.service import (
 logger = logging.getLogger(__name__)
 
 ANONYMOUS_JOB_ID = -1  # PREDICT: SLURM has not numbered the job yet
+# The verbs that write to the store: run by the daemon's store writer, never on its event loop.
+EVENT_VERBS = frozenset({"SUBMIT", "START", "END", "LIMIT"})
 
 
 class Handlers:
@@ -71,21 +73,39 @@ class Handlers:
 
     # ------------------------------------------------------------------ front doors
     def handle_line(self, line: bytes) -> bytes:
-        """One request line (no newline) -> one answer line; never raises."""
+        """One request line (no newline) -> one answer line, all on the calling thread; never
+        raises. The daemon splits this in two (`parse`, then `answer` on the loop or the store
+        writer: server.py); tools and tests without a daemon use it whole."""
         began = time.perf_counter()
-        verb = "?"
+        request = self.parse(line)
+        if isinstance(request, bytes):
+            return request
+        answer, outcome = self.answer(request)
+        self.metrics.observe(request.verb, outcome, time.perf_counter() - began)
+        return answer
+
+    def parse(self, line: bytes) -> Request | bytes:
+        """The request on `line`, or the answer refusing it (counted in the metrics)."""
         try:
-            request = parse_request(line)
-            verb = request.verb
-            answer = format_ok(self.call(request))
-            outcome = "ok"
+            return parse_request(line)
         except ProtocolError as error:
             answer, outcome = format_error(error.code, str(error)), error.code
         except Exception:  # noqa: BLE001 - a parser bug must not cost the connection
             answer = format_error("internal", internal_error(f"parsing {line[:200]!r}"))
             outcome = "internal"
-        self.metrics.observe(verb, outcome, time.perf_counter() - began)
+        self.metrics.observe("?", outcome, 0.0)
         return answer
+
+    def answer(self, request: Request) -> tuple[bytes, str]:
+        """The answer line to a parsed request and its outcome for the metrics ("ok" or the
+        error's code); never raises. Counts nothing itself: the daemon runs events on its store
+        writer, and the metrics are updated on the loop only."""
+        try:
+            return format_ok(self.call(request)), "ok"
+        except ProtocolError as error:
+            return format_error(error.code, str(error)), error.code
+        except Exception:  # noqa: BLE001 - an answer that cannot be formatted: a bug, logged
+            return format_error("internal", internal_error(f"answering {request.verb}")), "internal"
 
     def call(self, request: Request) -> dict[str, object]:
         """Run a parsed request; every failure becomes a `ProtocolError` with a clear code."""

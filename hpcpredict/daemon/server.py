@@ -1,10 +1,16 @@
 """``hpcpredict serve``: the Unix socket for the SLURM plugin and the HTTP JSON API for admins.
 
-One thread owns the `PredictionService` (it is single-threaded by design, service.py): the
-asyncio event loop, which also serves the socket. The HTTP API runs in its own thread (the
-standard library's threading server, enough for an admin console) and hands every call that
-touches the service to the loop (`_on_loop`); read-only views of the database (errors, recent
-predictions) run in the HTTP thread on their own connections.
+Threads (issue 17: the PREDICT path never waits on the database, the spool or an HTTP read):
+
+* the asyncio event loop serves the socket. It answers PING and PREDICT from memory, owns the
+  learner (every learning step runs here, service.py says why), and parses every line;
+* the store writer (writer.py) runs every database write: the events (SUBMIT/START/END/LIMIT)
+  from the socket and the SLURM watcher, the spooled reports in chunks, the final checkpoint. An
+  event is answered once its transaction has committed; answers on one connection keep the order
+  of its requests. Past the writer's backlog an event is answered ``ERR busy`` at once;
+* the HTTP API runs in its own thread (the standard library's threading server, enough for an
+  admin console) and reads the database there, on its own connections; it hands to the loop
+  (`on_loop`) only what reads the learner in memory (health, metrics' gauges, POST /predict).
 
 Security: the socket is created with a umask that keeps it private from the first instant, then
 given `DaemonConfig.socket_mode` (0600: only the daemon's own user, i.e. slurmctld's SlurmUser,
@@ -14,9 +20,11 @@ may connect) and optionally a group. The HTTP API binds to 127.0.0.1 unless told
 from __future__ import annotations
 
 import asyncio
+import collections
 import concurrent.futures
 import contextlib
 import dataclasses
+import functools
 import grp
 import json
 import logging
@@ -37,7 +45,7 @@ from sqlalchemy import select
 
 from hpcpredict.daemon import user_errors
 from hpcpredict.daemon.config import DaemonConfig, parse_host_port
-from hpcpredict.daemon.handlers import Handlers, internal_error
+from hpcpredict.daemon.handlers import EVENT_VERBS, Handlers, internal_error
 from hpcpredict.daemon.lock import StoreLock, StoreLockedError, lock_store
 from hpcpredict.daemon.paths import state_dir
 from hpcpredict.daemon.protocol import (
@@ -48,13 +56,20 @@ from hpcpredict.daemon.protocol import (
     format_error,
 )
 from hpcpredict.daemon.service import PredictionService
-from hpcpredict.daemon.spool import ingest_spool
+from hpcpredict.daemon.spool import SPOOL_CHUNK_LINES, SpoolIngestion
 from hpcpredict.daemon.store import JobRow, PredictionRow
+from hpcpredict.daemon.writer import DEFAULT_MAX_BACKLOG, StoreWriter, WriterBusyError, WriterStoppedError
 
 logger = logging.getLogger(__name__)
 
 IDLE_TIMEOUT_S = 60.0  # a socket client silent this long is disconnected
 SPOOL_INTERVAL_S = 30.0  # how often completion reports spooled meanwhile are ingested
+SPOOL_BUSY_RETRY_S = 0.5  # the writer's backlog is full: the spool waits, live events go first
+# Events of one connection waiting for the writer; past it the connection is not read until they
+# drain, so a client pipelining 3,000 ENDs is slowed by its socket buffer, not refused, and
+# cannot fill the writer's backlog alone.
+MAX_EVENTS_IN_FLIGHT = 64
+WATCHER_WAIT_S = 30.0  # how long the SLURM watcher waits for room in the writer's backlog
 MAX_HTTP_BODY_BYTES = 64 * 1024
 _T = TypeVar("_T")
 
@@ -67,16 +82,25 @@ class Daemon:
     """The running daemon: `run()` serves until `stop()` (or SIGTERM/SIGINT)."""
 
     def __init__(
-        self, config: DaemonConfig, service: PredictionService, *, lock: StoreLock | None = None
+        self,
+        config: DaemonConfig,
+        service: PredictionService,
+        *,
+        lock: StoreLock | None = None,
+        max_backlog: int = DEFAULT_MAX_BACKLOG,
     ) -> None:
         """`lock`: the store's lock when the caller took it before opening the service (the CLI
-        does, so that a second ``serve`` does not even replay); otherwise `run` takes it."""
+        does, so that a second ``serve`` does not even replay); otherwise `run` takes it.
+        `max_backlog`: events the store writer may hold before answering ``ERR busy``."""
         self.config = config
         self.service = service
         self.lock = lock
         self.handlers = Handlers(service)
         self.started_at = time.time()
         self._loop: asyncio.AbstractEventLoop | None = None
+        self._loop_thread: int | None = None
+        self.writer = StoreWriter(max_backlog=max_backlog)
+        self.spool_ingested = threading.Event()  # set once the spool found at start is ingested
         self._stop: asyncio.Event | None = None
         self._http: ThreadingHTTPServer | None = None
         self.http_address: tuple[str, int] | None = None
@@ -107,13 +131,28 @@ class Daemon:
 
     async def _main(self, install_signal_handlers: bool) -> None:
         self._loop = asyncio.get_running_loop()
+        self._loop_thread = threading.get_ident()
         self._stop = asyncio.Event()
         if install_signal_handlers:
             for signum in (signal.SIGTERM, signal.SIGINT):
                 self._loop.add_signal_handler(signum, self._stop.set)
         path = Path(self.config.socket)
-        self._ingest_spool()  # reports of jobs that ended while the daemon was down
+        previous_on_learner = self.service.on_learner
+        self.service.on_learner = self._on_learner
+        self.writer.start()
+        try:
+            await self._serve(path)
+        finally:
+            # Queued events are committed (their learning steps need the loop: it still runs),
+            # then the checkpoint, so that the next start replays nothing.
+            await self._loop.run_in_executor(None, self.writer.stop)
+            await self._loop.run_in_executor(None, self.service.close)
+            self.service.on_learner = previous_on_learner
+            logger.info("stopped")
+
+    async def _serve(self, path: Path) -> None:
         server = await self._start_socket(path)
+        spool = asyncio.create_task(self._spool_forever())  # reports of jobs ended while down
         try:
             if self.config.http:
                 self._start_http()
@@ -133,13 +172,14 @@ class Daemon:
                 await asyncio.get_running_loop().run_in_executor(None, self.watcher.stop)
             server.close()
             await server.wait_closed()
+            spool.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await spool
             if self._http is not None:
                 self._http.shutdown()
                 self._http.server_close()
             with contextlib.suppress(FileNotFoundError):
                 path.unlink()
-            self.service.close()  # checkpoint: the next start replays nothing
-            logger.info("stopped")
 
     def _start_watcher(self) -> None:
         """With ``slurm = true``: the SLURM watcher and corrector, in its own thread."""
@@ -149,7 +189,10 @@ class Daemon:
         from hpcpredict.slurm.watcher import SlurmWatcher
 
         def call(verb: str, fields: dict[str, object]) -> dict[str, object]:
-            return self.on_loop(lambda: self.handlers.call(Request(verb, fields)))
+            request = Request(verb, fields)
+            if verb in EVENT_VERBS:  # the watcher's thread waits for the writer, never the loop
+                return self.writer.submit(lambda: self.handlers.call(request), wait_s=WATCHER_WAIT_S).result()
+            return self.on_loop(lambda: self.handlers.call(request))
 
         backend = select_backend(self.config.slurm_backend)
         self.watcher = SlurmWatcher(
@@ -166,14 +209,50 @@ class Daemon:
         self.watcher.start()
         logger.info("watching SLURM (%s backend) every %g s", backend.name, self.config.slurm_interval_s)
 
-    def _ingest_spool(self) -> None:
-        """Apply the completion reports spooled by jobcomp.lua, then again every interval."""
-        try:
-            ingest_spool(self.config.spool, self.handlers.handle_line)
-        except OSError as error:
-            logger.error("cannot ingest the spool %s: %s", self.config.spool, error)
-        assert self._loop is not None
-        self._loop.call_later(SPOOL_INTERVAL_S, self._ingest_spool)
+    # ------------------------------------------------------------------ the store writer
+    def _on_learner(self, function: Callable[[], _T]) -> _T:
+        """`PredictionService.on_learner`: run on the loop, the learner's thread (service.py)."""
+        if threading.get_ident() == self._loop_thread:
+            return function()
+        return self.on_loop(function, timeout_s=None)
+
+    async def _on_writer(self, task: Callable[[], _T]) -> _T:
+        """Run `task` on the store writer and wait for it without blocking the loop; while the
+        backlog is full, wait for room (for the daemon's own work: clients get ``ERR busy``)."""
+        while True:
+            try:
+                future = self.writer.submit(task)
+            except WriterBusyError:
+                await asyncio.sleep(SPOOL_BUSY_RETRY_S)
+                continue
+            return await asyncio.wrap_future(future)
+
+    def _spool_line(self, line: bytes) -> bytes:
+        """One spooled line, on the writer (the metrics, kept on the loop, do not count it)."""
+        request = self.handlers.parse(line)
+        return request if isinstance(request, bytes) else self.handlers.answer(request)[0]
+
+    async def _spool_forever(self) -> None:
+        """Ingest the completion reports spooled by jobcomp.lua now, then every interval: in
+        chunks of `SPOOL_CHUNK_LINES`, each a task of the writer, so that live events run between
+        chunks and the loop never waits (spool.py)."""
+        while True:
+            ingestion = SpoolIngestion(self.config.spool)
+            try:
+                if await self._on_writer(ingestion.take):
+                    while not await self._on_writer(lambda: ingestion.ingest_chunk(self._spool_line, SPOOL_CHUNK_LINES)):
+                        pass
+            except OSError as error:
+                logger.error("cannot ingest the spool %s: %s", self.config.spool, error)
+            except WriterStoppedError:
+                return
+            finally:
+                # After a chunk still running (the writer owns the file): a no-op once done;
+                # when stopping, the file stays and the next start finishes it.
+                with contextlib.suppress(WriterBusyError, WriterStoppedError):
+                    self.writer.submit(ingestion.close)
+            self.spool_ingested.set()
+            await asyncio.sleep(SPOOL_INTERVAL_S)
 
     # ------------------------------------------------------------------ the socket
     async def _start_socket(self, path: Path) -> asyncio.AbstractServer:
@@ -183,7 +262,7 @@ class Daemon:
         previous = os.umask(0o177)  # private from the first instant; chmod below widens it
         try:
             server = await loop.create_unix_server(
-                lambda: _LineProtocol(self.handlers, loop), path=str(path)
+                lambda: _LineProtocol(self.handlers, self.writer, loop), path=str(path)
             )
         finally:
             os.umask(previous)
@@ -212,8 +291,9 @@ class Daemon:
         self.http_address = self._http.server_address[:2]  # type: ignore[assignment]
         threading.Thread(target=self._http.serve_forever, name="hpcpredict-http", daemon=True).start()
 
-    def on_loop(self, function: Callable[[], _T], timeout_s: float = 10.0) -> _T:
-        """Run `function` on the event loop's thread (the service's owner) and wait for it."""
+    def on_loop(self, function: Callable[[], _T], timeout_s: float | None = 10.0) -> _T:
+        """Run `function` on the event loop's thread (the learner's owner) and wait for it. Only
+        what reads or changes memory goes there, never a database read (module doc)."""
         assert self._loop is not None
         future: concurrent.futures.Future[_T] = concurrent.futures.Future()
 
@@ -259,6 +339,12 @@ class Daemon:
         }
 
     def metrics_text(self) -> str:
+        """The Prometheus page: the site's totals read here (the HTTP thread), the learner's
+        gauges on the loop."""
+        site_totals = user_errors.site_totals(self.service.store)
+        return self.on_loop(lambda: self._metrics_text(site_totals))
+
+    def _metrics_text(self, site_totals: dict[str, float]) -> str:
         readiness = self.service.readiness(time.time())
         gauges = {
             "hpcpredict_ready": ("1 when PREDICT answers the model's predictions, 0 when it answers "
@@ -278,7 +364,7 @@ class Daemon:
                 "1 while a pending job has waited past the starvation guard (limits at requests).",
                 int(self.watcher.guard.active),
             )
-        for key, value in user_errors.site_totals(self.service.store).items():
+        for key, value in site_totals.items():
             name, help_text = user_errors.SITE_GAUGES[key]
             gauges[name] = (help_text, value)
         counters = {
@@ -319,14 +405,26 @@ class _LineProtocol(asyncio.Protocol):
     A client that stops reading its answers is paused (flow control), one that sends nothing
     for `IDLE_TIMEOUT_S` is disconnected, and a line over `MAX_LINE_BYTES` is answered
     ``too_long`` and the connection closed (it cannot be resynchronised).
+
+    PING and PREDICT are answered here, on the loop. An event is handed to the store writer and
+    answered when it has committed; answers wait in `pending` so that they leave in the order of
+    their requests. Past `MAX_EVENTS_IN_FLIGHT` events waiting, the connection is not read until
+    they drain; past the writer's backlog, an event is answered ``ERR busy`` at once.
     """
 
-    def __init__(self, handlers: Handlers, loop: asyncio.AbstractEventLoop) -> None:
+    def __init__(self, handlers: Handlers, writer: StoreWriter, loop: asyncio.AbstractEventLoop) -> None:
         self.handlers = handlers
+        self.writer = writer
         self.loop = loop
         self.buffer = bytearray()
         self.transport: asyncio.Transport | None = None
         self.idle: asyncio.TimerHandle | None = None
+        # Answers not written yet, in request order: [future or None, answer or None, verb, began].
+        self.pending: collections.deque[list[Any]] = collections.deque()
+        self.in_flight = 0  # events handed to the writer, not answered yet
+        self.paused_by_client = False  # the client does not read its answers (pause_writing)
+        self.paused_by_events = False  # too many events in flight
+        self.eof = False
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]
@@ -334,44 +432,127 @@ class _LineProtocol(asyncio.Protocol):
         self.idle = self.loop.call_later(IDLE_TIMEOUT_S, transport.close)
 
     def data_received(self, data: bytes) -> None:
-        assert self.transport is not None
         self.buffer += data
-        while True:
+        self._read_lines()
+
+    def _read_lines(self) -> None:
+        assert self.transport is not None
+        while not self.paused_by_events:
             end = self.buffer.find(b"\n")
             if end < 0:
                 if len(self.buffer) > MAX_LINE_BYTES:
                     self._too_long()
+                elif self.eof:
+                    self._last_line()
                 return
             if end > MAX_LINE_BYTES + 1:
                 self._too_long()
                 return
             line = bytes(self.buffer[:end]).rstrip(b"\r")
             del self.buffer[: end + 1]
-            self.transport.write(self.handlers.handle_line(line))
+            self._serve(line)
             if self.transport.is_closing():
                 return
             if self.idle is not None:
                 self.idle.cancel()
                 self.idle = self.loop.call_later(IDLE_TIMEOUT_S, self.transport.close)
 
-    def eof_received(self) -> bool:
+    def _serve(self, line: bytes) -> None:
+        began = time.perf_counter()
+        request = self.handlers.parse(line)
+        if isinstance(request, bytes):
+            self._reply(request)
+            return
+        if request.verb not in EVENT_VERBS:
+            answer, outcome = self.handlers.answer(request)
+            self.handlers.metrics.observe(request.verb, outcome, time.perf_counter() - began)
+            self._reply(answer)
+            return
+        try:
+            future = self.writer.submit(functools.partial(self.handlers.answer, request))
+        except (WriterBusyError, WriterStoppedError) as error:
+            code = "busy" if isinstance(error, WriterBusyError) else "unavailable"
+            self.handlers.metrics.observe(request.verb, code, time.perf_counter() - began)
+            self._reply(format_error(code, str(error)))
+            return
+        self.pending.append([future, None, request.verb, began])
+        self.in_flight += 1
+        if self.in_flight >= MAX_EVENTS_IN_FLIGHT and not self.paused_by_events:
+            self.paused_by_events = True
+            self._update_reading()
+        future.add_done_callback(self._event_done)
+
+    def _reply(self, answer: bytes) -> None:
         assert self.transport is not None
-        if self.buffer.strip():  # a last request without its newline
-            self.transport.write(self.handlers.handle_line(bytes(self.buffer).strip()))
+        if self.pending:  # behind an event's answer
+            self.pending.append([None, answer, "", 0.0])
+        else:
+            self.transport.write(answer)
+
+    def _event_done(self, future: concurrent.futures.Future[Any]) -> None:
+        """On the writer's thread: wake the loop to write what is ready."""
+        with contextlib.suppress(RuntimeError):  # the loop is closed: nobody to answer
+            self.loop.call_soon_threadsafe(self._flush)
+
+    def _flush(self) -> None:
+        """Write the answers at the head of `pending` that are ready, in order."""
+        assert self.transport is not None
+        while self.pending:
+            future, answer, verb, began = self.pending[0]
+            if future is not None:
+                if not future.done():
+                    break
+                answer, outcome = future.result()  # Handlers.answer never raises
+                self.handlers.metrics.observe(verb, outcome, time.perf_counter() - began)
+                self.in_flight -= 1
+            self.pending.popleft()
+            if not self.transport.is_closing():
+                self.transport.write(answer)
+        if self.paused_by_events and self.in_flight <= MAX_EVENTS_IN_FLIGHT // 2:
+            self.paused_by_events = False
+            self._update_reading()
+            self._read_lines()  # lines already received while paused
+        if self.eof and not self.pending and not self.buffer and not self.transport.is_closing():
+            self.transport.close()
+
+    def _update_reading(self) -> None:
+        assert self.transport is not None
+        if self.transport.is_closing():
+            return
+        if self.paused_by_client or self.paused_by_events:
+            self.transport.pause_reading()
+        else:
+            self.transport.resume_reading()
+
+    def eof_received(self) -> bool:
+        """The client sent everything: answer what is left (a last line may lack its newline),
+        then close; keep the connection open for writing while events are being committed."""
+        self.eof = True
+        self._read_lines()
+        assert self.transport is not None
+        if not self.pending and not self.buffer:
+            return False  # close once the answers are written
+        return True
+
+    def _last_line(self) -> None:
+        if self.buffer.strip():
+            line = bytes(self.buffer).strip()
             self.buffer.clear()
-        return False  # close once the answer is written
+            self._serve(line)
+        else:
+            self.buffer.clear()
 
     def connection_lost(self, exc: Exception | None) -> None:
         if self.idle is not None:
             self.idle.cancel()
 
     def pause_writing(self) -> None:
-        assert self.transport is not None
-        self.transport.pause_reading()  # a client not reading its answers gets no new ones
+        self.paused_by_client = True  # a client not reading its answers gets no new ones
+        self._update_reading()
 
     def resume_writing(self) -> None:
-        assert self.transport is not None
-        self.transport.resume_reading()
+        self.paused_by_client = False
+        self._update_reading()
 
     def _too_long(self) -> None:
         assert self.transport is not None
@@ -408,7 +589,7 @@ class _ApiHandler(BaseHTTPRequestHandler):
                 unhealthy = health["status"] == "unhealthy"
                 self._json(HTTPStatus.SERVICE_UNAVAILABLE if unhealthy else HTTPStatus.OK, health)
             elif method == "GET" and parts == ["metrics"]:
-                self._send(HTTPStatus.OK, self.api.on_loop(self.api.metrics_text).encode(), "text/plain; version=0.0.4")
+                self._send(HTTPStatus.OK, self.api.metrics_text().encode(), "text/plain; version=0.0.4")
             elif method == "POST" and parts == ["predict"]:
                 fields = self._body_fields()
                 answer = self.api.on_loop(lambda: self.api.handlers.predict(fields))

@@ -29,8 +29,20 @@ one is reported, removed, and the previous one (or the bootstrap checkpoint `tra
 is never pruned, or an untrained model) is used with the events logged after it: the same model,
 at the cost of a longer replay.
 
-Answers are given from memory; the service is single-threaded by design (one writer, design.md
-"Daemon and store"): a front end serialises calls, e.g. one thread draining a queue.
+Answers are given from memory. Threads (issue 17): the event methods (`submitted`, `started`,
+`ended`, `limit_changed`, `checkpoint`, `close`) do database work and are called from one thread
+at a time, the daemon's store writer (writer.py), never from the asyncio loop that answers
+PREDICT. The learner and the correction policy, though, are touched only through `on_learner`,
+which the daemon points at its event loop: every change to the model (an event's learning step,
+the undo of a failed one) and every copy of it (a checkpoint's state) runs on the loop thread,
+between two PREDICTs, never beside one. Why there rather than on the writer: PREDICT reads the
+per-user histories and NAG's arrays on the loop, and a step taken on another thread meanwhile
+would let it read a half-updated model (or a dict changing size under its iteration); a lock
+would make PREDICT wait for the writer. The writer waits for the loop instead, for the few
+microseconds a step takes. Learning stays in log order: the writer runs one event at a time and
+applies it (on the loop) after appending it and before committing it, exactly as before, so a
+PREDICT may see an event's step a moment before its commit, and sees it undone if the commit
+fails. Without a daemon, `on_learner` calls in place (tests, `hpcpredict train`, tools).
 """
 
 from __future__ import annotations
@@ -40,7 +52,7 @@ import operator
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, fields
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 from sqlalchemy import delete, func, select
@@ -69,6 +81,7 @@ from hpcpredict.predictors import clip_prediction
 from hpcpredict.sim.corrections import CorrectionPolicy, IncrementalCorrection
 
 logger = logging.getLogger(__name__)
+_T = TypeVar("_T")
 
 DEFAULT_CHECKPOINT_EVERY = 1000  # events; a restart replays at most this many (~25 µs each)
 DEFAULT_KEEP_CHECKPOINTS = 2  # the newest, and the one before for an operator to inspect
@@ -159,6 +172,9 @@ class PredictionService:
         self._newest_end_key: tuple[int, int] | None = None
         self._newest_end_s: float | None = None
         self._announced: tuple[object, ...] | None = None
+        # Runs a function touching the learner where the learner lives (module doc); the daemon
+        # replaces it with a call on its event loop.
+        self.on_learner: Callable[[Callable[[], _T]], _T] = _call_here
         self._restore()
 
     @classmethod
@@ -604,7 +620,7 @@ class PredictionService:
             CheckpointRow(
                 created_at_s=now_wall_s(),
                 last_event_seq=seq,
-                state_npz=state_to_npz(self.state_dict()),
+                state_npz=state_to_npz(self.on_learner(self.state_dict)),  # a copy, then compressed here
             )
         )
         session.flush()
@@ -649,7 +665,7 @@ class PredictionService:
 
     def _put_learner_back(self) -> None:
         assert self._undo is not None
-        self._undo()
+        self.on_learner(self._undo)
         self._undo = None
 
     def _after_failed_commit(self) -> None:
@@ -729,11 +745,15 @@ class PredictionService:
                 raise
             raise _DuplicateEvent() from error
         self._ingested_seq = row.seq
-        self._undo = self._predictor.savepoint(payload["job"]["user_id"], job_id)
-        self._touched = True
-        applied = apply_event(self._predictor, kind, payload)
-        observe_event(self.correction, kind, payload, applied)
-        return row.seq, applied
+
+        def learn() -> Applied:  # on the learner's thread (module doc)
+            self._undo = self._predictor.savepoint(payload["job"]["user_id"], job_id)
+            self._touched = True
+            applied = apply_event(self._predictor, kind, payload)
+            observe_event(self.correction, kind, payload, applied)
+            return applied
+
+        return row.seq, self.on_learner(learn)
 
     def _job_or_new(
         self, session: Session, job_id: int, request: JobRequest | None, event: str
@@ -755,8 +775,9 @@ class PredictionService:
     def _repeat_prediction(self, session: Session, row: JobRow, job: JobRequest, now_s: int) -> int:
         if row.observed and row.status != "ended":
             # Read-only for a job the learner holds (LearnedPredictor.predict): not an event.
+            request = row.to_request()
             prediction_s = clip_prediction(
-                self._predictor.predict(row.to_request(), now_s), job.requested_s
+                self.on_learner(lambda: self._predictor.predict(request, now_s)), job.requested_s
             )
             self._record_prediction(session, row.job_id, prediction_s, now_s)
             return prediction_s
@@ -774,6 +795,11 @@ class PredictionService:
                 model_t=self._predictor.nag.state.t,
             )
         )
+
+
+def _call_here(function: Callable[[], _T]) -> _T:
+    """`PredictionService.on_learner` without a daemon: the caller's thread owns the learner."""
+    return function()
 
 
 def _first_prediction(session: Session, job_id: int) -> int | None:
