@@ -11,6 +11,8 @@ Threads (issue 17: the PREDICT path never waits on the database, the spool or an
 * the HTTP API runs in its own thread (the standard library's threading server, enough for an
   admin console) and reads the database there, on its own connections; it hands to the loop
   (`on_loop`) only what reads the learner in memory (health, metrics' gauges, POST /predict).
+  The heavy read, per-user error statistics (GET /errors), runs in a worker process (reads.py):
+  its pandas work would otherwise hold the GIL the loop needs.
 
 Security: the socket is created with a umask that keeps it private from the first instant, then
 given `DaemonConfig.socket_mode` (0600: only the daemon's own user, i.e. slurmctld's SlurmUser,
@@ -50,6 +52,7 @@ from hpcpredict.daemon.config import DaemonConfig, parse_host_port
 from hpcpredict.daemon.handlers import EVENT_VERBS, Handlers, internal_error
 from hpcpredict.daemon.lock import StoreLock, StoreLockedError, lock_store
 from hpcpredict.daemon.paths import state_dir
+from hpcpredict.daemon.reads import ReadWorker
 from hpcpredict.daemon.protocol import (
     MAX_LINE_BYTES,
     PROTOCOL_VERSION,
@@ -104,6 +107,7 @@ class Daemon:
         self._loop_thread: int | None = None
         self.writer = StoreWriter(max_backlog=max_backlog)
         self.spool_ingested = threading.Event()  # set once the spool found at start is ingested
+        self.reads = ReadWorker(service.store.url)  # GET /errors, off the daemon's GIL
         self._stop: asyncio.Event | None = None
         self._http: ThreadingHTTPServer | None = None
         self.http_address: tuple[str, int] | None = None
@@ -190,6 +194,7 @@ class Daemon:
             if self._http is not None:
                 self._http.shutdown()
                 self._http.server_close()
+            self.reads.close()
             with contextlib.suppress(FileNotFoundError):
                 path.unlink()
 
@@ -637,12 +642,9 @@ class _ApiHandler(BaseHTTPRequestHandler):
             self._json(HTTPStatus.INTERNAL_SERVER_ERROR, {"error": message, "code": "internal"})
 
     def _errors(self, uid: int | None, query: dict[str, str]) -> list[dict[str, object]]:
-        from hpcpredict.daemon.errors import user_error_statistics  # pandas: only when asked
-
         since = query.get("since")
         since_s = None if since is None else _int_or_error(since, "since (Unix seconds)")
-        frame = user_error_statistics(self.api.service.store, user_id=uid, since_s=since_s)
-        return json.loads(frame.to_json(orient="records", double_precision=15))
+        return self.api.reads.errors(uid, since_s)  # in a process of its own (reads.py)
 
     def _body_fields(self) -> dict[str, Any]:
         length = _int_or_error(self.headers.get("Content-Length", "0"), "Content-Length")
