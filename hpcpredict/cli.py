@@ -29,11 +29,7 @@ from hpcpredict.sim.runner import (
     run,
     run_replicated,
 )
-from hpcpredict.sim.schedulers import (
-    DEFAULT_STARVATION_GUARD_S,
-    SCHEDULERS,
-    parse_starvation_guard,
-)
+from hpcpredict.sim.schedulers import DEFAULT_STARVATION_GUARD_S, parse_starvation_guard
 from hpcpredict.sim.slurm_backfill import NAME as SLURM_BACKFILL
 from hpcpredict.sim.shaking import DEFAULT_SEED, DEFAULT_SHAKE_S
 from hpcpredict.swf import SwfFormatError
@@ -455,9 +451,9 @@ def simulate(
     """
     try:
         if starvation_guard is None:  # the default: on wherever a prediction can starve a job
-            # (with requested times it changes nothing: plain EASY is already its rule). It is an
-            # EASY rule: slurm-backfill reserves for every job it tests and does not model it yet.
-            guarded = scheduler in SCHEDULERS and scheduler != "fcfs" and predictor != "requested"
+            # (with requested times it changes nothing: plain EASY is already its rule; under
+            # slurm-backfill it is the daemon's live guard, which only acts on lowered limits).
+            guarded = scheduler != "fcfs" and predictor != "requested"
             starvation_guard_s = DEFAULT_STARVATION_GUARD_S if guarded else None
         else:
             starvation_guard_s = parse_starvation_guard(starvation_guard)
