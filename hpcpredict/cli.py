@@ -14,6 +14,7 @@ from pathlib import Path
 import click
 from tqdm import tqdm
 
+from hpcpredict.cli_options import slurm_settings_options
 from hpcpredict.learn import parse_loss
 from hpcpredict.learn.predictor import FEATURE_SCALINGS
 from hpcpredict.outputs import OutputPathError, check_output_dir, check_output_file
@@ -300,15 +301,6 @@ _scheduler_option = click.option(
     "predicted jobs first. slurm-backfill: Slurm 22.05's sched/backfill (priority order, a "
     "reservation for every job tested, periodic passes; --slurm-params).",
 )
-_slurm_params_option = click.option(
-    "--slurm-params",
-    default="",
-    metavar="NAME=VALUE,...",
-    help="slurm-backfill's slurm.conf settings, by their slurm.conf names: bf_interval (s, "
-    "default 30), bf_max_job_test (500), bf_window (min, 1440), bf_resolution (s, 60), "
-    "PriorityWeightAge, PriorityWeightJobSize (0: first in, first out), PriorityMaxAge (s), "
-    "PriorityFavorSmall (YES/NO). Example: bf_interval=10,bf_window=2880.",
-)
 _correction_option = click.option(
     "--correction",
     type=click.Choice(list(CORRECTION_NAMES)),
@@ -325,7 +317,7 @@ _correction_option = click.option(
 @main.command()
 @_log_argument
 @_scheduler_option
-@_slurm_params_option
+@slurm_settings_options
 @click.option(
     "--predictor",
     type=click.Choice(list(PREDICTORS)),
@@ -543,7 +535,7 @@ EVALUATED_PREDICTORS = ("learned", "ave2", "requested")
 @_log_argument
 @_learning_options
 @_scheduler_option
-@_slurm_params_option
+@slurm_settings_options
 @_correction_option
 @_procs_option
 @click.option(
