@@ -211,14 +211,30 @@ class _FreeProfile:
     def earliest_future_start(self, now_s: int, procs: int, limit_s: int, resolution_s: int) -> int:
         """Earliest start after `now_s` with `procs` free until the end rounded up to the
         resolution (a reservation's extent, backfill.c `_set_slot_time`). Candidate starts are the
-        segment starts: free processors only ever grow at one of them."""
+        segment starts: free processors only ever grow at one of them.
+
+        One pass: when the extent from candidate i meets a segment k that is too full, every
+        candidate up to k has k in its extent too (their starts are no later than k's, their
+        ends no earlier than i's), so the next candidate worth testing is k + 1. Each segment is
+        read about once per call, instead of once per candidate whose extent covers it.
+        """
         times, free = self.times, self.free
-        for position in range(1, len(times)):
-            start_s = times[position]
+        count = len(times)
+        position = 1
+        while position < count:
             if free[position] < procs:
+                position += 1
                 continue
-            if self.fits(start_s, _round_up(start_s + limit_s, resolution_s), procs):
+            start_s = times[position]
+            end_s = _round_up(start_s + limit_s, resolution_s)
+            covered = position + 1
+            while covered < count and times[covered] <= end_s:
+                if free[covered] < procs:
+                    break
+                covered += 1
+            else:
                 return start_s
+            position = covered + 1
         raise AssertionError(f"a job of {procs} processors never fits")  # the last segment is empty
 
 
