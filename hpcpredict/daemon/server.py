@@ -63,6 +63,7 @@ from hpcpredict.daemon.protocol import (
 from hpcpredict.daemon.service import PredictionService
 from hpcpredict.daemon.spool import SPOOL_CHUNK_LINES, SpoolIngestion
 from hpcpredict.daemon.store import JobRow, PredictionRow
+from hpcpredict.jobs import JobRequest
 from hpcpredict.daemon.writer import DEFAULT_MAX_BACKLOG, StoreWriter, WriterBusyError, WriterStoppedError
 
 logger = logging.getLogger(__name__)
@@ -75,6 +76,7 @@ SPOOL_BUSY_RETRY_S = 0.5  # the writer's backlog is full: the spool waits, live 
 # cannot fill the writer's backlog alone.
 MAX_EVENTS_IN_FLIGHT = 64
 GIL_SWITCH_INTERVAL_S = 0.0005  # Daemon.run says why
+WARM_UP_AT_S = 1_700_000_000  # any time: the made-up job of Daemon._warm_up
 WATCHER_WAIT_S = 30.0  # how long the SLURM watcher waits for room in the writer's backlog
 MAX_HTTP_BODY_BYTES = 64 * 1024
 _T = TypeVar("_T")
@@ -167,6 +169,7 @@ class Daemon:
             logger.info("stopped")
 
     async def _serve(self, path: Path) -> None:
+        self._warm_up()
         server = await self._start_socket(path)
         spool = asyncio.create_task(self._spool_forever())  # reports of jobs ended while down
         try:
@@ -197,6 +200,18 @@ class Daemon:
             self.reads.close()
             with contextlib.suppress(FileNotFoundError):
                 path.unlink()
+
+    def _warm_up(self) -> None:
+        """Before the socket opens, a scratch learner (the site's hyperparameters, not the
+        daemon's model) predicts and learns one made-up job: the first call of the learner's
+        compiled kernels loads them (numba: ~0.2 s even from its on-disk cache), and that must
+        not be the first PREDICT the plugin waits on, or a learning step PREDICTs wait behind."""
+        scratch = self.config.predictor_factory()
+        job = JobRequest(job_id=1, submit_s=WARM_UP_AT_S, procs=1, requested_s=3600, user_id=0)
+        scratch.peek(job, job.submit_s)
+        scratch.predict(job, job.submit_s)
+        scratch.job_started(job, job.submit_s + 1)
+        scratch.job_ended(job, 600, job.submit_s + 601, killed_at_limit=False)
 
     def _start_watcher(self) -> None:
         """With ``slurm = true``: the SLURM watcher and corrector, in its own thread."""
