@@ -7,8 +7,9 @@ loop needs for every PREDICT: with ``GET /errors`` in a loop, connect-ask-close 
 from 7,400/s to 2,100/s, p99 from 4.7 to 14 ms, max 89 ms (docs/performance.md). A separate
 process shares the machine's cores but not the GIL.
 
-One worker (reads wait for each other: an admin console does not need more, and a loop of reads
-then costs the machine one core at most), started on the first read with ``spawn`` (the daemon
+One worker, niced (`READ_WORKER_NICE`; reads wait for each other: an admin console does not need
+more, and a loop of reads then costs the machine one core at most, lent by the daemon and the
+plugin rather than taken from them), started on the first read with ``spawn`` (the daemon
 has threads: ``fork`` would copy their locks mid-use), stopped with the daemon. The worker opens
 the store from its URL for each read (a `Store` is cheap to open and side-effect free) and
 answers JSON-ready records, so no ORM row or pandas object crosses the process boundary.
@@ -18,6 +19,7 @@ from __future__ import annotations
 
 import json
 import multiprocessing
+import os
 import threading
 from concurrent.futures import ProcessPoolExecutor
 
@@ -26,6 +28,12 @@ from sqlalchemy.engine import make_url
 from hpcpredict.daemon.store import Store
 
 READ_TIMEOUT_S = 120.0  # a read longer than this is answered 500; the worker finishes it anyway
+# The worker's niceness: admin reads are background work. With GET /errors in a loop on the
+# 2-core development machine, the worker at the daemon's priority took a core from the plugin's
+# PREDICTs; niced, the kernel gives it what the daemon and slurmctld leave. Unlike the store
+# writer (a thread: niced, it would be descheduled holding the GIL the loop waits for), it shares
+# nothing with the daemon that the daemon could wait on.
+READ_WORKER_NICE = 10
 
 
 class ReadWorker:
@@ -56,7 +64,8 @@ class ReadWorker:
             if self._closed:
                 raise RuntimeError("the daemon is stopping")
             if self._pool is None:
-                self._pool = ProcessPoolExecutor(max_workers=1, mp_context=multiprocessing.get_context("spawn"))
+                self._pool = ProcessPoolExecutor(max_workers=1, mp_context=multiprocessing.get_context("spawn"),
+                                                 initializer=os.nice, initargs=(READ_WORKER_NICE,))
             return self._pool
 
 
