@@ -49,6 +49,7 @@ from dataclasses import asdict, dataclass
 from heapq import heappop, heappush
 from itertools import count as counter
 
+from hpcpredict.instants import Instant
 from hpcpredict.jobs import Job
 from hpcpredict.predictors import Predictor, clip_prediction
 from hpcpredict.sim.corrections import CorrectionPolicy
@@ -57,9 +58,12 @@ from hpcpredict.sim.simulation import ProgressCallback, SimulationResult, job_co
 
 NAME = "slurm-backfill"
 
-# Same-instant order: the reference's three (docs/method.md §10), then the periodic backfill pass,
-# which sees every submission and end of its instant, as slurmctld's backfill thread would.
-PREDICTION_OVER, SUBMISSION, TERMINATION, BACKFILL = 0, 1, 2, 3
+# Same-instant order (hpcpredict/instants.py): the periodic backfill pass comes last, seeing every
+# submission and end of its instant, as slurmctld's backfill thread would. Plain ints in the heap.
+PREDICTION_OVER, SUBMISSION, TERMINATION, BACKFILL = (
+    int(Instant.PREDICTION_OVER), int(Instant.SUBMISSION), int(Instant.TERMINATION),
+    int(Instant.BACKFILL_PASS),
+)
 
 # slurm.conf names -> field names; the defaults are Slurm 22.05's (slurm.conf(5), Debian 22.05.8).
 _SLURM_NAMES = {
