@@ -258,3 +258,30 @@ def test_predict_answers_while_the_database_is_locked_by_another_writer(config: 
 
 def _fields(line: bytes) -> dict[str, str]:
     return dict(word.split("=", 1) for word in line.decode().split()[1:])
+
+
+def test_answers_keep_the_order_of_requests_when_events_and_predicts_are_pipelined(config: DaemonConfig) -> None:
+    """PREDICT and PING are answered on the loop at once, events when committed: a PREDICT sent
+    behind an event still gets its answer behind the event's."""
+    running = Running(config)
+    try:
+        with socket.socket(socket.AF_UNIX) as connection:
+            connection.connect(config.socket)
+            connection.settimeout(30)
+            connection.sendall(
+                b"SUBMIT job=7 uid=1001 procs=2 time_limit=600 submit=%d\n" % RECENT_S
+                + b"PREDICT uid=1001 procs=2 time_limit=600\n"
+                + b"START job=7 start=%d\n" % (RECENT_S + 5)
+                + b"PING\n"
+                + b"END job=7 run=100 end=%d state=COMPLETED\n" % (RECENT_S + 105)
+            )
+            connection.shutdown(socket.SHUT_WR)  # the answers still come: events are awaited
+            with connection.makefile("rb") as reader:
+                answers = reader.read().splitlines()
+        assert [answer.split()[1].split(b"=")[0] for answer in answers] == [
+            b"prediction", b"prediction", b"applied", b"version", b"applied"
+        ], answers
+        assert b"time_limit=600" in answers[1] and b"time_limit" not in answers[0]
+        assert answers[2].endswith(b"note=started") and b"learned=1" in answers[4]
+    finally:
+        running.stop()

@@ -43,6 +43,10 @@ microseconds a step takes. Learning stays in log order: the writer runs one even
 applies it (on the loop) after appending it and before committing it, exactly as before, so a
 PREDICT may see an event's step a moment before its commit, and sees it undone if the commit
 fails. Without a daemon, `on_learner` calls in place (tests, `hpcpredict train`, tools).
+One exception: the rebuild after a commit in doubt (`_rebuild`, rare) replays the log on the
+writer into a *new* learner, which one assignment then puts in place of the old (a PREDICT reads
+one or the other, whole); it reloads the correction policy there too, which the loop never reads
+(the SLURM watcher's thread does).
 """
 
 from __future__ import annotations
