@@ -1,16 +1,16 @@
 """Replay a cleaned log through a scheduler, a predictor and a correction policy.
 
-The simulation owns the machine state (waiting queue, running profile, per-job outcome) and
-wires the parts: the engine orders events, the scheduler decides, the predictor predicts and
-learns, the correction policy extends predictions. Same-instant order is the reference's
-(docs/method.md §10): prediction-over, then submission, then termination; jobs decided to start at an
-instant start at that instant.
+`Simulation` owns the machine state (waiting queue, running profile, per-job outcome), orders the
+events in a heap and has one handler per kind of event; the scheduler decides, the predictor
+predicts and learns, the correction policy extends predictions. Same-instant order is
+`hpcpredict.instants.Instant`'s (the reference's, docs/method.md §10): prediction-over, then
+submission, then termination; jobs decided to start at an instant start at that instant.
 
 Decisions are taken at every submission and every termination. At a submission, when nothing but
 that submission changed since the last decision (no correction since, no job predicted to end at
 this instant), every other waiting job is exactly as (in)eligible as it was then, so only the new
-job is considered: the same decisions as a full pass, at O(1) instead of O(queue). After a correction the reference
-takes no decision (the longer prediction only moves the reservation at the next event);
+job is considered: the same decisions as a full pass, at O(1) instead of O(queue). After a
+correction the reference takes no decision (the longer prediction only moves the reservation at the next event);
 `decide_on_correction=True` measures the alternative.
 """
 
@@ -19,6 +19,8 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from heapq import heappop, heappush
+from itertools import count as counter
 
 import numpy as np
 
@@ -26,8 +28,6 @@ from hpcpredict.instants import Instant
 from hpcpredict.jobs import Job, JobRequest
 from hpcpredict.predictors import Predictor, clip_prediction
 from hpcpredict.sim.corrections import CorrectionPolicy
-from heapq import heappop, heappush
-from itertools import count as counter
 from hpcpredict.sim.profile import RunningProfile
 from hpcpredict.sim.schedulers import Reservation, Scheduler, WaitingQueue
 
@@ -78,157 +78,226 @@ def simulate(
     `exhaustive=True` rescans the whole queue at every event instead of taking the O(1) path
     for a lone new submission: slower, the same decisions (the tests check that).
     """
-    wall_start = time.perf_counter()
-    count = len(jobs)
-    requests, submit_s, run_s, procs, requested_s = job_columns(jobs, machine_procs)
+    simulation = Simulation(jobs, machine_procs, scheduler, predictor, correction,
+                            decide_on_correction=decide_on_correction, exhaustive=exhaustive)
+    return simulation.run(progress=progress, progress_every=progress_every)
 
-    start_s = [-1] * count
-    prediction_s = [0] * count
-    initial_prediction_s = [0] * count
-    corrections = [0] * count
-    backfilled = [False] * count
-    first_reserved_start_s = [-1] * count
 
-    # The event heap of engine.EventQueue, inlined: (time, same-instant priority, sequence,
-    # job index); a method call per push and pop was a tenth of a replay. The submissions
-    # are already in heap order (sorted by time, then by sequence), so no heapify is needed.
-    sequence = counter(count)
-    events: list[tuple[int, int, int, int]] = [
-        (submit_s[index], SUBMISSION, index, index) for index in range(count)
-    ]
-    waiting = WaitingQueue(
-        np.asarray(procs, dtype=np.int64), np.asarray(requested_s, dtype=np.int64), submit_s
-    )
-    profile = RunningProfile(machine_procs)
-    # The running jobs by requested end, for the starvation guard's reservations (requests,
-    # unlike predictions, never move: Scheduler's docstring).
-    by_request = RunningProfile(machine_procs) if scheduler.starvation_guard_s is not None else None
-    # After a guarded decision every running job is planned to its requested end for good, as the
-    # live corrector raises their SLURM limits back to their requests and cannot safely lower a
-    # running job's limit again (Scheduler's docstring): `pinned` jobs, and the running ones not
-    # pinned yet.
-    pinned = [False] * count
-    unpinned_running: set[int] = set()
-    finished = 0
-    now_s = 0
-    # The head's reservation after the last decision; None when a correction has changed the plan
-    # since (or there was no head), which forces a full decision at the next submission.
-    reservation: Reservation | None = None
+class Simulation:
+    """One replay's machine state, with one handler per kind of event (`Instant`).
 
-    def start(index: int, was_backfilled: bool) -> None:
-        waiting.remove(index)
-        start_s[index] = now_s
-        backfilled[index] = was_backfilled
-        profile.add(index, now_s, now_s + prediction_s[index], procs[index])
-        if by_request is not None:
-            by_request.add(index, now_s, now_s + requested_s[index], procs[index], checked=False)
-            unpinned_running.add(index)
-        predictor.job_started(requests[index], now_s)
-        correction.job_started(requests[index], now_s)
-        heappush(events, (now_s + run_s[index], TERMINATION, next(sequence), index))
-        if prediction_s[index] < run_s[index]:
-            over_s = now_s + prediction_s[index]
-            heappush(events, (over_s, PREDICTION_OVER, next(sequence), index))
+    Per-job state lives in plain lists indexed by the job's position in the log (the result's
+    columns); the running jobs in a `RunningProfile` by predicted end, the waiting ones in a
+    `WaitingQueue`. The event heap holds (time, `Instant`, sequence, job index) tuples: the
+    submissions are already in heap order (sorted by time, then by sequence), so no heapify.
+    """
 
-    def remember(reservation: Reservation | None) -> None:
-        if reservation is None:
-            return
-        if first_reserved_start_s[reservation.head] < 0:
-            first_reserved_start_s[reservation.head] = reservation.shadow_s
-        if reservation.guarded and unpinned_running:
-            for index in unpinned_running:
-                profile.move(index, start_s[index] + prediction_s[index],
-                             start_s[index] + requested_s[index])
-                prediction_s[index] = requested_s[index]
-                pinned[index] = True
-            unpinned_running.clear()
+    def __init__(
+        self,
+        jobs: Sequence[Job],
+        machine_procs: int,
+        scheduler: Scheduler,
+        predictor: Predictor,
+        correction: CorrectionPolicy,
+        *,
+        decide_on_correction: bool = False,
+        exhaustive: bool = False,
+    ) -> None:
+        self.jobs = jobs
+        self.machine_procs = machine_procs
+        self.scheduler = scheduler
+        self.predictor = predictor
+        self.correction = correction
+        self.decide_on_correction = decide_on_correction
+        self.exhaustive = exhaustive
+        count = len(jobs)
+        self.requests, self.submit_s, self.run_s, self.procs, self.requested_s = job_columns(
+            jobs, machine_procs
+        )
+        self.start_s = [-1] * count
+        self.prediction_s = [0] * count
+        self.initial_prediction_s = [0] * count
+        self.corrections = [0] * count
+        self.backfilled = [False] * count
+        self.first_reserved_start_s = [-1] * count
+        self.sequence = counter(count)
+        self.events: list[tuple[int, int, int, int]] = [
+            (self.submit_s[index], SUBMISSION, index, index) for index in range(count)
+        ]
+        self.waiting = WaitingQueue(
+            np.asarray(self.procs, dtype=np.int64), np.asarray(self.requested_s, dtype=np.int64),
+            self.submit_s,
+        )
+        self.profile = RunningProfile(machine_procs)
+        # The running jobs by requested end, for the starvation guard's reservations (requests,
+        # unlike predictions, never move: Scheduler's docstring).
+        self.by_request = (
+            RunningProfile(machine_procs) if scheduler.starvation_guard_s is not None else None
+        )
+        # After a guarded decision every running job is planned to its requested end for good,
+        # as the live corrector raises their SLURM limits back to their requests and cannot
+        # safely lower a running job's limit again (Scheduler's docstring): `pinned` jobs, and
+        # the running ones not pinned yet.
+        self.pinned = [False] * count
+        self.unpinned_running: set[int] = set()
+        self.finished = 0
+        self.now_s = 0
+        # The head's reservation after the last decision; None when a correction has changed the
+        # plan since (or there was no head), which forces a full decision at the next submission.
+        self.reservation: Reservation | None = None
 
-    while events:
-        now_s, kind, _, index = heappop(events)
-        if kind == SUBMISSION:
-            predicted = clip_prediction(predictor.predict(requests[index], now_s), requested_s[index])
-            prediction_s[index] = initial_prediction_s[index] = predicted
-            queue_was_empty = len(waiting) == 0
-            waiting.add(index, predicted)
-            if (
-                not exhaustive
-                and not queue_was_empty
-                and reservation is not None
-                and not profile.ends_by(now_s)
-                # the head just became due for the guard: its reservation changes rule
-                and (reservation.guarded or not scheduler.guard_due(now_s, waiting, reservation.head))
-            ):
-                reservation = scheduler.consider_new_job(
-                    now_s, waiting, profile, reservation, index, start
-                )
-                remember(reservation)
-            else:
-                reservation = scheduler.schedule(now_s, waiting, profile, start, by_request)
-                remember(reservation)
-        elif kind == TERMINATION:
-            predictor.job_ended(requests[index], run_s[index], now_s)
-            correction.job_ended(requests[index], run_s[index], now_s)
-            profile.remove(index, start_s[index] + prediction_s[index])
-            if by_request is not None:
-                by_request.remove(index, start_s[index] + requested_s[index])
-                unpinned_running.discard(index)
-            finished += 1
-            if progress is not None and finished % progress_every == 0:
-                progress(finished)
-            reservation = scheduler.schedule(now_s, waiting, profile, start, by_request)
-            remember(reservation)
-        elif pinned[index]:
+    def run(
+        self, *, progress: ProgressCallback | None = None, progress_every: int = 5000
+    ) -> SimulationResult:
+        wall_start = time.perf_counter()
+        handlers = {
+            PREDICTION_OVER: self._prediction_over,
+            SUBMISSION: self._submission,
+            TERMINATION: self._termination,
+        }
+        events = self.events
+        finished_before = 0
+        while events:
+            now_s, kind, _, index = heappop(events)
+            self.now_s = now_s
+            handlers[kind](index)
+            if progress is not None and self.finished - finished_before >= progress_every:
+                finished_before = self.finished - self.finished % progress_every
+                progress(finished_before)
+        if progress is not None:
+            progress(self.finished)
+        count = len(self.jobs)
+        if len(self.waiting) or len(self.profile) or self.finished != count:
+            raise AssertionError(f"{count - self.finished} jobs never finished")
+        return SimulationResult(
+            jobs=self.jobs,
+            machine_procs=self.machine_procs,
+            scheduler=self.scheduler.name,
+            predictor=self.predictor.name,
+            correction=self.correction.name,
+            start_s=self.start_s,
+            initial_prediction_s=self.initial_prediction_s,
+            final_prediction_s=self.prediction_s,
+            corrections=self.corrections,
+            backfilled=self.backfilled,
+            first_reserved_start_s=self.first_reserved_start_s,
+            wall_time_s=time.perf_counter() - wall_start,
+            settings={"decide_on_correction": self.decide_on_correction,
+                      "exhaustive": self.exhaustive},
+        )
+
+    # ------------------------------------------------------------------ the three events
+    def _submission(self, index: int) -> None:
+        now_s, waiting, reservation = self.now_s, self.waiting, self.reservation
+        predicted = clip_prediction(
+            self.predictor.predict(self.requests[index], now_s), self.requested_s[index]
+        )
+        self.prediction_s[index] = self.initial_prediction_s[index] = predicted
+        queue_was_empty = len(waiting) == 0
+        waiting.add(index, predicted)
+        if (
+            not self.exhaustive
+            and not queue_was_empty
+            and reservation is not None
+            and not self.profile.ends_by(now_s)
+            # the head just became due for the guard: its reservation changes rule
+            and (reservation.guarded or not self.scheduler.guard_due(now_s, waiting, reservation.head))
+        ):
+            self._remember(self.scheduler.consider_new_job(
+                now_s, waiting, self.profile, reservation, index, self._start
+            ))
+        else:
+            self._decide()
+
+    def _termination(self, index: int) -> None:
+        now_s, request, run_s = self.now_s, self.requests[index], self.run_s[index]
+        self.predictor.job_ended(request, run_s, now_s)
+        self.correction.job_ended(request, run_s, now_s)
+        start_s = self.start_s[index]
+        self.profile.remove(index, start_s + self.prediction_s[index])
+        if self.by_request is not None:
+            self.by_request.remove(index, start_s + self.requested_s[index])
+            self.unpinned_running.discard(index)
+        self.finished += 1
+        self._decide()
+
+    def _prediction_over(self, index: int) -> None:
+        now_s = self.now_s
+        if self.pinned[index]:
             # Planned to its request since a guarded decision: nothing to correct. A correction
             # earlier at this instant left its decision to the instant's last one: take it here.
-            if decide_on_correction and reservation is None and events[0][:2] != (now_s, PREDICTION_OVER):
-                reservation = scheduler.schedule(now_s, waiting, profile, start, by_request)
-                remember(reservation)
-        else:
-            elapsed = now_s - start_s[index]
-            new_prediction = correction.corrected_prediction_s(
-                requested_s[index], initial_prediction_s[index], corrections[index], elapsed,
-                user_id=requests[index].user_id, now_s=now_s,
+            if self.decide_on_correction and self.reservation is None and not self._more_corrections_now():
+                self._decide()
+            return
+        start_s, requested_s = self.start_s[index], self.requested_s[index]
+        elapsed = now_s - start_s
+        new_prediction = self.correction.corrected_prediction_s(
+            requested_s, self.initial_prediction_s[index], self.corrections[index], elapsed,
+            user_id=self.requests[index].user_id, now_s=now_s,
+        )
+        if not elapsed < new_prediction <= requested_s:
+            raise AssertionError(
+                f"correction {self.correction.name} gave {new_prediction} s for job "
+                f"{self.jobs[index].job_id} that has run {elapsed} s (request {requested_s} s)"
             )
-            if not elapsed < new_prediction <= requested_s[index]:
-                raise AssertionError(
-                    f"correction {correction.name} gave {new_prediction} s for job "
-                    f"{jobs[index].job_id} that has run {elapsed} s (request {requested_s[index]} s)"
-                )
-            corrections[index] += 1
-            profile.move(index, now_s, start_s[index] + new_prediction)
-            prediction_s[index] = new_prediction
-            if new_prediction < run_s[index]:
-                heappush(
-                    events, (start_s[index] + new_prediction, PREDICTION_OVER, next(sequence), index)
-                )
-            # Deciding now while another prediction runs out at this same instant would count
-            # that job's processors as free (it is predicted to end now) before its correction:
-            # wait for the last correction of the instant.
-            if decide_on_correction and events[0][:2] != (now_s, PREDICTION_OVER):
-                reservation = scheduler.schedule(now_s, waiting, profile, start, by_request)
-                remember(reservation)
-            else:
-                reservation = None
+        self.corrections[index] += 1
+        self.profile.move(index, now_s, start_s + new_prediction)
+        self.prediction_s[index] = new_prediction
+        if new_prediction < self.run_s[index]:
+            heappush(self.events,
+                     (start_s + new_prediction, PREDICTION_OVER, next(self.sequence), index))
+        # Deciding now while another prediction runs out at this same instant would count that
+        # job's processors as free (it is predicted to end now) before its correction: wait for
+        # the last correction of the instant.
+        if self.decide_on_correction and not self._more_corrections_now():
+            self._decide()
+        else:
+            self.reservation = None
 
-    if progress is not None:
-        progress(finished)
-    if len(waiting) or len(profile) or finished != count:
-        raise AssertionError(f"{count - finished} jobs never finished")
-    return SimulationResult(
-        jobs=jobs,
-        machine_procs=machine_procs,
-        scheduler=scheduler.name,
-        predictor=predictor.name,
-        correction=correction.name,
-        start_s=start_s,
-        initial_prediction_s=initial_prediction_s,
-        final_prediction_s=prediction_s,
-        corrections=corrections,
-        backfilled=backfilled,
-        first_reserved_start_s=first_reserved_start_s,
-        wall_time_s=time.perf_counter() - wall_start,
-        settings={"decide_on_correction": decide_on_correction, "exhaustive": exhaustive},
-    )
+    # ------------------------------------------------------------------ decisions
+    def _more_corrections_now(self) -> bool:
+        events = self.events
+        return bool(events) and events[0][:2] == (self.now_s, PREDICTION_OVER)
+
+    def _decide(self) -> None:
+        """A full scheduling pass at this instant."""
+        self._remember(self.scheduler.schedule(
+            self.now_s, self.waiting, self.profile, self._start, self.by_request
+        ))
+
+    def _start(self, index: int, was_backfilled: bool) -> None:
+        now_s, request = self.now_s, self.requests[index]
+        self.waiting.remove(index)
+        self.start_s[index] = now_s
+        self.backfilled[index] = was_backfilled
+        prediction_s, run_s = self.prediction_s[index], self.run_s[index]
+        procs = self.procs[index]
+        self.profile.add(index, now_s, now_s + prediction_s, procs)
+        if self.by_request is not None:
+            self.by_request.add(index, now_s, now_s + self.requested_s[index], procs, checked=False)
+            self.unpinned_running.add(index)
+        self.predictor.job_started(request, now_s)
+        self.correction.job_started(request, now_s)
+        events, sequence = self.events, self.sequence
+        heappush(events, (now_s + run_s, TERMINATION, next(sequence), index))
+        if prediction_s < run_s:
+            heappush(events, (now_s + prediction_s, PREDICTION_OVER, next(sequence), index))
+
+    def _remember(self, reservation: Reservation | None) -> None:
+        """Keep the head's reservation after a decision; after a guarded one, pin the running."""
+        self.reservation = reservation
+        if reservation is None:
+            return
+        if self.first_reserved_start_s[reservation.head] < 0:
+            self.first_reserved_start_s[reservation.head] = reservation.shadow_s
+        if reservation.guarded and self.unpinned_running:
+            start_s, prediction_s, requested_s = self.start_s, self.prediction_s, self.requested_s
+            for index in self.unpinned_running:
+                self.profile.move(index, start_s[index] + prediction_s[index],
+                                  start_s[index] + requested_s[index])
+                prediction_s[index] = requested_s[index]
+                self.pinned[index] = True
+            self.unpinned_running.clear()
 
 
 def job_columns(
