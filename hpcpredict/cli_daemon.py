@@ -463,7 +463,7 @@ def report(config_path: Path | None, db_url: str | None, since: str | None, sour
     """An HTML page of the prediction errors: per-user table, ECDF of errors (hpcpredict vs
     requests vs AVE2), per-user bars, error over time. Reads the database only."""
     from hpcpredict.daemon.errors import judged_jobs
-    from hpcpredict.daemon.views import write_report
+    from hpcpredict.daemon.views import write_error_report
     from hpcpredict.outputs import OutputPathError, check_output_dir
 
     store = _read_store(config_path, db_url)  # first: a refused store leaves no folder behind
@@ -476,7 +476,7 @@ def report(config_path: Path | None, db_url: str | None, since: str | None, sour
         judged = judged_jobs(store, since_s=_since_s(since), source=source)
     finally:
         store.close()
-    written = write_report(judged, out_dir)
+    written = write_error_report(judged, out_dir)
     click.echo(f"{len(judged):,} jobs reported: {written.index}; {_source_label(judged, source)}")
 
 
