@@ -25,8 +25,9 @@ from click.testing import CliRunner
 from hpcpredict.cli import main
 from hpcpredict.daemon.client import DaemonReplyError
 from hpcpredict.daemon.config import DaemonConfig
-from hpcpredict.daemon.server import Daemon, DaemonError, _clear_stale_socket
+from hpcpredict.daemon.server import Daemon, DaemonError
 from hpcpredict.daemon.service import PredictionService
+from hpcpredict.daemon.socket_server import clear_stale_socket
 from hpcpredict.daemon.store import Store
 from hpcpredict.jobs import JobRequest
 
@@ -208,7 +209,7 @@ def test_a_busy_live_socket_is_not_taken_as_stale(short_dir: Path) -> None:
             except BlockingIOError:
                 break
         with pytest.raises(DaemonError, match="may still be serving"):
-            _clear_stale_socket(path)
+            clear_stale_socket(path)
         assert path.exists()
     finally:
         for client in waiting:

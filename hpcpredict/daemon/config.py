@@ -69,6 +69,10 @@ class ConfigError(ValueError):
     """A configuration file or value that cannot be used; the message names the key."""
 
 
+class DaemonError(RuntimeError):
+    """The daemon cannot start as configured (socket in use, bad path...)."""
+
+
 @dataclass(frozen=True)
 class LearnerConfig:
     loss: str = "eloss"

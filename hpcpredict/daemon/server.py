@@ -1,14 +1,10 @@
-"""``hpcpredict serve``: the Unix socket for the SLURM plugin and the HTTP JSON API for admins.
+"""``hpcpredict serve``: the daemon's life cycle around its two fronts.
 
 One thread owns the `PredictionService` (it is single-threaded by design, service.py): the
-asyncio event loop, which also serves the socket. The HTTP API runs in its own thread (the
-standard library's threading server, enough for an admin console) and hands every call that
-touches the service to the loop (`_on_loop`); read-only views of the database (errors, recent
-predictions) run in the HTTP thread on their own connections.
-
-Security: the socket is created with a umask that keeps it private from the first instant, then
-given `DaemonConfig.socket_mode` (0600: only the daemon's own user, i.e. slurmctld's SlurmUser,
-may connect) and optionally a group. The HTTP API binds to 127.0.0.1 unless told otherwise.
+asyncio event loop, which serves the plugin's Unix socket (`socket_server`). The HTTP API runs
+in its own thread (the standard library's threading server) and hands every call that touches
+the service to the loop (`on_loop`); its reads of the database (`queries`) run in the HTTP thread
+on their own connections. The HTTP API binds to 127.0.0.1 unless told otherwise.
 """
 
 from __future__ import annotations
@@ -17,13 +13,9 @@ import asyncio
 import concurrent.futures
 import contextlib
 import dataclasses
-import grp
 import json
 import logging
-import os
 import signal
-import socket
-import stat
 import threading
 import time
 from collections.abc import Callable
@@ -33,34 +25,20 @@ from pathlib import Path
 from typing import Any, TypeVar
 from urllib.parse import parse_qs, urlsplit
 
-from sqlalchemy import select
-
-from hpcpredict.daemon import user_errors
-from hpcpredict.daemon.config import DaemonConfig, parse_host_port
+from hpcpredict.daemon import queries, user_errors
+from hpcpredict.daemon.config import DaemonConfig, DaemonError, parse_host_port
 from hpcpredict.daemon.handlers import Handlers, internal_error
 from hpcpredict.daemon.lock import StoreLock, StoreLockedError, lock_store
-from hpcpredict.daemon.paths import state_dir
-from hpcpredict.daemon.protocol import (
-    MAX_LINE_BYTES,
-    PROTOCOL_VERSION,
-    ProtocolError,
-    Request,
-    format_error,
-)
+from hpcpredict.daemon.protocol import PROTOCOL_VERSION, ProtocolError, Request
 from hpcpredict.daemon.service import PredictionService
+from hpcpredict.daemon.socket_server import start_socket
 from hpcpredict.daemon.spool import ingest_spool
-from hpcpredict.daemon.store import JobRow, PredictionRow
 
 logger = logging.getLogger(__name__)
 
-IDLE_TIMEOUT_S = 60.0  # a socket client silent this long is disconnected
 SPOOL_INTERVAL_S = 30.0  # how often completion reports spooled meanwhile are ingested
 MAX_HTTP_BODY_BYTES = 64 * 1024
 _T = TypeVar("_T")
-
-
-class DaemonError(RuntimeError):
-    """The daemon cannot start as configured (socket in use, bad path...)."""
 
 
 class Daemon:
@@ -113,7 +91,7 @@ class Daemon:
                 self._loop.add_signal_handler(signum, self._stop.set)
         path = Path(self.config.socket)
         self._ingest_spool()  # reports of jobs that ended while the daemon was down
-        server = await self._start_socket(path)
+        server = await start_socket(path, self.config, self.handlers)
         try:
             if self.config.http:
                 self._start_http()
@@ -176,26 +154,6 @@ class Daemon:
         self._loop.call_later(SPOOL_INTERVAL_S, self._ingest_spool)
 
     # ------------------------------------------------------------------ the socket
-    async def _start_socket(self, path: Path) -> asyncio.AbstractServer:
-        _clear_stale_socket(path)
-        _socket_folder(path)
-        loop = asyncio.get_running_loop()
-        previous = os.umask(0o177)  # private from the first instant; chmod below widens it
-        try:
-            server = await loop.create_unix_server(
-                lambda: _LineProtocol(self.handlers, loop), path=str(path)
-            )
-        finally:
-            os.umask(previous)
-        os.chmod(path, self.config.socket_mode)
-        if self.config.socket_group:
-            try:
-                os.chown(path, -1, grp.getgrnam(self.config.socket_group).gr_gid)
-            except KeyError:
-                server.close()
-                raise DaemonError(f"socket_group: no such group {self.config.socket_group!r}") from None
-        return server
-
     # ------------------------------------------------------------------ the HTTP API
     def _start_http(self) -> None:
         host, port = parse_host_port(self.config.http)
@@ -288,98 +246,6 @@ class Daemon:
         }
         return self.handlers.metrics.render(gauges, counters)
 
-    def recent_predictions(self, limit: int) -> list[dict[str, object]]:
-        statement = (
-            select(PredictionRow, JobRow)
-            .join(JobRow, JobRow.job_id == PredictionRow.job_id)
-            .order_by(PredictionRow.id.desc())
-            .limit(limit)
-        )
-        with self.service.store.session() as session:
-            return [
-                {
-                    "job_id": job.job_id,
-                    "user_id": job.user_id,
-                    "procs": job.procs,
-                    "requested_s": job.requested_s,
-                    "predicted_s": prediction.predicted_s,
-                    "predicted_at_s": prediction.predicted_at_s,
-                    "status": job.status,
-                    "run_s": job.run_s,
-                }
-                for prediction, job in session.execute(statement)
-            ]
-
-
-class _LineProtocol(asyncio.Protocol):
-    """One socket connection: lines in, one answer line each, in order.
-
-    A `Protocol` rather than asyncio streams: no task per connection and no timer task per
-    line, which is what the plugin's connect-ask-close pattern pays for at every ``sbatch``.
-    A client that stops reading its answers is paused (flow control), one that sends nothing
-    for `IDLE_TIMEOUT_S` is disconnected, and a line over `MAX_LINE_BYTES` is answered
-    ``too_long`` and the connection closed (it cannot be resynchronised).
-    """
-
-    def __init__(self, handlers: Handlers, loop: asyncio.AbstractEventLoop) -> None:
-        self.handlers = handlers
-        self.loop = loop
-        self.buffer = bytearray()
-        self.transport: asyncio.Transport | None = None
-        self.idle: asyncio.TimerHandle | None = None
-
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self.transport = transport  # type: ignore[assignment]
-        self.handlers.metrics.connections += 1
-        self.idle = self.loop.call_later(IDLE_TIMEOUT_S, transport.close)
-
-    def data_received(self, data: bytes) -> None:
-        assert self.transport is not None
-        self.buffer += data
-        while True:
-            end = self.buffer.find(b"\n")
-            if end < 0:
-                if len(self.buffer) > MAX_LINE_BYTES:
-                    self._too_long()
-                return
-            if end > MAX_LINE_BYTES + 1:
-                self._too_long()
-                return
-            line = bytes(self.buffer[:end]).rstrip(b"\r")
-            del self.buffer[: end + 1]
-            self.transport.write(self.handlers.handle_line(line))
-            if self.transport.is_closing():
-                return
-            if self.idle is not None:
-                self.idle.cancel()
-                self.idle = self.loop.call_later(IDLE_TIMEOUT_S, self.transport.close)
-
-    def eof_received(self) -> bool:
-        assert self.transport is not None
-        if self.buffer.strip():  # a last request without its newline
-            self.transport.write(self.handlers.handle_line(bytes(self.buffer).strip()))
-            self.buffer.clear()
-        return False  # close once the answer is written
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        if self.idle is not None:
-            self.idle.cancel()
-
-    def pause_writing(self) -> None:
-        assert self.transport is not None
-        self.transport.pause_reading()  # a client not reading its answers gets no new ones
-
-    def resume_writing(self) -> None:
-        assert self.transport is not None
-        self.transport.resume_reading()
-
-    def _too_long(self) -> None:
-        assert self.transport is not None
-        self.transport.write(format_error("too_long", f"request longer than {MAX_LINE_BYTES} bytes"))
-        self.handlers.metrics.observe("?", "too_long", 0.0)
-        self.buffer.clear()
-        self.transport.close()
-
 
 class _ApiHandler(BaseHTTPRequestHandler):
     """JSON over HTTP: GET /health /metrics /errors /users /users/<uid>/errors /predictions,
@@ -428,7 +294,7 @@ class _ApiHandler(BaseHTTPRequestHandler):
                 limit = _int_or_error(query.get("limit", "50"), "limit")
                 if not 1 <= limit <= 1000:
                     raise _HttpError(HTTPStatus.BAD_REQUEST, "bad_request", "limit must be in 1..1000")
-                self._json(HTTPStatus.OK, self.api.recent_predictions(limit))
+                self._json(HTTPStatus.OK, queries.recent_predictions(self.api.service.store, limit))
             else:
                 raise _HttpError(HTTPStatus.NOT_FOUND, "not_found", f"no endpoint {method} {url.path}")
         except _HttpError as error:
@@ -440,12 +306,9 @@ class _ApiHandler(BaseHTTPRequestHandler):
             self._json(HTTPStatus.INTERNAL_SERVER_ERROR, {"error": message, "code": "internal"})
 
     def _errors(self, uid: int | None, query: dict[str, str]) -> list[dict[str, object]]:
-        from hpcpredict.daemon.errors import user_error_statistics  # pandas: only when asked
-
         since = query.get("since")
         since_s = None if since is None else _int_or_error(since, "since (Unix seconds)")
-        frame = user_error_statistics(self.api.service.store, user_id=uid, since_s=since_s)
-        return json.loads(frame.to_json(orient="records", double_precision=15))
+        return queries.error_rows(self.api.service.store, uid, since_s)
 
     def _body_fields(self) -> dict[str, Any]:
         length = _int_or_error(self.headers.get("Content-Length", "0"), "Content-Length")
@@ -482,44 +345,3 @@ def _int_or_error(text: str, what: str) -> int:
         return int(text)
     except ValueError:
         raise _HttpError(HTTPStatus.BAD_REQUEST, "bad_request", f"{what}: expected an integer, got {text!r}") from None
-
-
-def _socket_folder(path: Path) -> None:
-    """Create the socket's folder only when it is the default state directory: a mistyped
-    --socket must not make /nonexistent/ as root (systemd's RuntimeDirectory= makes /run/hpcpredict)."""
-    if path.parent.is_dir():
-        return
-    if path.parent != state_dir():
-        raise DaemonError(f"socket {path}: folder {path.parent} does not exist (create it, or use "
-                          "RuntimeDirectory= in the systemd unit)")
-    path.parent.mkdir(parents=True, exist_ok=True)
-
-
-def _clear_stale_socket(path: Path) -> None:
-    """Remove a socket file left by a daemon that died; refuse if one is still answering.
-
-    Only "connection refused" (nobody listens) and "no such file" mean stale. Anything else, above
-    all EAGAIN (a live daemon whose accept queue is full) or a timeout, means someone may be
-    there: unlinking its socket would steal a busy daemon's path.
-    """
-    try:
-        mode = path.lstat().st_mode
-    except FileNotFoundError:
-        return
-    if not stat.S_ISSOCK(mode):
-        raise DaemonError(f"{path} exists and is not a socket: refusing to replace it")
-    probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    probe.settimeout(1.0)
-    try:
-        probe.connect(str(path))
-    except (ConnectionRefusedError, FileNotFoundError):
-        path.unlink(missing_ok=True)  # nobody listens: a leftover
-        return
-    except OSError as error:
-        raise DaemonError(
-            f"{path}: a daemon may still be serving there (probe: {error.strerror or error}); refusing to "
-            "replace its socket"
-        ) from None
-    finally:
-        probe.close()
-    raise DaemonError(f"another daemon is already serving on {path}")
