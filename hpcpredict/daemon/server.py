@@ -1,10 +1,9 @@
 """``hpcpredict serve``: the daemon's life cycle around its two fronts.
 
 One thread owns the `PredictionService` (it is single-threaded by design, service.py): the
-asyncio event loop, which serves the plugin's Unix socket (`socket_server`). The HTTP API runs
-in its own thread (the standard library's threading server) and hands every call that touches
-the service to the loop (`on_loop`); its reads of the database (`queries`) run in the HTTP thread
-on their own connections. The HTTP API binds to 127.0.0.1 unless told otherwise.
+asyncio event loop. It serves the plugin's Unix socket (`socket_server`) and the admin HTTP API
+(`http_api`, aiohttp on the same loop, its reads of the store on threads of their own). The
+SLURM watcher runs in its own thread and hands every call to the loop (`on_loop`).
 """
 
 from __future__ import annotations
@@ -13,23 +12,20 @@ import asyncio
 import concurrent.futures
 import contextlib
 import dataclasses
-import json
 import logging
 import signal
 import threading
 import time
 from collections.abc import Callable
-from http import HTTPStatus
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any, TypeVar
-from urllib.parse import parse_qs, urlsplit
+from typing import TypeVar
 
-from hpcpredict.daemon import queries, user_errors
 from hpcpredict.daemon.config import DaemonConfig, DaemonError, parse_host_port
-from hpcpredict.daemon.handlers import Handlers, internal_error
+from hpcpredict.daemon.handlers import Handlers
+from hpcpredict.daemon.http_api import AdminApi, HttpLimits
+from hpcpredict.daemon.http_auth import BearerAuth, TokenFileError, load_token, require_token_off_loopback
 from hpcpredict.daemon.lock import StoreLock, StoreLockedError, lock_store
-from hpcpredict.daemon.protocol import PROTOCOL_VERSION, ProtocolError, Request
+from hpcpredict.daemon.protocol import PROTOCOL_VERSION, Request
 from hpcpredict.daemon.service import PredictionService
 from hpcpredict.daemon.socket_server import start_socket
 from hpcpredict.daemon.spool import ingest_spool
@@ -37,7 +33,6 @@ from hpcpredict.daemon.spool import ingest_spool
 logger = logging.getLogger(__name__)
 
 SPOOL_INTERVAL_S = 30.0  # how often completion reports spooled meanwhile are ingested
-MAX_HTTP_BODY_BYTES = 64 * 1024
 _T = TypeVar("_T")
 
 
@@ -45,10 +40,16 @@ class Daemon:
     """The running daemon: `run()` serves until `stop()` (or SIGTERM/SIGINT)."""
 
     def __init__(
-        self, config: DaemonConfig, service: PredictionService, *, lock: StoreLock | None = None
+        self,
+        config: DaemonConfig,
+        service: PredictionService,
+        *,
+        lock: StoreLock | None = None,
+        http_limits: HttpLimits | None = None,
     ) -> None:
         """`lock`: the store's lock when the caller took it before opening the service (the CLI
-        does, so that a second ``serve`` does not even replay); otherwise `run` takes it."""
+        does, so that a second ``serve`` does not even replay); otherwise `run` takes it.
+        `http_limits`: the admin API's bounds (`HttpLimits`' defaults unless given)."""
         self.config = config
         self.service = service
         self.lock = lock
@@ -56,7 +57,8 @@ class Daemon:
         self.started_at = time.time()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._stop: asyncio.Event | None = None
-        self._http: ThreadingHTTPServer | None = None
+        self.http_limits = http_limits
+        self._http: AdminApi | None = None
         self.http_address: tuple[str, int] | None = None
         self.ready = threading.Event()  # set once both endpoints accept connections
         self.watcher = None  # the SLURM watcher, when config.slurm
@@ -94,7 +96,7 @@ class Daemon:
         server = await start_socket(path, self.config, self.handlers)
         try:
             if self.config.http:
-                self._start_http()
+                await self._start_http()
             logger.info(
                 "serving on %s%s (model: %d updates, event %d)",
                 path,
@@ -112,8 +114,7 @@ class Daemon:
             server.close()
             await server.wait_closed()
             if self._http is not None:
-                self._http.shutdown()
-                self._http.server_close()
+                await self._http.stop()
             with contextlib.suppress(FileNotFoundError):
                 path.unlink()
             self.service.close()  # checkpoint: the next start replays nothing
@@ -155,20 +156,22 @@ class Daemon:
 
     # ------------------------------------------------------------------ the socket
     # ------------------------------------------------------------------ the HTTP API
-    def _start_http(self) -> None:
+    async def _start_http(self) -> None:
+        """The admin API; refused beyond loopback without a token, or with an unsafe token file."""
         host, port = parse_host_port(self.config.http)
-        daemon = self
-
-        class Handler(_ApiHandler):
-            api = daemon
-
         try:
-            self._http = ThreadingHTTPServer((host, port), Handler)
+            require_token_off_loopback(host, self.config.http_token_file)
+            token = load_token(self.config.http_token_file) if self.config.http_token_file else None
+        except TokenFileError as error:
+            raise DaemonError(str(error)) from None
+        api = AdminApi(self, BearerAuth(token), self.http_limits)
+        try:
+            await api.start(host, port)
         except OSError as error:
+            await api.stop()
             raise DaemonError(f"http: cannot listen on {host}:{port} ({error.strerror})") from error
-        self._http.daemon_threads = True
-        self.http_address = self._http.server_address[:2]  # type: ignore[assignment]
-        threading.Thread(target=self._http.serve_forever, name="hpcpredict-http", daemon=True).start()
+        self._http = api
+        self.http_address = api.address
 
     def on_loop(self, function: Callable[[], _T], timeout_s: float = 10.0) -> _T:
         """Run `function` on the event loop's thread (the service's owner) and wait for it."""
@@ -216,9 +219,11 @@ class Daemon:
             },
         }
 
-    def metrics_text(self) -> str:
+    def metric_values(self) -> tuple[dict[str, tuple[str, float]], dict[str, tuple[str, float]]]:
+        """(gauges, counters) of the service's state, name -> (help, value); from memory, for
+        the loop's thread (the store's site-wide totals are added off the loop, `http_api`)."""
         readiness = self.service.readiness(time.time())
-        gauges = {
+        gauges: dict[str, tuple[str, float]] = {
             "hpcpredict_ready": ("1 when PREDICT answers the model's predictions, 0 when it answers "
                                  "the users' requests (see /health's reasons).", int(readiness.ready)),
             "hpcpredict_min_trained_jobs": ("Learned jobs needed before predictions are used.",
@@ -236,112 +241,9 @@ class Daemon:
                 "1 while a pending job has waited past the starvation guard (limits at requests).",
                 int(self.watcher.guard.active),
             )
-        for key, value in user_errors.site_totals(self.service.store).items():
-            name, help_text = user_errors.SITE_GAUGES[key]
-            gauges[name] = (help_text, value)
         counters = {
             "hpcpredict_event_failures_total": ("Events whose transaction failed.", self.service.event_failures),
             "hpcpredict_model_rebuilds_total": ("Learner rebuilt from the store after a commit in doubt.",
                                                 self.service.rebuilds),
         }
-        return self.handlers.metrics.render(gauges, counters)
-
-
-class _ApiHandler(BaseHTTPRequestHandler):
-    """JSON over HTTP: GET /health /metrics /errors /users /users/<uid>/errors /predictions,
-    POST /predict. Every failure is a JSON ``{"error": ..., "code": ...}`` with its status."""
-
-    api: Daemon
-    server_version = "hpcpredict"
-    protocol_version = "HTTP/1.1"
-
-    def do_GET(self) -> None:  # noqa: N802 - http.server's naming
-        self._dispatch("GET")
-
-    def do_POST(self) -> None:  # noqa: N802
-        self._dispatch("POST")
-
-    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - signature of the base
-        logger.debug("http %s - %s", self.address_string(), format % args)
-
-    def _dispatch(self, method: str) -> None:
-        url = urlsplit(self.path)
-        query = {key: values[-1] for key, values in parse_qs(url.query).items()}
-        parts = [part for part in url.path.split("/") if part]
-        try:
-            if method == "GET" and parts == ["health"]:
-                health = self.api.on_loop(self.api.health)
-                unhealthy = health["status"] == "unhealthy"
-                self._json(HTTPStatus.SERVICE_UNAVAILABLE if unhealthy else HTTPStatus.OK, health)
-            elif method == "GET" and parts == ["metrics"]:
-                self._send(HTTPStatus.OK, self.api.on_loop(self.api.metrics_text).encode(), "text/plain; version=0.0.4")
-            elif method == "POST" and parts == ["predict"]:
-                fields = self._body_fields()
-                answer = self.api.on_loop(lambda: self.api.handlers.predict(fields))
-                self._json(HTTPStatus.OK, {"prediction_s": answer["prediction"], "time_limit_s": answer["time_limit"],
-                                           "ready": answer["ready"], "reason": answer.get("reason", "")})
-            elif method == "GET" and parts == ["users"]:
-                self._json(HTTPStatus.OK, user_errors.user_totals(self.api.service.store))
-            elif method == "GET" and parts == ["errors"]:
-                self._json(HTTPStatus.OK, self._errors(None, query))
-            elif method == "GET" and len(parts) == 3 and parts[0] == "users" and parts[2] == "errors":
-                uid = _int_or_error(parts[1], "user id")
-                rows = self._errors(uid, query)
-                if not rows:
-                    raise _HttpError(HTTPStatus.NOT_FOUND, "unknown_user", f"no judged jobs for user {uid}")
-                self._json(HTTPStatus.OK, rows[0])
-            elif method == "GET" and parts == ["predictions"]:
-                limit = _int_or_error(query.get("limit", "50"), "limit")
-                if not 1 <= limit <= 1000:
-                    raise _HttpError(HTTPStatus.BAD_REQUEST, "bad_request", "limit must be in 1..1000")
-                self._json(HTTPStatus.OK, queries.recent_predictions(self.api.service.store, limit))
-            else:
-                raise _HttpError(HTTPStatus.NOT_FOUND, "not_found", f"no endpoint {method} {url.path}")
-        except _HttpError as error:
-            self._json(error.status, {"error": error.message, "code": error.code})
-        except ProtocolError as error:
-            self._json(HTTPStatus.BAD_REQUEST, {"error": str(error), "code": error.code})
-        except Exception:  # noqa: BLE001 - one bad request must not kill the thread
-            message = internal_error(f"http {method} {self.path[:200]}")
-            self._json(HTTPStatus.INTERNAL_SERVER_ERROR, {"error": message, "code": "internal"})
-
-    def _errors(self, uid: int | None, query: dict[str, str]) -> list[dict[str, object]]:
-        since = query.get("since")
-        since_s = None if since is None else _int_or_error(since, "since (Unix seconds)")
-        return queries.error_rows(self.api.service.store, uid, since_s)
-
-    def _body_fields(self) -> dict[str, Any]:
-        length = _int_or_error(self.headers.get("Content-Length", "0"), "Content-Length")
-        if length > MAX_HTTP_BODY_BYTES:
-            self.close_connection = True
-            raise _HttpError(HTTPStatus.REQUEST_ENTITY_TOO_LARGE, "too_long", f"body over {MAX_HTTP_BODY_BYTES} bytes")
-        try:
-            body = json.loads(self.rfile.read(length) or b"null")
-        except (json.JSONDecodeError, UnicodeDecodeError) as error:
-            raise _HttpError(HTTPStatus.BAD_REQUEST, "bad_request", f"body is not JSON: {error}") from None
-        if not isinstance(body, dict):
-            raise _HttpError(HTTPStatus.BAD_REQUEST, "bad_request", "body must be a JSON object of job fields")
-        return body
-
-    def _json(self, status: int, value: object) -> None:
-        self._send(status, json.dumps(value, allow_nan=False, default=str).encode(), "application/json")
-
-    def _send(self, status: int, body: bytes, content_type: str) -> None:
-        self.send_response(status)
-        self.send_header("Content-Type", content_type)
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-
-class _HttpError(Exception):
-    def __init__(self, status: int, code: str, message: str) -> None:
-        super().__init__(message)
-        self.status, self.code, self.message = status, code, message
-
-
-def _int_or_error(text: str, what: str) -> int:
-    try:
-        return int(text)
-    except ValueError:
-        raise _HttpError(HTTPStatus.BAD_REQUEST, "bad_request", f"{what}: expected an integer, got {text!r}") from None
+        return gauges, counters
