@@ -98,7 +98,7 @@ class AdminApi:
         app.router.add_post("/predict", self.predict, name="predict")
         self._runner = web.AppRunner(
             app, handle_signals=False, access_log=None, keepalive_timeout=self.limits.idle_timeout_s,
-            shutdown_timeout=1.0,
+            shutdown_timeout=1.0, logger=_ClientFaults(logger, {}),
         )
         await self._runner.setup()
         self._reads = concurrent.futures.ThreadPoolExecutor(self.limits.read_threads, "hpcpredict-http-read")
@@ -142,6 +142,7 @@ class AdminApi:
             if connection is not None:
                 connection.request_done()
         self.daemon.handlers.metrics.http_requests[(endpoint, response.status)] += 1
+        response.headers["Server"] = "hpcpredict"  # not aiohttp's and Python's versions
         return response
 
     async def _answer(self, request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]],
@@ -168,7 +169,10 @@ class AdminApi:
         except web.HTTPException as error:  # aiohttp's own: no route, wrong method, body too large
             code = _HTTP_CODES.get(error.status, "bad_request")
             headers = {key: value for key, value in error.headers.items() if key in ("Allow",)}
-            return _error_response(error.status, code, f"{error.reason}: {request.method} {request.path[:200]}", headers)
+            message = f"{error.reason}: {request.method} {request.path[:200]}"
+            if error.status == HTTPStatus.REQUEST_ENTITY_TOO_LARGE:
+                message = f"body over {self.limits.max_body_bytes} bytes"
+            return _error_response(error.status, code, message, headers)
         except TimeoutError:
             return _error_response(HTTPStatus.SERVICE_UNAVAILABLE, "timeout",
                                    f"no answer within {self.limits.request_timeout_s:g} s; retry later")
@@ -326,6 +330,21 @@ class _Connection(asyncio.Protocol):
     def _arm(self) -> None:
         assert self.transport is not None
         self.deadline = self.loop.call_later(self.api.limits.idle_timeout_s, self.transport.close)
+
+
+class _ClientFaults(logging.LoggerAdapter):
+    """aiohttp's protocol logger, with its tracebacks at debug level.
+
+    What reaches it is the client's doing (a request the parser refuses, a connection reset
+    mid-answer): our own failures are logged by `_guard` under an error id. At error level, a
+    scanner sending garbage in a loop would fill the daemon's log with tracebacks.
+    """
+
+    def exception(self, msg: object, *args: object, exc_info: Any = True, **kwargs: Any) -> None:
+        self.debug(msg, *args, exc_info=exc_info, **kwargs)
+
+    def error(self, msg: object, *args: object, **kwargs: Any) -> None:
+        self.debug(msg, *args, **kwargs)
 
 
 class _Refuse(asyncio.Protocol):
