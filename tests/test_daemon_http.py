@@ -169,14 +169,18 @@ def test_malformed_http_is_a_4xx(running: Running, request_bytes: bytes) -> None
     assert call(running, "/health")[0] == 200
 
 
-def test_internal_errors_say_no_more_than_an_id(running: Running, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_internal_errors_say_no_more_than_an_id(config: DaemonConfig, monkeypatch: pytest.MonkeyPatch) -> None:
     def broken(store, limit):
         raise RuntimeError("SELECT secret FROM jobs WHERE uid = 424242")
 
     monkeypatch.setattr(queries, "recent_predictions", broken)
-    status, _, raw = call(running, "/predictions")
-    assert status == 500 and json.loads(raw)["code"] == "internal"
-    assert b"424242" not in raw and b"SELECT" not in raw
+    running = Running(config, HttpLimits(read_processes=0))  # threads: the stub is in this process
+    try:
+        status, _, raw = call(running, "/predictions")
+        assert status == 500 and json.loads(raw)["code"] == "internal"
+        assert b"424242" not in raw and b"SELECT" not in raw
+    finally:
+        running.stop()
 
 
 # ---------------------------------------------------------------------------- authentication
@@ -366,7 +370,7 @@ class _BlockedReads:
         self.release = threading.Event()
         self.inside = threading.Semaphore(0)
 
-    def __call__(self, store):
+    def __call__(self, store):  # a thread of the test process (read_processes=0)
         self.inside.release()
         assert self.release.wait(60)
         return []
@@ -377,7 +381,7 @@ def test_slow_reads_never_delay_predict_and_excess_requests_get_503(
 ) -> None:
     blocked = _BlockedReads()
     monkeypatch.setattr(queries, "user_totals", blocked)
-    running = Running(config, HttpLimits(max_requests=2, read_threads=2))
+    running = Running(config, HttpLimits(max_requests=2, read_processes=0))
     try:
         with ThreadPoolExecutor(2) as pool:
             waiting = [pool.submit(call, running, "/users") for _ in range(2)]
@@ -404,7 +408,7 @@ def test_a_request_past_its_timeout_is_answered_503_and_its_read_still_counts(
 ) -> None:
     blocked = _BlockedReads()
     monkeypatch.setattr(queries, "user_totals", blocked)
-    running = Running(config, HttpLimits(request_timeout_s=0.2, max_requests=1, read_threads=1))
+    running = Running(config, HttpLimits(request_timeout_s=0.2, max_requests=1, read_processes=0))
     try:
         status, _, raw = call(running, "/users")
         assert status == 503 and json.loads(raw)["code"] == "timeout"

@@ -8,8 +8,9 @@ Sharing the loop that answers the SLURM plugin is safe because nothing here bloc
 
 * what comes from memory (`/health`, POST /predict, the metrics' counters) is computed on the
   loop, as cheap as a PREDICT on the socket;
-* every read of the store (`queries`) runs on a small thread pool of its own, so a ``GET
-  /errors`` over every judged job (seconds on a big store) never delays a PREDICT (issue 17);
+* every read of the store (`queries`), and the rendering of /metrics, runs in a worker process
+  (`StoreReads`), so a ``GET /errors`` over every judged job (seconds on a big store) never
+  delays a PREDICT, not even through the GIL (issue 17);
 * connections and requests are bounded (`HttpLimits`): past the limits a client gets 503 at
   once rather than a queue, a connection that sends no complete request within
   `idle_timeout_s` is closed (idle or slowloris clients cannot pile up and make /health
@@ -22,6 +23,8 @@ import asyncio
 import concurrent.futures
 import json
 import logging
+import multiprocessing
+import os
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from functools import partial
@@ -34,7 +37,7 @@ from hpcpredict.daemon import queries
 from hpcpredict.daemon.handlers import internal_error
 from hpcpredict.daemon.http_auth import BearerAuth
 from hpcpredict.daemon.protocol import ProtocolError, Request, get_int
-from hpcpredict.daemon.user_errors import SITE_GAUGES
+from hpcpredict.daemon.store import Store
 
 if TYPE_CHECKING:
     from hpcpredict.daemon.server import Daemon
@@ -68,7 +71,55 @@ class HttpLimits:
     # the standard library's server had 5).
     backlog: int = 128
     max_body_bytes: int = 64 * 1024
-    read_threads: int = 2  # the store reads' pool: two, so one slow /errors does not queue /users
+    # Worker processes for the store reads: two, so one slow /errors does not queue /metrics.
+    # 0: threads of the daemon's process instead (tests that stub a read; in-memory stores).
+    read_processes: int = 2
+
+
+class StoreReads:
+    """Where the admin API's reads of the store run: worker processes, each with its own engine
+    (`queries.open_worker_store`), started at the first read; or threads, with `processes=0`.
+
+    A worker that dies (killed, out of memory) breaks its pool: the reads then waiting fail, and
+    the next read starts a new pool.
+    """
+
+    def __init__(self, store: Store, processes: int) -> None:
+        self.store = store
+        # An in-memory SQLite database exists in this process only: threads it must be.
+        self.processes = processes if store.engine.url.database not in (None, "", ":memory:") else 0
+        self._pool: concurrent.futures.Executor | None = None
+
+    def submit(self, read: Callable[..., _T], *args: object) -> concurrent.futures.Future[_T]:
+        """`read(store, *args)` (a function of `queries`) on a worker."""
+        if self._pool is None:
+            self._pool = self._new_pool()
+        if self.processes:
+            return self._pool.submit(queries.in_worker, read, *args)
+        return self._pool.submit(read, self.store, *args)
+
+    def broken(self) -> None:
+        """Forget a pool whose worker died; the next read starts another."""
+        pool, self._pool = self._pool, None
+        if pool is not None:
+            pool.shutdown(wait=False, cancel_futures=True)
+
+    def shutdown(self) -> None:
+        pool, self._pool = self._pool, None
+        if pool is not None:
+            pool.shutdown(wait=False, cancel_futures=True)
+
+    def _new_pool(self) -> concurrent.futures.Executor:
+        if not self.processes:
+            return concurrent.futures.ThreadPoolExecutor(2, "hpcpredict-http-read")
+        # spawn, not fork: the daemon has threads (the watcher's, SQLAlchemy's pool), and a fork
+        # would copy their locks in whatever state they are.
+        return concurrent.futures.ProcessPoolExecutor(
+            self.processes,
+            mp_context=multiprocessing.get_context("spawn"),
+            initializer=queries.open_worker_store,
+            initargs=(self.store.engine.url.render_as_string(hide_password=False),),
+        )
 
 
 class AdminApi:
@@ -81,7 +132,7 @@ class AdminApi:
         self.address: tuple[str, int] | None = None
         self._runner: web.AppRunner | None = None
         self._server: asyncio.AbstractServer | None = None
-        self._reads: concurrent.futures.ThreadPoolExecutor | None = None
+        self._reads = StoreReads(daemon.service.store, self.limits.read_processes)
         self._connections: dict[asyncio.BaseTransport, _Connection] = {}
         self._requests_in_flight = 0
         self._reads_pending = 0
@@ -101,7 +152,6 @@ class AdminApi:
             shutdown_timeout=1.0, logger=_ClientFaults(logger, {}),
         )
         await self._runner.setup()
-        self._reads = concurrent.futures.ThreadPoolExecutor(self.limits.read_threads, "hpcpredict-http-read")
         loop = asyncio.get_running_loop()
         # Our own listening socket rather than a web.TCPSite: each connection goes through
         # `_accept` (the connection cap, the idle deadline), then to aiohttp's protocol.
@@ -118,8 +168,7 @@ class AdminApi:
             await self._server.wait_closed()
         if self._runner is not None:
             await self._runner.cleanup()
-        if self._reads is not None:
-            self._reads.shutdown(wait=False, cancel_futures=True)
+        self._reads.shutdown()
 
     def _accept(self) -> asyncio.BaseProtocol:
         assert self._runner is not None and self._runner.server is not None
@@ -190,18 +239,26 @@ class AdminApi:
                              "send the token of http_token_file: Authorization: Bearer <token>",
                              {"WWW-Authenticate": 'Bearer realm="hpcpredict"'})
 
-    async def _off_loop(self, function: Callable[[], _T]) -> _T:
-        """`function()` on the reads' threads; 503 when too many reads are queued or running."""
-        assert self._reads is not None
+    async def _off_loop(self, read: Callable[..., _T], *args: object) -> _T:
+        """`read(store, *args)` in a read worker; 503 when too many reads are queued or running."""
         if self._reads_pending >= self.limits.max_requests:
             raise _HttpError(HTTPStatus.SERVICE_UNAVAILABLE, "busy",
                              f"{self._reads_pending} reads of the store are running; retry shortly")
         loop = asyncio.get_running_loop()
+        try:
+            future = self._reads.submit(read, *args)
+        except concurrent.futures.BrokenExecutor:
+            self._reads.broken()
+            future = self._reads.submit(read, *args)
         self._reads_pending += 1
-        # Released when the thread is done, not when the request gives up waiting for it.
-        future = self._reads.submit(function)
+        # Released when the worker is done, not when the request gives up waiting for it.
         future.add_done_callback(lambda _: loop.call_soon_threadsafe(self._read_done))
-        return await asyncio.wrap_future(future)
+        try:
+            return await asyncio.wrap_future(future)
+        except concurrent.futures.BrokenExecutor:
+            self._reads.broken()
+            raise _HttpError(HTTPStatus.SERVICE_UNAVAILABLE, "unavailable",
+                             "the read worker died; retry (a new one starts)") from None
 
     def _read_done(self) -> None:
         self._reads_pending -= 1
@@ -215,42 +272,31 @@ class AdminApi:
     async def metrics(self, request: web.Request) -> web.Response:
         gauges, counters = self.daemon.metric_values()  # memory: here, on the loop
         counts = self.daemon.handlers.metrics.snapshot()
-        store = self.daemon.service.store
-        accept = request.headers.get("Accept", "")
-
-        def render() -> tuple[bytes, str]:
-            for key, value in queries.site_totals(store).items():
-                name, help_text = SITE_GAUGES[key]
-                gauges[name] = (help_text, value)
-            return counts.render(gauges, counters, accept=accept, process=True)
-
-        body, content_type = await self._off_loop(render)
+        body, content_type = await self._off_loop(
+            queries.metrics_exposition, counts, gauges, counters, request.headers.get("Accept", ""), os.getpid()
+        )
         return web.Response(body=body, headers={"Content-Type": content_type})
 
     async def errors(self, request: web.Request) -> web.Response:
         since_s = _query_int(request, "since")
-        store = self.daemon.service.store
-        return _json(HTTPStatus.OK, await self._off_loop(lambda: queries.error_rows(store, None, since_s)))
+        return _encoded(await self._off_loop(queries.as_json, queries.error_rows, None, since_s))
 
     async def user_errors(self, request: web.Request) -> web.Response:
         uid = get_int({"uid": request.match_info["uid"]}, "uid", minimum=0)  # the uid column's range
         since_s = _query_int(request, "since")
-        store = self.daemon.service.store
-        rows = await self._off_loop(lambda: queries.error_rows(store, uid, since_s))
+        rows = await self._off_loop(queries.error_rows, uid, since_s)  # one row: small
         if not rows:
             raise _HttpError(HTTPStatus.NOT_FOUND, "unknown_user", f"no judged jobs for user {uid}")
         return _json(HTTPStatus.OK, rows[0])
 
     async def users(self, request: web.Request) -> web.Response:
-        store = self.daemon.service.store
-        return _json(HTTPStatus.OK, await self._off_loop(lambda: queries.user_totals(store)))
+        return _encoded(await self._off_loop(queries.as_json, queries.user_totals))
 
     async def predictions(self, request: web.Request) -> web.Response:
         limit = _query_int(request, "limit", default=50)
         if not 1 <= limit <= MAX_PREDICTIONS_LISTED:
             raise _HttpError(HTTPStatus.BAD_REQUEST, "bad_request", f"limit must be in 1..{MAX_PREDICTIONS_LISTED}")
-        store = self.daemon.service.store
-        return _json(HTTPStatus.OK, await self._off_loop(lambda: queries.recent_predictions(store, limit)))
+        return _encoded(await self._off_loop(queries.as_json, queries.recent_predictions, limit))
 
     async def predict(self, request: web.Request) -> web.Response:
         """A PREDICT as the plugin would ask it, from a JSON object of its fields (from memory,
@@ -377,6 +423,11 @@ _dumps = partial(json.dumps, allow_nan=False, default=str)
 
 def _json(status: int, value: object) -> web.Response:
     return web.json_response(value, status=status, dumps=_dumps)
+
+
+def _encoded(body: bytes) -> web.Response:
+    """A 200 answer whose JSON a read worker has already encoded."""
+    return web.Response(body=body, content_type="application/json", charset="utf-8")
 
 
 def _error_response(status: int, code: str, message: str, headers: dict[str, str] | None = None) -> web.Response:

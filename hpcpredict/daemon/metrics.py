@@ -14,10 +14,10 @@ import dataclasses
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
-from prometheus_client import CollectorRegistry, ProcessCollector
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
-from prometheus_client.exposition import choose_encoder
+if TYPE_CHECKING:
+    from prometheus_client.core import Metric
 
 # Seconds; the plugin's budget is a few hundred milliseconds and the goal is p99 < 2 ms.
 LATENCY_BUCKETS_S = (0.0001, 0.00025, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.05, 0.25, 1.0)
@@ -57,23 +57,29 @@ class Metrics:
         counters: dict[str, tuple[str, float]] | None = None,
         *,
         accept: str = "",
-        process: bool = False,
+        process_id: int | None = None,
     ) -> tuple[bytes, str]:
         """(exposition body, its Content-Type) for a scraper sending ``Accept: accept``.
 
-        `gauges` and `counters` map a full metric name to (help, value); `process` adds
-        prometheus_client's process metrics (CPU, memory, open file descriptors), read from /proc.
+        `gauges` and `counters` map a full metric name to (help, value); with `process_id`,
+        prometheus_client's process metrics of that process (CPU, memory, open file descriptors,
+        from /proc: the daemon's, even when rendered by its read worker).
         """
+        from prometheus_client import CollectorRegistry, ProcessCollector  # only for a scrape
+        from prometheus_client.exposition import choose_encoder
+
         registry = CollectorRegistry(auto_describe=False)
         registry.register(_Families(list(self._families(gauges, counters or {}))))
-        if process:
-            ProcessCollector(registry=registry)
+        if process_id is not None:
+            ProcessCollector(pid=lambda: process_id, registry=registry)
         encoder, content_type = choose_encoder(accept)
         return encoder(registry), content_type
 
     def _families(
         self, gauges: dict[str, tuple[str, float]], counters: dict[str, tuple[str, float]]
     ) -> Iterator[Metric]:
+        from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
+
         requests = CounterMetricFamily(
             "hpcpredict_requests", "Requests answered, by verb and outcome.", labels=["verb", "outcome"]
         )

@@ -1,18 +1,48 @@
-"""The admin API's reads of the store: plain functions of a `Store`, safe to run on any thread.
+"""The admin API's reads of the store: plain functions of a `Store`, run away from the loop.
 
 They open their own sessions and never touch the `PredictionService` (which belongs to the event
-loop's thread), so the HTTP API runs them in an executor: a ``GET /errors`` over every judged job
-takes seconds on a big store, and PREDICT on the socket must not wait for it (issue 17).
+loop's thread): a ``GET /errors`` over every judged job takes seconds on a big store, and PREDICT
+on the socket must not wait for it (issue 17). A thread is not far enough: pandas, the ORM and
+the JSON encoder hold the GIL for milliseconds at a time, and the loop would wait for it. So the
+HTTP API runs them in a worker *process* (`http_api.StoreReads`): `open_worker_store` is its
+initializer, `in_worker` its entry point, and everything crosses as plain picklable values.
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
+from typing import TypeVar
 
 from sqlalchemy import select
 
 from hpcpredict.daemon import user_errors
+from hpcpredict.daemon.metrics import Metrics
 from hpcpredict.daemon.store import JobRow, PredictionRow, Store
+
+_T = TypeVar("_T")
+
+# The read worker's own connection pool to the daemon's store: set by `open_worker_store` in the
+# worker process (never at import, never in the daemon's process).
+_worker_store: Store | None = None
+
+
+def open_worker_store(url: str) -> None:
+    """The read worker's initializer: its own engine on the daemon's store."""
+    global _worker_store
+    _worker_store = Store(url)
+
+
+def in_worker(read: Callable[..., _T], *args: object) -> _T:
+    """`read(store, *args)` on the worker's store (`read`: one of this module's functions)."""
+    assert _worker_store is not None, "not in a read worker (open_worker_store not run)"
+    return read(_worker_store, *args)
+
+
+def as_json(store: Store, read: Callable[..., object], *args: object) -> bytes:
+    """`read(store, *args)` encoded as the API's JSON answer, by the worker: a big answer's
+    encoding would otherwise hold the daemon's GIL."""
+    return json.dumps(read(store, *args), allow_nan=False, default=str).encode()
 
 
 def recent_predictions(store: Store, limit: int) -> list[dict[str, object]]:
@@ -55,3 +85,20 @@ def user_totals(store: Store) -> list[dict[str, float | int]]:
 def site_totals(store: Store) -> dict[str, float]:
     """The site-wide error gauges of ``/metrics`` (one small query: `user_errors`)."""
     return user_errors.site_totals(store)
+
+
+def metrics_exposition(
+    store: Store,
+    counts: Metrics,
+    gauges: dict[str, tuple[str, float]],
+    counters: dict[str, tuple[str, float]],
+    accept: str,
+    daemon_pid: int,
+) -> tuple[bytes, str]:
+    """``/metrics``: the loop's snapshot (`counts`, `gauges`, `counters`) plus the site-wide
+    totals, rendered (a few milliseconds of Python: not on the loop either)."""
+    gauges = dict(gauges)
+    for key, value in site_totals(store).items():
+        name, help_text = user_errors.SITE_GAUGES[key]
+        gauges[name] = (help_text, value)
+    return counts.render(gauges, counters, accept=accept, process_id=daemon_pid)

@@ -18,17 +18,19 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 from hpcpredict.daemon.config import DaemonConfig, DaemonError, parse_host_port
 from hpcpredict.daemon.handlers import Handlers
-from hpcpredict.daemon.http_api import AdminApi, HttpLimits
 from hpcpredict.daemon.http_auth import BearerAuth, TokenFileError, load_token, require_token_off_loopback
 from hpcpredict.daemon.lock import StoreLock, StoreLockedError, lock_store
 from hpcpredict.daemon.protocol import PROTOCOL_VERSION, Request
 from hpcpredict.daemon.service import PredictionService
 from hpcpredict.daemon.socket_server import start_socket
 from hpcpredict.daemon.spool import ingest_spool
+
+if TYPE_CHECKING:
+    from hpcpredict.daemon.http_api import AdminApi, HttpLimits
 
 logger = logging.getLogger(__name__)
 
@@ -158,6 +160,8 @@ class Daemon:
     # ------------------------------------------------------------------ the HTTP API
     async def _start_http(self) -> None:
         """The admin API; refused beyond loopback without a token, or with an unsafe token file."""
+        from hpcpredict.daemon.http_api import AdminApi  # aiohttp: only when the API is on
+
         host, port = parse_host_port(self.config.http)
         try:
             require_token_off_loopback(host, self.config.http_token_file)
