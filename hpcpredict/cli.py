@@ -14,6 +14,7 @@ from pathlib import Path
 import click
 from tqdm import tqdm
 
+from hpcpredict.cli_options import slurm_settings_options
 from hpcpredict.learn import parse_loss
 from hpcpredict.learn.predictor import FEATURE_SCALINGS
 from hpcpredict.outputs import OutputPathError, check_output_dir, check_output_file
@@ -29,11 +30,7 @@ from hpcpredict.sim.runner import (
     run,
     run_replicated,
 )
-from hpcpredict.sim.schedulers import (
-    DEFAULT_STARVATION_GUARD_S,
-    SCHEDULERS,
-    parse_starvation_guard,
-)
+from hpcpredict.sim.schedulers import DEFAULT_STARVATION_GUARD_S, parse_starvation_guard
 from hpcpredict.sim.slurm_backfill import NAME as SLURM_BACKFILL
 from hpcpredict.sim.shaking import DEFAULT_SEED, DEFAULT_SHAKE_S
 from hpcpredict.swf import SwfFormatError
@@ -304,15 +301,6 @@ _scheduler_option = click.option(
     "predicted jobs first. slurm-backfill: Slurm 22.05's sched/backfill (priority order, a "
     "reservation for every job tested, periodic passes; --slurm-params).",
 )
-_slurm_params_option = click.option(
-    "--slurm-params",
-    default="",
-    metavar="NAME=VALUE,...",
-    help="slurm-backfill's slurm.conf settings, by their slurm.conf names: bf_interval (s, "
-    "default 30), bf_max_job_test (500), bf_window (min, 1440), bf_resolution (s, 60), "
-    "PriorityWeightAge, PriorityWeightJobSize (0: first in, first out), PriorityMaxAge (s), "
-    "PriorityFavorSmall (YES/NO). Example: bf_interval=10,bf_window=2880.",
-)
 _correction_option = click.option(
     "--correction",
     type=click.Choice(list(CORRECTION_NAMES)),
@@ -329,7 +317,7 @@ _correction_option = click.option(
 @main.command()
 @_log_argument
 @_scheduler_option
-@_slurm_params_option
+@slurm_settings_options
 @click.option(
     "--predictor",
     type=click.Choice(list(PREDICTORS)),
@@ -455,9 +443,9 @@ def simulate(
     """
     try:
         if starvation_guard is None:  # the default: on wherever a prediction can starve a job
-            # (with requested times it changes nothing: plain EASY is already its rule). It is an
-            # EASY rule: slurm-backfill reserves for every job it tests and does not model it yet.
-            guarded = scheduler in SCHEDULERS and scheduler != "fcfs" and predictor != "requested"
+            # (with requested times it changes nothing: plain EASY is already its rule; under
+            # slurm-backfill it is the daemon's live guard, which only acts on lowered limits).
+            guarded = scheduler != "fcfs" and predictor != "requested"
             starvation_guard_s = DEFAULT_STARVATION_GUARD_S if guarded else None
         else:
             starvation_guard_s = parse_starvation_guard(starvation_guard)
@@ -547,7 +535,7 @@ EVALUATED_PREDICTORS = ("learned", "ave2", "requested")
 @_log_argument
 @_learning_options
 @_scheduler_option
-@_slurm_params_option
+@slurm_settings_options
 @_correction_option
 @_procs_option
 @click.option(

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import click
 
+from hpcpredict.cli_options import slurm_settings_options
 from hpcpredict.slurm.adapter import Runner
 
 DEFAULT_SLURM_CONF = Path("/etc/slurm/slurm.conf")
@@ -138,8 +139,7 @@ def replay_slurm(log: Path, job_count: int, skip: int, speedup: float, mode: str
 @click.option("--scheduler", type=click.Choice(["slurm-backfill", "easy", "easy-sjbf", "fcfs"]),
               default="slurm-backfill", show_default=True,
               help="The model set beside SLURM (the EASY family too, to see which models SLURM best).")
-@click.option("--slurm-params", default="", metavar="NAME=VALUE,...",
-              help="The replayed SLURM's settings, as simulate --slurm-params (default: Slurm's).")
+@slurm_settings_options
 @click.option("--predictor", type=click.Choice(["requested", "clairvoyant", "ave2", "learned", "plugin"]),
               default="requested", show_default=True,
               help="What the model plans with. requested: the users' limits (a replay in record "

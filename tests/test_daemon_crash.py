@@ -27,14 +27,11 @@ from hpcpredict.daemon.client import DaemonClient
 from hpcpredict.daemon.config import DaemonConfig
 from hpcpredict.daemon.service import PredictionService
 from hpcpredict.daemon.store import EventRow, JobRow, Store
-from hpcpredict.learn.history import (
-    ENDED,
-    STARTED,
-    SUBMITTED,
-    HistoryEvent,
-    history_events,
-)
+from hpcpredict.instants import Instant
+from hpcpredict.learn.history import HistoryEvent, history_events
 from hpcpredict.workload import load_workload
+
+SUBMITTED, STARTED, ENDED = Instant.SUBMISSION, Instant.START, Instant.TERMINATION
 
 JOBS = 500  # 1,500 events: long enough to kill in the middle, short enough for every CI run
 KILL_AFTER_ACKS = 700

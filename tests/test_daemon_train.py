@@ -13,8 +13,11 @@ from hpcpredict.daemon.config import DaemonConfig, LearnerConfig
 from hpcpredict.daemon.service import PredictionService
 from hpcpredict.daemon.store import Store
 from hpcpredict.jobs import Job, JobRequest
-from hpcpredict.learn.history import ENDED, STARTED, SUBMITTED, history_events, replay_history
+from hpcpredict.instants import Instant
+from hpcpredict.learn.history import history_events, replay_history
 from hpcpredict.workload import load_workload
+
+SUBMITTED, STARTED, ENDED = Instant.SUBMISSION, Instant.START, Instant.TERMINATION
 
 
 def job(job_id: int, submit_s: int, wait_s: int, run_s: int, user_id: int = 1) -> Job:

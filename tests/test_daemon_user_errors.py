@@ -19,8 +19,11 @@ from hpcpredict.daemon import user_errors
 from hpcpredict.daemon.errors import user_error_statistics
 from hpcpredict.daemon.service import PredictionService
 from hpcpredict.daemon.store import Store, UserErrorRow
-from hpcpredict.learn.history import ENDED, STARTED, SUBMITTED, history_events
+from hpcpredict.instants import Instant
+from hpcpredict.learn.history import history_events
 from hpcpredict.workload import load_workload
+
+SUBMITTED, STARTED, ENDED = Instant.SUBMISSION, Instant.START, Instant.TERMINATION
 
 JOBS = 300
 MEANS = ["count", "mae_s", "under_rate", "mean_ratio", "corrections", "requested_mae_s", "ave2_mae_s"]

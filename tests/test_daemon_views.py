@@ -20,8 +20,11 @@ from hpcpredict.daemon.paths import default_db_url
 from hpcpredict.daemon.service import PredictionService
 from hpcpredict.daemon.store import Store
 from hpcpredict.daemon.views import ViewError, parse_since, write_report
-from hpcpredict.learn.history import ENDED, STARTED, SUBMITTED, history_events
+from hpcpredict.instants import Instant
+from hpcpredict.learn.history import history_events
 from hpcpredict.workload import load_workload
+
+SUBMITTED, STARTED, ENDED = Instant.SUBMISSION, Instant.START, Instant.TERMINATION
 
 JOBS = 200
 

@@ -8,10 +8,12 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from scipy.linalg.blas import daxpy
 
 from hpcpredict.learn.losses import E_LOSS, AsymmetricLoss, Branch, Weight
 from hpcpredict.learn.nag import ETA_REFERENCE, L2_REFERENCE, Nag, NagConfig, NagState
-from hpcpredict.learn.polynomial import QuadraticExpansion, n_quadratic_terms
+from hpcpredict.learn.nag_kernels import axpy
+from hpcpredict.learn.polynomial import QuadraticExpansion, n_quadratic_terms, quadratic_pairs
 
 SQUARED = AsymmetricLoss(Branch.SQUARE, Branch.SQUARE, Weight.CONSTANT)
 
@@ -77,6 +79,91 @@ def test_vectorised_nag_agrees_with_the_slow_reference(l2: float) -> None:
     np.testing.assert_allclose(fast.state.g_sum, slow.G, rtol=1e-9)
     assert fast.state.n_sum == pytest.approx(slow.N, rel=1e-12)
     assert np.count_nonzero(fast.state.w) > 0.9 * expansion.n_terms  # the test exercised them
+
+
+class NumpyNag:
+    """The step as numpy and BLAS calls (hpcpredict's implementation before the compiled loops
+    of `nag_kernels`); every recorded learned result was computed by it."""
+
+    def __init__(self, n: int, eta: float, l2: float) -> None:
+        self.eta, self.l2 = eta, l2
+        self.state = NagState.zeros(n)
+        self.inv_s = np.zeros(n)
+
+    def step(self, phi: np.ndarray, loss_gradient: Callable[[float], float]) -> float:
+        state, inv_s, n = self.state, self.inv_s, len(phi)
+        w, s = state.w, state.s
+        grows = np.abs(phi) > s
+        if np.count_nonzero(grows):
+            idx = np.flatnonzero(grows)
+            new_s = np.abs(phi)[idx]
+            w[idx] = w[idx] * s[idx] ** 2 / new_s**2
+            s[idx] = new_s
+            inv_s[idx] = 1.0 / new_s
+        state.t += 1
+        scaled = phi * inv_s
+        state.n_sum += float(scaled.dot(scaled))
+        f = float(w.dot(phi))
+        grad = w * np.array(self.l2)
+        daxpy(phi, grad, n, loss_gradient(f))
+        if state.n_sum == 0.0:
+            return f
+        state.g_sum += grad * grad
+        root = np.maximum(np.sqrt(state.g_sum), 1e-300)
+        root = grad / root
+        root *= inv_s
+        daxpy(root, w, n, -self.eta * (state.t / state.n_sum) ** 0.5)
+        return f
+
+
+def _blas_axpy_rounds_like_the_kernel() -> bool:
+    """Does this machine's BLAS daxpy round as `nag_kernels.axpy` does (module doc there)?"""
+    rng = np.random.default_rng(0)
+    for n in (7, 16, 231):
+        x, y = rng.standard_normal(n) * 1e3, rng.standard_normal(n)
+        expected = daxpy(x, y.copy(), n, 0.3)
+        axpy(0.3, x, y)
+        if not np.array_equal(expected, y):
+            return False
+    return True
+
+
+@pytest.mark.parametrize("l2", [0.0, L2_REFERENCE])
+def test_the_compiled_step_computes_what_the_numpy_step_computed(l2: float) -> None:
+    """Bit for bit where the BLAS rounds daxpy like OpenBLAS's x86-64 kernels (then every
+    recorded learned figure is reproduced exactly), to rounding elsewhere."""
+    rng = np.random.default_rng(11)
+    expansion = QuadraticExpansion(20)
+    compiled = Nag(expansion.n_terms, NagConfig(eta=ETA_REFERENCE, l2=l2))
+    numpy_nag = NumpyNag(expansion.n_terms, eta=ETA_REFERENCE, l2=l2)
+    x = _feature_stream(rng, 600, 20)
+    runtimes_s = rng.uniform(1.0, 50_000.0, len(x))
+    procs = rng.integers(1, 512, len(x))
+    compiled_f, numpy_f = [], []
+    for xi, p, q in zip(x, runtimes_s, procs):
+        phi = expansion.expand(xi)
+        compiled_f.append(compiled.step(phi, lambda f: E_LOSS.gradient(f, p, q)))
+        numpy_f.append(numpy_nag.step(phi, lambda f: E_LOSS.gradient(f, p, q)))
+    if _blas_axpy_rounds_like_the_kernel():
+        assert compiled_f == numpy_f
+        for name in ("w", "s", "g_sum"):
+            np.testing.assert_array_equal(getattr(compiled.state, name),
+                                          getattr(numpy_nag.state, name))
+        assert compiled.state.n_sum == numpy_nag.state.n_sum
+    else:
+        np.testing.assert_allclose(compiled_f, numpy_f, rtol=1e-9)
+        np.testing.assert_allclose(compiled.state.w, numpy_nag.state.w, rtol=1e-9, atol=1e-300)
+    assert np.count_nonzero(compiled.state.w) > 0.9 * expansion.n_terms
+
+
+def test_the_compiled_expansion_equals_the_products_of_one_and_x() -> None:
+    rng = np.random.default_rng(3)
+    expansion = QuadraticExpansion(20)
+    left, right = quadratic_pairs(20)
+    for _ in range(50):
+        x = rng.standard_normal(20) * 10.0 ** rng.uniform(-3, 8, 20)
+        augmented = np.concatenate(([1.0], x))
+        np.testing.assert_array_equal(expansion.expand(x), augmented[left] * augmented[right])
 
 
 def test_first_steps_by_hand() -> None:

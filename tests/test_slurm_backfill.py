@@ -18,9 +18,11 @@ from hpcpredict.sim.slurm_backfill import SlurmBackfill, SlurmParams, SlurmParam
 EXACT = SlurmParams(bf_interval_s=1, bf_resolution_s=1)  # passes at every second, no rounding
 
 
-def run(jobs, params=SlurmParams(), predictor=None, correction="requested", procs=4, lead_s=0):
-    return simulate_slurm(jobs, procs, SlurmBackfill(params), predictor or RequestedPredictor(),
-                          CORRECTIONS[correction], correction_lead_s=lead_s)
+def run(jobs, params=SlurmParams(), predictor=None, correction="requested", procs=4, lead_s=0,
+        guard_s=None):
+    return simulate_slurm(jobs, procs, SlurmBackfill(params, starvation_guard_s=guard_s),
+                          predictor or RequestedPredictor(), CORRECTIONS[correction],
+                          correction_lead_s=lead_s)
 
 
 class Fixed:
@@ -39,6 +41,16 @@ class Fixed:
 
     def job_ended(self, request, run_s, end_s):
         pass
+
+
+class PerJob(Fixed):
+    """Predicts a given value per job id."""
+
+    def __init__(self, values_s: dict[int, int]) -> None:
+        self.values_s = values_s
+
+    def predict(self, request, now_s):
+        return self.values_s[request.job_id]
 
 
 # A 4-processor machine. A holds 3 processors until 100; B needs all 4 (reserved at 100); C (1 proc,
@@ -212,8 +224,7 @@ def test_runspec_keys_and_refusals():
     assert spec.label.startswith("slurm-backfill(bf_window=2880) + learned")
     with pytest.raises(ValueError, match="slurm-backfill only"):
         RunSpec("easy", slurm_params="bf_interval=10")
-    with pytest.raises(ValueError, match="starvation guard"):
-        RunSpec("slurm-backfill", starvation_guard_s=86400)
+    assert RunSpec("slurm-backfill", starvation_guard_s=86400).to_dict()["starvation_guard_s"] == 86400
     with pytest.raises(ValueError, match="next pass"):
         RunSpec("slurm-backfill", decide_on_correction=True)
 
@@ -228,3 +239,66 @@ def test_simulate_command_compares_with_plain_slurm(sample_log):
     assert "baseline : slurm-backfill(bf_interval=60) + requested + requested" in result.output
     refused = CliRunner().invoke(main, ["simulate", str(sample_log), "--slurm-params", "bf_interval=10"])
     assert refused.exit_code == 2 and "slurm-backfill only" in refused.output
+
+
+# A (3 procs) runs 500 s on a 1,000 s request but is predicted 100 s; B needs the whole machine
+# from t = 1; C (1 proc, predicted 10 s, runs 10 s, requested 1,000 s) arrives at 60.
+GUARD_SCENARIO = [
+    make_job(1, 0, 3, 500, 1000),
+    make_job(2, 1, 4, 10, 100),
+    make_job(3, 60, 1, 10, 1000),
+]
+GUARD_PREDICTIONS = {1: 100, 2: 10, 3: 10}
+
+
+def test_the_live_starvation_guard_gives_running_jobs_their_requests_and_plans_pending_ones_with_them():
+    unguarded = run(GUARD_SCENARIO, predictor=PerJob(GUARD_PREDICTIONS), correction="incremental")
+    # B is reserved at A's predicted end (100); C's 10 s fit before it: backfilled at the pass at 60
+    assert unguarded.start_s == [0, 500, 60]
+    assert unguarded.corrections[0] > 0  # A outlived 100 s and was corrected
+
+    guarded = run(GUARD_SCENARIO, predictor=PerJob(GUARD_PREDICTIONS), correction="incremental",
+                  guard_s=50)
+    # From t = 51 B has waited 50 s: at C's submission (60) A's limit goes back to its 1,000 s
+    # request for good (never corrected), B's reservation moves to 1,000, and C, planned with its
+    # 1,000 s request while the guard holds, would overlap it: C waits, B starts when A really
+    # ends (500), C after B (510), with its request as limit (it waited under the guard).
+    assert guarded.start_s == [0, 500, 510]
+    assert guarded.corrections == [0, 0, 0]
+    assert guarded.final_prediction_s == [1000, 100, 1000]
+    assert guarded.initial_prediction_s == [100, 10, 10]
+    assert guarded.settings["starvation_guard_s"] == 50
+
+    # A guard longer than any wait changes nothing.
+    assert run(GUARD_SCENARIO, predictor=PerJob(GUARD_PREDICTIONS), correction="incremental",
+               guard_s=10_000).start_s == unguarded.start_s
+
+
+def test_simulate_puts_the_daemons_guard_on_slurm_backfill_by_default(sample_log):
+    result = CliRunner().invoke(main, [
+        "simulate", str(sample_log), "--scheduler", "slurm-backfill", "--predictor", "ave2",
+        "--json",
+    ])
+    assert result.exit_code == 0, result.output
+    assert '"starvation_guard_s": 86400' in result.output
+    off = CliRunner().invoke(main, [
+        "simulate", str(sample_log), "--scheduler", "slurm-backfill", "--predictor", "ave2",
+        "--starvation-guard", "off", "--json",
+    ])
+    assert off.exit_code == 0, off.output
+    assert '"starvation_guard_s": 86400' not in off.output
+
+
+def test_the_survival_correction_hears_starts_and_ends_under_slurm_backfill(sample_log):
+    from hpcpredict.predictors import Ave2Predictor
+    from hpcpredict.sim.survival import SurvivalCorrection
+    from hpcpredict.workload import load_workload
+
+    jobs = load_workload(sample_log).jobs[:600]
+    heard = SurvivalCorrection()
+    result = simulate_slurm(jobs, 100, SlurmBackfill(), Ave2Predictor(), heard)
+    ended = {job.request.user_id for job in jobs}
+    # Every user's runtimes reached the policy (the Kaplan-Meier estimate needs them), and it
+    # corrected from them.
+    assert all(heard.history.observations(user, None)[0] for user in ended)
+    assert sum(result.corrections) > 0 and heard.estimated > 0

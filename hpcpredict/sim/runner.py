@@ -32,7 +32,7 @@ from hpcpredict.predictors import (
     Predictor,
     RequestedPredictor,
 )
-from hpcpredict.sim.corrections import CORRECTION_NAMES, CORRECTIONS, make_correction
+from hpcpredict.sim.corrections import CORRECTION_NAMES, make_correction
 from hpcpredict.sim.survival import DEFAULT_SURVIVAL_QUANTILE
 from hpcpredict.sim.metrics import Metrics, compute_metrics
 from hpcpredict.sim.replica_stats import PairedDifference, mean_ci, paired_difference
@@ -93,9 +93,6 @@ class RunSpec:
             raise ValueError(
                 f"unknown correction {self.correction!r}; one of {', '.join(CORRECTION_NAMES)}"
             )
-        if self.correction == "survival" and self.scheduler == SLURM_BACKFILL:
-            # its driver (sim/slurm_backfill.py) does not tell the policy of starts and ends yet
-            raise ValueError(f"the survival correction is not modelled with {SLURM_BACKFILL} yet")
         if isinstance(self.survival_quantile, bool) or not isinstance(self.survival_quantile, (int, float)) \
                 or not 0.0 < self.survival_quantile < 1.0:
             raise ValueError(f"the survival quantile must be in (0, 1), got {self.survival_quantile!r}")
@@ -130,12 +127,7 @@ class RunSpec:
                     f"the starvation guard must be a whole number of seconds >= 0, got "
                     f"{self.starvation_guard_s!r}"
                 )
-            if self.scheduler == SLURM_BACKFILL:
-                raise ValueError(
-                    f"the starvation guard is modelled for the EASY schedulers only; {SLURM_BACKFILL} "
-                    "does not model the daemon's live guard yet (docs/slurm-replay.md)"
-                )
-            if SCHEDULERS[self.scheduler].backfill_order is None:
+            if self.scheduler != SLURM_BACKFILL and SCHEDULERS[self.scheduler].backfill_order is None:
                 raise ValueError(f"the starvation guard needs a backfilling scheduler, not {self.scheduler}")
 
     @property
@@ -239,9 +231,10 @@ def run(
         result = simulate_slurm(
             workload.jobs,
             workload.machine_procs,
-            SlurmBackfill(SlurmParams.parse(spec.slurm_params)),
+            SlurmBackfill(SlurmParams.parse(spec.slurm_params),
+                          starvation_guard_s=spec.starvation_guard_s),
             build_predictor(spec, workload),
-            CORRECTIONS[spec.correction],
+            make_correction(spec.correction, survival_quantile=spec.survival_quantile),
             progress=progress,
         )
         result.settings.update(spec.to_dict())

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from hpcpredict.instants import Instant
 from hpcpredict.jobs import Job, JobRequest
 from hpcpredict.predictors import Predictor, clip_prediction
 from hpcpredict.sim.corrections import CorrectionPolicy
@@ -30,7 +31,10 @@ from itertools import count as counter
 from hpcpredict.sim.profile import RunningProfile
 from hpcpredict.sim.schedulers import Reservation, Scheduler, WaitingQueue
 
-PREDICTION_OVER, SUBMISSION, TERMINATION = 0, 1, 2  # same-instant order, docs/method.md §10
+# Plain ints in the heap's tuples (hpcpredict/instants.py gives the order).
+PREDICTION_OVER, SUBMISSION, TERMINATION = (
+    int(Instant.PREDICTION_OVER), int(Instant.SUBMISSION), int(Instant.TERMINATION)
+)
 
 ProgressCallback = Callable[[int], None]  # called with the number of jobs finished so far
 

@@ -49,6 +49,7 @@ from dataclasses import asdict, dataclass
 from heapq import heappop, heappush
 from itertools import count as counter
 
+from hpcpredict.instants import Instant
 from hpcpredict.jobs import Job
 from hpcpredict.predictors import Predictor, clip_prediction
 from hpcpredict.sim.corrections import CorrectionPolicy
@@ -57,9 +58,12 @@ from hpcpredict.sim.simulation import ProgressCallback, SimulationResult, job_co
 
 NAME = "slurm-backfill"
 
-# Same-instant order: the reference's three (docs/method.md §10), then the periodic backfill pass,
-# which sees every submission and end of its instant, as slurmctld's backfill thread would.
-PREDICTION_OVER, SUBMISSION, TERMINATION, BACKFILL = 0, 1, 2, 3
+# Same-instant order (hpcpredict/instants.py): the periodic backfill pass comes last, seeing every
+# submission and end of its instant, as slurmctld's backfill thread would. Plain ints in the heap.
+PREDICTION_OVER, SUBMISSION, TERMINATION, BACKFILL = (
+    int(Instant.PREDICTION_OVER), int(Instant.SUBMISSION), int(Instant.TERMINATION),
+    int(Instant.BACKFILL_PASS),
+)
 
 # slurm.conf names -> field names; the defaults are Slurm 22.05's (slurm.conf(5), Debian 22.05.8).
 _SLURM_NAMES = {
@@ -211,14 +215,30 @@ class _FreeProfile:
     def earliest_future_start(self, now_s: int, procs: int, limit_s: int, resolution_s: int) -> int:
         """Earliest start after `now_s` with `procs` free until the end rounded up to the
         resolution (a reservation's extent, backfill.c `_set_slot_time`). Candidate starts are the
-        segment starts: free processors only ever grow at one of them."""
+        segment starts: free processors only ever grow at one of them.
+
+        One pass: when the extent from candidate i meets a segment k that is too full, every
+        candidate up to k has k in its extent too (their starts are no later than k's, their
+        ends no earlier than i's), so the next candidate worth testing is k + 1. Each segment is
+        read about once per call, instead of once per candidate whose extent covers it.
+        """
         times, free = self.times, self.free
-        for position in range(1, len(times)):
-            start_s = times[position]
+        count = len(times)
+        position = 1
+        while position < count:
             if free[position] < procs:
+                position += 1
                 continue
-            if self.fits(start_s, _round_up(start_s + limit_s, resolution_s), procs):
+            start_s = times[position]
+            end_s = _round_up(start_s + limit_s, resolution_s)
+            covered = position + 1
+            while covered < count and times[covered] <= end_s:
+                if free[covered] < procs:
+                    break
+                covered += 1
+            else:
                 return start_s
+            position = covered + 1
         raise AssertionError(f"a job of {procs} processors never fits")  # the last segment is empty
 
 
@@ -232,6 +252,8 @@ class SlurmBackfill:
 
     params: SlurmParams = SlurmParams()
     name: str = NAME
+    # The daemon's live starvation guard (None: off; `simulate_slurm` says what it does).
+    starvation_guard_s: int | None = None
 
     def order(self, now_s: int, pending: list[int], submit_s: list[int], procs: list[int],
               machine_procs: int) -> list[int]:
@@ -265,6 +287,13 @@ def simulate_slurm(
     hpcpredict's corrector raises a limit `--correction-margin` seconds ahead of SLURM's check
     (docs/admin-guide.md); the policy is asked as if the job had reached its limit. 0: at the
     predicted end, as in the EASY simulations.
+
+    The starvation guard (`scheduler.starvation_guard_s`) is the daemon's, as it acts on SLURM
+    (hpcpredict/slurm/guard.py): while some pending job has waited that long, every running job
+    still on a lowered limit gets its request back for good (it is never corrected or lowered
+    again), pending jobs are planned with their requests (the plugin keeps new jobs at their
+    requests), and once no job has waited that long, pending jobs go back to their predictions.
+    SLURM itself is unchanged: the guard only moves time limits, which backfill then plans with.
     """
     if correction_lead_s < 0:
         raise ValueError(f"the correction lead must be >= 0 s, got {correction_lead_s}")
@@ -290,15 +319,42 @@ def simulate_slurm(
     now_s = 0
     changed = False  # since the last backfill pass (backfill.c `_more_work`)
     pass_scheduled = False
+    guard_s = scheduler.starvation_guard_s
+    guarded = False  # some pending job has waited guard_s: limits at the requests
+    lowered_running: set[int] = set()  # running jobs whose limit is below their request
 
     def start(index: int, jumped: bool) -> None:
         pending.remove(index)
         start_s[index] = now_s
         backfilled[index] = jumped
+        if guarded:  # it waited at its request: it runs with it
+            prediction_s[index] = requested_s[index]
+        elif prediction_s[index] < requested_s[index]:
+            lowered_running.add(index)
         profile.add(index, now_s, now_s + prediction_s[index], procs[index])
         predictor.job_started(requests[index], now_s)
+        correction.job_started(requests[index], now_s)
         heappush(events, (now_s + run_s[index], TERMINATION, next(sequence), index))
         plan_correction(index)
+
+    def limit_s(job: int) -> int:
+        """The time limit a pending job has in SLURM."""
+        return requested_s[job] if guarded else prediction_s[job]
+
+    def check_guard() -> None:
+        """The live guard's test (pending jobs in submission order: the first waited longest),
+        and what it does when it holds: running jobs back to their requests, for good."""
+        nonlocal guarded
+        if guard_s is None:
+            return
+        guarded = bool(pending) and now_s - submit_s[pending[0]] >= guard_s
+        if guarded and lowered_running:
+            for index in lowered_running:
+                profile.move(index, start_s[index] + prediction_s[index],
+                             start_s[index] + requested_s[index])
+                prediction_s[index] = requested_s[index]
+            lowered_running.clear()
+            note_change()  # raised limits are job updates: the next pass re-plans
 
     def plan_correction(index: int) -> None:
         """The next correction, if the job is still running when it falls due and its limit is
@@ -321,16 +377,16 @@ def simulate_slurm(
         order = scheduler.order(now_s, pending, submit_s, procs, machine_procs)
         left_waiting = False
         for job in order[: params.bf_max_job_test]:
-            limit_s, need = prediction_s[job], procs[job]
-            if plan.fits(now_s, now_s + limit_s, need):
+            limit, need = limit_s(job), procs[job]
+            if plan.fits(now_s, now_s + limit, need):
                 start(job, left_waiting)
-                plan.take(now_s, now_s + limit_s, need)
+                plan.take(now_s, now_s + limit, need)
                 continue
             left_waiting = True
-            begin_s = plan.earliest_future_start(now_s, need, limit_s, params.bf_resolution_s)
+            begin_s = plan.earliest_future_start(now_s, need, limit, params.bf_resolution_s)
             if begin_s > window_end_s:
                 continue  # beyond the window: no reservation ("too far in the future")
-            end_s = min(_round_up(begin_s + limit_s, params.bf_resolution_s), window_end_s)
+            end_s = min(_round_up(begin_s + limit, params.bf_resolution_s), window_end_s)
             plan.take(begin_s, end_s, need)
             if first_reserved_start_s[job] < 0:
                 first_reserved_start_s[job] = begin_s
@@ -351,33 +407,42 @@ def simulate_slurm(
             predicted = clip_prediction(predictor.predict(requests[index], now_s), requested_s[index])
             prediction_s[index] = initial_prediction_s[index] = predicted
             pending.append(index)
+            check_guard()
             main_pass()
             note_change()
         elif kind == TERMINATION:
             predictor.job_ended(requests[index], run_s[index], now_s)
+            correction.job_ended(requests[index], run_s[index], now_s)
             profile.remove(index, start_s[index] + prediction_s[index])
+            lowered_running.discard(index)
             finished += 1
             if progress is not None and finished % progress_every == 0:
                 progress(finished)
+            check_guard()
             main_pass()
             note_change()
         elif kind == PREDICTION_OVER:
-            limit_s = prediction_s[index]  # asked as at the limit (== the elapsed time without lead)
+            check_guard()
+            limit = prediction_s[index]  # asked as at the limit (== the elapsed time without lead)
+            if limit >= requested_s[index]:
+                continue  # given its request by the guard since this correction was planned
             new_prediction = correction.corrected_prediction_s(
-                requested_s[index], initial_prediction_s[index], corrections[index], limit_s
+                requested_s[index], initial_prediction_s[index], corrections[index], limit,
+                user_id=requests[index].user_id, now_s=now_s,
             )
-            if not limit_s < new_prediction <= requested_s[index]:
+            if not limit < new_prediction <= requested_s[index]:
                 raise AssertionError(
                     f"correction {correction.name} gave {new_prediction} s for job "
-                    f"{jobs[index].job_id} whose limit is {limit_s} s (request {requested_s[index]} s)"
+                    f"{jobs[index].job_id} whose limit is {limit} s (request {requested_s[index]} s)"
                 )
             corrections[index] += 1
-            profile.move(index, start_s[index] + limit_s, start_s[index] + new_prediction)
+            profile.move(index, start_s[index] + limit, start_s[index] + new_prediction)
             prediction_s[index] = new_prediction
             plan_correction(index)
             note_change()  # a raised limit is a job update: the next pass re-plans
         else:
             pass_scheduled = False
+            check_guard()
             if changed and pending:
                 changed = False
                 backfill_pass()
@@ -401,5 +466,6 @@ def simulate_slurm(
         backfilled=backfilled,
         first_reserved_start_s=first_reserved_start_s,
         wall_time_s=time.perf_counter() - wall_start,
-        settings={"slurm_params": params.to_text(), "correction_lead_s": correction_lead_s},
+        settings={"slurm_params": params.to_text(), "correction_lead_s": correction_lead_s,
+                  "starvation_guard_s": guard_s},
     )

@@ -1,0 +1,65 @@
+"""RunningProfile against the definition of its answers, on random sets of running jobs.
+
+The reservation has two scans (forward from the first predicted end, backward from the last one
+for a job that needs most of the busy processors); both must give EASY's definition: the first
+predicted end still to come after which the job fits, and what is left over once every job
+ending at that instant has given its processors back.
+"""
+
+from __future__ import annotations
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from hpcpredict.sim.profile import RunningProfile
+
+
+def free_after(ends: list[tuple[int, int]], total: int, time_s: int) -> int:
+    return total - sum(procs for end_s, procs in ends if end_s > time_s)
+
+
+def reservation_by_definition(
+    ends: list[tuple[int, int]], total: int, needed: int, now_s: int
+) -> tuple[int, int]:
+    for time_s in sorted({end_s for end_s, _ in ends if end_s > now_s}):
+        free = free_after(ends, total, time_s)
+        if free >= needed:
+            return time_s, free - needed
+    raise AssertionError("never fits")
+
+
+running_jobs = st.lists(
+    st.tuples(st.integers(0, 40), st.integers(1, 12), st.integers(0, 30)), max_size=40
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    total=st.integers(1, 200),
+    now_s=st.integers(0, 20),
+    jobs=running_jobs,
+    moved=st.lists(st.integers(0, 39), max_size=10),
+)
+def test_reservation_and_free_now_follow_their_definitions(total, now_s, jobs, moved):
+    profile = RunningProfile(total)
+    ends: dict[int, tuple[int, int]] = {}
+    for job, (end_offset, procs, _) in enumerate(jobs):
+        if profile.used_procs + procs > total:
+            break
+        profile.add(job, now_s, now_s + end_offset, procs, checked=False)
+        ends[job] = (now_s + end_offset, procs)
+    for job in moved:  # corrections push predicted ends later
+        if job in ends:
+            end_s, procs = ends[job]
+            new_end_s = end_s + 1 + jobs[job][2]
+            profile.move(job, end_s, new_end_s)
+            ends[job] = (new_end_s, procs)
+    listed = [ends[job] for job in sorted(ends, key=lambda job: (ends[job][0], job))]
+    assert profile.ends() == listed
+    assert profile.used_procs == sum(procs for _, procs in listed) <= total
+    free_now = profile.free_now(now_s)
+    assert free_now == free_after(listed, total, now_s)
+    for needed in range(free_now + 1, total + 1):
+        assert profile.reservation(needed, now_s) == reservation_by_definition(
+            listed, total, needed, now_s
+        )
