@@ -111,6 +111,7 @@ def main() -> None:
         os.chmod(token_file, 0o600)
         auth = ["--http-token-file", str(token_file)]
     rows = []
+    daemon = None
     try:
         recent = directory / "recent.swf"
         recent.write_text(ending_a_day_ago(args.log, workload))
@@ -125,7 +126,7 @@ def main() -> None:
         report_jobs(socket_path, workload, args.live_jobs)
         rows.append(("API idle", run_mode(socket_path, requests, args.clients, args.requests, True), []))
         stop, durations_s = threading.Event(), []
-        reader = threading.Thread(target=read_in_a_loop, args=(url, token, stop, durations_s))
+        reader = threading.Thread(target=read_in_a_loop, args=(url, token, stop, durations_s), daemon=True)
         reader.start()
         while not durations_s:  # the first read done: the loop is warm
             if not reader.is_alive():
@@ -135,9 +136,10 @@ def main() -> None:
                      run_mode(socket_path, requests, args.clients, args.requests, True), durations_s))
         stop.set()
         reader.join()
-        daemon.send_signal(signal.SIGTERM)
-        daemon.wait(30)
     finally:
+        if daemon is not None and daemon.poll() is None:
+            daemon.send_signal(signal.SIGTERM)
+            daemon.wait(30)
         shutil.rmtree(directory, ignore_errors=True)
 
     print(f"# {platform.processor() or platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}, "
