@@ -5,8 +5,10 @@ and neither idle clients nor slow reads of the store keeping /health or PREDICT 
 from __future__ import annotations
 
 import json
+import multiprocessing
 import os
 import shutil
+import signal
 import socket
 import tempfile
 import threading
@@ -438,3 +440,21 @@ def test_metrics_parse_and_negotiate_openmetrics(running: Running) -> None:
     status, headers, raw = call(running, "/metrics", headers={"Accept": "application/openmetrics-text; version=1.0.0"})
     assert status == 200 and headers["Content-Type"].startswith("application/openmetrics-text")
     assert raw.endswith(b"# EOF\n")
+
+
+def test_a_dead_read_worker_is_replaced(running: Running) -> None:
+    before = {child.pid for child in multiprocessing.active_children()}
+    assert call(running, "/users")[0] == 200  # the first read starts the worker processes
+    workers = [child for child in multiprocessing.active_children() if child.pid not in before]
+    assert workers
+    for worker in workers:  # killed, as the kernel's OOM killer would
+        os.kill(worker.pid, signal.SIGKILL)
+        worker.join(30)
+    statuses: list[int] = []
+    while not statuses or statuses[-1] != 200:
+        status, _, raw = call(running, "/users")
+        statuses.append(status)
+        assert status == 200 or json.loads(raw)["code"] == "unavailable", raw
+        assert len(statuses) < 20, statuses
+    with running.client() as daemon:  # the plugin never noticed
+        assert daemon.request("PING")["version"] == "1"

@@ -98,13 +98,9 @@ class StoreReads:
             return self._pool.submit(queries.in_worker, read, *args)
         return self._pool.submit(read, self.store, *args)
 
-    def broken(self) -> None:
-        """Forget a pool whose worker died; the next read starts another."""
-        pool, self._pool = self._pool, None
-        if pool is not None:
-            pool.shutdown(wait=False, cancel_futures=True)
-
     def shutdown(self) -> None:
+        """Stop the pool (reads running finish on their own); the next read would start another,
+        which is how a pool whose worker died is replaced."""
         pool, self._pool = self._pool, None
         if pool is not None:
             pool.shutdown(wait=False, cancel_futures=True)
@@ -248,7 +244,7 @@ class AdminApi:
         try:
             future = self._reads.submit(read, *args)
         except concurrent.futures.BrokenExecutor:
-            self._reads.broken()
+            self._reads.shutdown()
             future = self._reads.submit(read, *args)
         self._reads_pending += 1
         # Released when the worker is done, not when the request gives up waiting for it.
@@ -256,7 +252,7 @@ class AdminApi:
         try:
             return await asyncio.wrap_future(future)
         except concurrent.futures.BrokenExecutor:
-            self._reads.broken()
+            self._reads.shutdown()
             raise _HttpError(HTTPStatus.SERVICE_UNAVAILABLE, "unavailable",
                              "the read worker died; retry (a new one starts)") from None
 
