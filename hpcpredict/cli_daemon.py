@@ -154,9 +154,10 @@ def serve(
 
     It answers the SLURM plugin on a Unix socket (line protocol, docs/protocol.md), learns from
     every job reported to it, records jobs, predictions and corrections in the database, and
-    serves an admin JSON API (/health, /metrics, /errors, /users/UID/errors, /predictions,
-    POST /predict). On start it restores the last checkpoint and replays the events logged after
-    it, so a restart — even after kill -9 — loses nothing learned.
+    serves an admin JSON API (/health and /metrics open; /errors, /users, /users/UID/errors,
+    /predictions and POST /predict only with the token of --http-token-file). On start it restores
+    the last checkpoint and replays the events logged after it, so a restart — even after kill -9
+    — loses nothing learned.
     """
     from hpcpredict.daemon.server import Daemon, DaemonError
 

@@ -13,7 +13,6 @@ from pathlib import Path
 
 from hpcpredict.daemon.client import DaemonClient
 from hpcpredict.daemon.config import DaemonConfig
-from hpcpredict.daemon.http_api import HttpLimits
 from hpcpredict.daemon.server import Daemon
 from hpcpredict.daemon.service import PredictionService
 from hpcpredict.daemon.store import Store
@@ -22,14 +21,15 @@ from hpcpredict.daemon.store import Store
 class Running:
     """A daemon serving in a thread of this process."""
 
-    def __init__(self, config: DaemonConfig, http_limits: HttpLimits | None = None) -> None:
+    def __init__(self, config: DaemonConfig, **daemon_options: object) -> None:
+        """`daemon_options`: passed to `Daemon` (``http_limits``)."""
         self.config = config
         self.store = Store(config.db)
         self.service = PredictionService.open(
             self.store, config.predictor_factory, checkpoint_every=20,
             min_trained_jobs=config.min_trained_jobs,
         )
-        self.daemon = Daemon(config, self.service, http_limits=http_limits)
+        self.daemon = Daemon(config, self.service, **daemon_options)  # type: ignore[arg-type]
         self.error: BaseException | None = None
         self.thread = threading.Thread(target=self._run)
         self.thread.start()

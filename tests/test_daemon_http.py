@@ -176,7 +176,7 @@ def test_internal_errors_say_no_more_than_an_id(config: DaemonConfig, monkeypatc
         raise RuntimeError("SELECT secret FROM jobs WHERE uid = 424242")
 
     monkeypatch.setattr(queries, "recent_predictions", broken)
-    running = Running(config, HttpLimits(read_processes=0))  # threads: the stub is in this process
+    running = Running(config, http_limits=HttpLimits(read_processes=0))  # threads: the stub is in this process
     try:
         status, _, raw = call(running, "/predictions")
         assert status == 500 and json.loads(raw)["code"] == "internal"
@@ -323,7 +323,7 @@ def test_idle_connections_do_not_make_health_unreachable(running: Running) -> No
 
 
 def test_a_connection_without_a_request_is_closed(config: DaemonConfig) -> None:
-    running = Running(config, HttpLimits(idle_timeout_s=0.2))
+    running = Running(config, http_limits=HttpLimits(idle_timeout_s=0.2))
     try:
         host, port = running.daemon.http_address
         with socket.create_connection((host, port), timeout=30) as silent, \
@@ -345,7 +345,7 @@ def test_a_connection_without_a_request_is_closed(config: DaemonConfig) -> None:
 
 
 def test_connections_over_the_cap_get_503_at_once(config: DaemonConfig) -> None:
-    running = Running(config, HttpLimits(max_connections=10))
+    running = Running(config, http_limits=HttpLimits(max_connections=10))
     host, port = running.daemon.http_address
     held = [socket.create_connection((host, port), timeout=30) for _ in range(10)]
     try:
@@ -383,7 +383,7 @@ def test_slow_reads_never_delay_predict_and_excess_requests_get_503(
 ) -> None:
     blocked = _BlockedReads()
     monkeypatch.setattr(queries, "user_totals", blocked)
-    running = Running(config, HttpLimits(max_requests=2, read_processes=0))
+    running = Running(config, http_limits=HttpLimits(max_requests=2, read_processes=0))
     try:
         with ThreadPoolExecutor(2) as pool:
             waiting = [pool.submit(call, running, "/users") for _ in range(2)]
@@ -410,7 +410,7 @@ def test_a_request_past_its_timeout_is_answered_503_and_its_read_still_counts(
 ) -> None:
     blocked = _BlockedReads()
     monkeypatch.setattr(queries, "user_totals", blocked)
-    running = Running(config, HttpLimits(request_timeout_s=0.2, max_requests=1, read_processes=0))
+    running = Running(config, http_limits=HttpLimits(request_timeout_s=0.2, max_requests=1, read_processes=0))
     try:
         status, _, raw = call(running, "/users")
         assert status == 503 and json.loads(raw)["code"] == "timeout"

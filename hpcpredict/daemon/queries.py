@@ -11,6 +11,7 @@ initializer, `in_worker` its entry point, and everything crosses as plain pickla
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Callable
 from typing import TypeVar
 
@@ -22,14 +23,21 @@ from hpcpredict.daemon.store import JobRow, PredictionRow, Store
 
 _T = TypeVar("_T")
 
+# The read workers' niceness: admin reads are background work. With GET /errors in a loop on two
+# cores, a worker at the daemon's priority takes a core from the plugin's PREDICTs; niced, it gets
+# what the daemon and slurmctld leave. (A thread could not be niced usefully: descheduled while
+# holding the GIL, it would make the loop wait.)
+READ_WORKER_NICENESS = 10
+
 # The read worker's own connection pool to the daemon's store: set by `open_worker_store` in the
 # worker process (never at import, never in the daemon's process).
 _worker_store: Store | None = None
 
 
 def open_worker_store(url: str) -> None:
-    """The read worker's initializer: its own engine on the daemon's store."""
+    """The read worker's initializer: lower its priority, open its own engine on the store."""
     global _worker_store
+    os.nice(READ_WORKER_NICENESS)
     _worker_store = Store(url)
 
 

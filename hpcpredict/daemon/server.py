@@ -2,7 +2,7 @@
 
 One thread owns the `PredictionService` (it is single-threaded by design, service.py): the
 asyncio event loop. It serves the plugin's Unix socket (`socket_server`) and the admin HTTP API
-(`http_api`, aiohttp on the same loop, its reads of the store on threads of their own). The
+(`http_api`, aiohttp on the same loop, its reads of the store in worker processes). The
 SLURM watcher runs in its own thread and hands every call to the loop (`on_loop`).
 """
 
