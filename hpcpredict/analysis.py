@@ -17,6 +17,7 @@ from typing import Any
 
 import numpy as np
 
+from hpcpredict.error_stats import error_stats
 from hpcpredict.learn.losses import AsymmetricLoss, parse_loss
 from hpcpredict.sim.metrics import job_arrays
 from hpcpredict.sim.simulation import SimulationResult
@@ -47,16 +48,16 @@ def prediction_stats(
     predicted = columns["initial_prediction_s"].astype(np.float64)
     run = columns["run_s"].astype(np.float64)
     procs = columns["procs"].astype(np.float64)
-    error = predicted - run
     losses = [loss.value(f, p, q) for f, p, q in zip(predicted.tolist(), run.tolist(), procs.tolist())]
+    errors = error_stats(predicted, run)
     return PredictionStats(
-        jobs=len(run),
-        mae_s=float(np.abs(error).mean()),
-        median_abs_error_s=float(np.median(np.abs(error))),
+        jobs=errors.jobs,
+        mae_s=errors.mae_s,
+        median_abs_error_s=errors.median_ae_s,
         mean_loss=float(np.mean(losses)),
-        under_prediction_rate=float(np.mean(error < 0)),
-        exact_rate=float(np.mean(error == 0)),
-        mean_prediction_over_run=float(np.mean(predicted / np.maximum(run, 1.0))),
+        under_prediction_rate=errors.under_rate,
+        exact_rate=errors.exact_rate,
+        mean_prediction_over_run=errors.mean_ratio,
         median_prediction_s=float(np.median(predicted)),
         one_second_rate=float(np.mean(predicted <= 1.0)),
     )
@@ -109,22 +110,21 @@ def error_by_history(result: SimulationResult) -> list[BucketStats]:
     """Initial-prediction errors by the user's history at submission (`HISTORY_BUCKETS`), plus
     a last row for users back after `RETURNING_GAP_S` or more without a job ending."""
     columns = job_arrays(result)
-    error = (columns["initial_prediction_s"] - columns["run_s"]).astype(np.float64)
-    at_request = columns["initial_prediction_s"] >= columns["requested_s"]
+    predicted, run = columns["initial_prediction_s"], columns["run_s"]
+    at_request = predicted >= columns["requested_s"]
     count, gap = earlier_jobs(result)
     masks = [(name, (count >= low) & (count <= high)) for name, low, high in HISTORY_BUCKETS]
     masks.append((f"back after >= {RETURNING_GAP_S // 86_400} days", gap >= RETURNING_GAP_S))
     rows = []
     for name, mask in masks:
-        picked = np.abs(error[mask])
-        empty = not picked.size
+        errors = error_stats(predicted[mask], run[mask])
         rows.append(BucketStats(
             bucket=name,
-            jobs=int(mask.sum()),
-            mae_s=float("nan") if empty else float(picked.mean()),
-            median_abs_error_s=float("nan") if empty else float(np.median(picked)),
-            under_prediction_rate=float("nan") if empty else float(np.mean(error[mask] < 0)),
-            at_request_rate=float("nan") if empty else float(np.mean(at_request[mask])),
+            jobs=errors.jobs,
+            mae_s=errors.mae_s,
+            median_abs_error_s=errors.median_ae_s,
+            under_prediction_rate=errors.under_rate,
+            at_request_rate=float(np.mean(at_request[mask])) if errors.jobs else float("nan"),
         ))
     return rows
 

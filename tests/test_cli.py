@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import csv
 import gzip
 import json
 from pathlib import Path
@@ -78,7 +79,13 @@ def test_simulate_writes_swf_and_csv_outputs(
     written = read_swf(swf_out)
     assert len(written.records) == 4_997
     assert all(record.wait_s >= 0 for record in written.records)
-    assert len(csv_out.read_text().splitlines()) == 4_997 + 1
+    rows = list(csv.DictReader(csv_out.open()))
+    assert len(rows) == 4_997
+    # the same jobs, waits and predictions in both (SWF fields 3, 17 and 18: docs of sim/output.py)
+    assert [(r.job_id, r.wait_s, r.preceding_job_id, r.think_time_s) for r in written.records] == [
+        (int(row["job_id"]), int(row["waiting_time"]), int(row["corrections"]),
+         int(row["initial_prediction"])) for row in rows
+    ]
 
 
 def test_malformed_log_names_file_and_line(runner: CliRunner, tmp_path: Path) -> None:

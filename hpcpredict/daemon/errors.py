@@ -21,11 +21,17 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import numpy as np
 import pandas as pd
 from sqlalchemy import func, select
 
-from hpcpredict.daemon.store import CorrectionRow, HistoryJudgementRow, JobRow, PredictionRow, Store
+from hpcpredict.daemon.store import (
+    CorrectionRow,
+    HistoryJudgementRow,
+    JobRow,
+    PredictionRow,
+    Store,
+)
+from hpcpredict.error_stats import error_stats
 from hpcpredict.instants import Instant
 from hpcpredict.jobs import JobRequest
 from hpcpredict.predictors import Ave2Predictor
@@ -136,24 +142,18 @@ def statistics_by_user(judged: pd.DataFrame) -> pd.DataFrame:
     """`ERROR_COLUMNS` per user from `judged_jobs` rows (any subset of them)."""
     if judged.empty:
         return pd.DataFrame({name: pd.Series(dtype=_dtype(name)) for name in ERROR_COLUMNS})
-    judged = judged.copy()
-    run = judged["run_s"].astype(np.float64)
-    judged["abs_error_s"] = (judged["predicted_s"] - run).abs()
-    judged["under"] = judged["predicted_s"] < run
-    judged["ratio"] = judged["predicted_s"] / run
-    judged["requested_abs_error_s"] = (judged["requested_s"] - run).abs()
-    judged["ave2_abs_error_s"] = (judged["ave2_s"] - run).abs()
-    table = judged.groupby("user_id", sort=True).agg(
-        count=("abs_error_s", "size"),
-        mae_s=("abs_error_s", "mean"),
-        median_ae_s=("abs_error_s", "median"),
-        under_rate=("under", "mean"),
-        mean_ratio=("ratio", "mean"),
-        corrections=("corrections", "sum"),
-        requested_mae_s=("requested_abs_error_s", "mean"),
-        ave2_mae_s=("ave2_abs_error_s", "mean"),
-    )
-    return table.reset_index()[list(ERROR_COLUMNS)]
+    rows = []
+    for user_id, jobs in judged.groupby("user_id", sort=True):
+        run = jobs["run_s"].to_numpy()
+        predicted = error_stats(jobs["predicted_s"].to_numpy(), run)
+        rows.append((
+            user_id, predicted.jobs, predicted.mae_s, predicted.median_ae_s, predicted.under_rate,
+            predicted.mean_ratio, int(jobs["corrections"].sum()),
+            error_stats(jobs["requested_s"].to_numpy(), run).mae_s,
+            error_stats(jobs["ave2_s"].to_numpy(), run).mae_s,
+        ))
+    table = pd.DataFrame.from_records(rows, columns=list(ERROR_COLUMNS))
+    return table.astype({name: _dtype(name) for name in ERROR_COLUMNS})
 
 
 def _ave2_predictions(jobs: list[_Job]) -> dict[int, int]:

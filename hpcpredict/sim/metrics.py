@@ -14,6 +14,7 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
+from hpcpredict.error_stats import error_stats
 from hpcpredict.sim.replica_stats import mean_ci
 from hpcpredict.sim.simulation import SimulationResult
 
@@ -82,7 +83,7 @@ def compute_metrics(result: SimulationResult) -> Metrics:
     end = columns["start_s"] + run
     makespan = int(end.max() - columns["submit_s"].min())
     area = float(np.sum(run * columns["procs"]))
-    initial = columns["initial_prediction_s"]
+    errors = error_stats(columns["initial_prediction_s"], run)
     wait = columns["wait_s"]
     worst_user_id, worst_user_bsld = worst_user(columns["user_id"], bsld)
     return Metrics(
@@ -97,8 +98,8 @@ def compute_metrics(result: SimulationResult) -> Metrics:
         worst_user_id=worst_user_id,
         utilisation=area / (result.machine_procs * makespan) if makespan > 0 else 0.0,
         makespan_s=makespan,
-        prediction_mae_s=float(np.abs(initial - run).mean()),
-        under_prediction_rate=float(np.mean(initial < run)),
+        prediction_mae_s=errors.mae_s,
+        under_prediction_rate=errors.under_rate,
         corrections_per_job=float(columns["corrections"].mean()),
         backfilled_rate=float(columns["backfilled"].mean()),
     )

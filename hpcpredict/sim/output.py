@@ -24,6 +24,7 @@ import numpy as np
 
 from hpcpredict.sim.metrics import job_arrays
 from hpcpredict.sim.simulation import SimulationResult
+from hpcpredict.swf import MISSING, SwfRecord, write_swf
 
 
 def _open_text(path: Path) -> TextIO:
@@ -33,44 +34,43 @@ def _open_text(path: Path) -> TextIO:
 
 
 def write_result_swf(path: Path, result: SimulationResult, notes: Iterable[str] = ()) -> None:
-    """Write one SWF line per job, in job order, with the simulated wait."""
-    columns = job_arrays(result)
-    with _open_text(Path(path)) as out:
-        out.write("; Computer: hpcpredict simulator\n")
-        out.write("; Preemption: No\n")
-        out.write(f"; MaxProcs: {result.machine_procs}\n")
-        out.write(
-            f"; Note: scheduler={result.scheduler} predictor={result.predictor} "
-            f"correction={result.correction}\n"
+    """Write one SWF line per job, in job order, with the simulated wait (`swf.write_swf`)."""
+    wait_s = job_arrays(result)["wait_s"].tolist()
+    header = [
+        "; Computer: hpcpredict simulator",
+        "; Preemption: No",
+        f"; MaxProcs: {result.machine_procs}",
+        f"; Note: scheduler={result.scheduler} predictor={result.predictor} "
+        f"correction={result.correction}",
+        *(f"; Note: {note}" for note in notes),
+        "; Note: field 16 (partition) = 1 if the job was backfilled, 0 otherwise",
+        "; Note: field 17 (preceding job) = number of corrections of the prediction",
+        "; Note: field 18 (think time) = initial prediction in seconds",
+    ]
+    records = (
+        SwfRecord(
+            job_id=job.request.job_id,
+            submit_s=job.request.submit_s,
+            wait_s=wait_s[index],
+            run_s=job.run_s,
+            allocated_procs=job.request.procs,
+            avg_cpu_s=MISSING,
+            used_memory_kb=MISSING,
+            requested_procs=job.request.procs,
+            requested_time_s=job.request.requested_s,
+            requested_memory_kb=MISSING,
+            status=job.status,
+            user_id=job.request.user_id,
+            group_id=job.request.group_id,
+            executable_id=job.request.executable_id,
+            queue_id=job.request.queue_id,
+            partition_id=int(result.backfilled[index]),
+            preceding_job_id=result.corrections[index],
+            think_time_s=result.initial_prediction_s[index],
         )
-        for note in notes:
-            out.write(f"; Note: {note}\n")
-        out.write("; Note: field 16 (partition) = 1 if the job was backfilled, 0 otherwise\n")
-        out.write("; Note: field 17 (preceding job) = number of corrections of the prediction\n")
-        out.write("; Note: field 18 (think time) = initial prediction in seconds\n")
-        for index, job in enumerate(result.jobs):
-            request = job.request
-            fields = (
-                request.job_id,
-                request.submit_s,
-                int(columns["wait_s"][index]),
-                job.run_s,
-                request.procs,
-                -1,
-                -1,
-                request.procs,
-                request.requested_s,
-                -1,
-                job.status,
-                request.user_id,
-                request.group_id,
-                request.executable_id,
-                request.queue_id,
-                int(result.backfilled[index]),
-                result.corrections[index],
-                result.initial_prediction_s[index],
-            )
-            out.write(" ".join(str(value) for value in fields) + "\n")
+        for index, job in enumerate(result.jobs)
+    )
+    write_swf(Path(path), header, records)
 
 
 JOBS_CSV_COLUMNS = (
