@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
 import json
 import logging
 import multiprocessing
@@ -91,16 +92,32 @@ class StoreReads:
         self._pool: concurrent.futures.Executor | None = None
 
     def submit(self, read: Callable[..., _T], *args: object) -> concurrent.futures.Future[_T]:
-        """`read(store, *args)` (a function of `queries`) on a worker."""
-        if self._pool is None:
-            self._pool = self._new_pool()
-        if self.processes:
-            return self._pool.submit(queries.in_worker, read, *args)
-        return self._pool.submit(read, self.store, *args)
+        """`read(store, *args)` (a function of `queries`) on a worker; a pool found broken is
+        replaced once."""
+        for _ in range(2):
+            pool = self._pool if self._pool is not None else self._new_pool()
+            self._pool = pool
+            try:
+                if self.processes:
+                    future = pool.submit(queries.in_worker, read, *args)
+                else:
+                    future = pool.submit(read, self.store, *args)
+            except concurrent.futures.BrokenExecutor:
+                self.forget(pool)
+                continue
+            future.pool = pool  # type: ignore[attr-defined] # for `forget` when it breaks later
+            return future
+        raise concurrent.futures.BrokenExecutor("the read workers cannot be started")
+
+    def forget(self, pool: concurrent.futures.Executor) -> None:
+        """Stop `pool`, whose worker died, if it is still the current one (another read may have
+        replaced it already); the next read starts a new one."""
+        if self._pool is pool:
+            self._pool = None
+        pool.shutdown(wait=False, cancel_futures=True)
 
     def shutdown(self) -> None:
-        """Stop the pool (reads running finish on their own); the next read would start another,
-        which is how a pool whose worker died is replaced."""
+        """Stop the pool (reads running finish on their own)."""
         pool, self._pool = self._pool, None
         if pool is not None:
             pool.shutdown(wait=False, cancel_futures=True)
@@ -243,16 +260,21 @@ class AdminApi:
         loop = asyncio.get_running_loop()
         try:
             future = self._reads.submit(read, *args)
-        except concurrent.futures.BrokenExecutor:
-            self._reads.shutdown()
-            future = self._reads.submit(read, *args)
+        except concurrent.futures.BrokenExecutor as error:
+            raise _HttpError(HTTPStatus.SERVICE_UNAVAILABLE, "unavailable", str(error)) from None
         self._reads_pending += 1
-        # Released when the worker is done, not when the request gives up waiting for it.
-        future.add_done_callback(lambda _: loop.call_soon_threadsafe(self._read_done))
+
+        def done(_: concurrent.futures.Future[_T]) -> None:
+            # Released when the worker is done, not when the request gives up waiting for it;
+            # after the daemon stopped there is no loop to tell.
+            with contextlib.suppress(RuntimeError):
+                loop.call_soon_threadsafe(self._read_done)
+
+        future.add_done_callback(done)
         try:
             return await asyncio.wrap_future(future)
         except concurrent.futures.BrokenExecutor:
-            self._reads.shutdown()
+            self._reads.forget(future.pool)  # type: ignore[attr-defined]
             raise _HttpError(HTTPStatus.SERVICE_UNAVAILABLE, "unavailable",
                              "the read worker died; retry (a new one starts)") from None
 
