@@ -186,22 +186,6 @@ def test_a_job_ending_after_a_submission_cannot_change_its_features() -> None:
     np.testing.assert_array_equal(predictor.nag.state.w, reference.nag.state.w)
 
 
-def test_observed_jobs_learn_exactly_like_predicted_ones() -> None:
-    events = make_stream(200, seed=2)
-    predicted = LearnedPredictor()
-    replay(predicted, events)
-    observed = LearnedPredictor()
-    for now, kind, _, request, run_s in events:
-        if kind == SUBMIT:
-            observed.observe_submission(request, now)
-        elif kind == START:
-            observed.job_started(request, now)
-        else:
-            observed.job_ended(request, run_s, now)
-    np.testing.assert_array_equal(observed.nag.state.w, predicted.nag.state.w)
-    assert observed.nag.state.t == predicted.nag.state.t == 200
-
-
 @pytest.mark.parametrize(("learn_unseen", "expected_t"), [(True, 1), (False, 0)])
 def test_jobs_never_submitted_are_learned_only_if_asked(learn_unseen, expected_t) -> None:
     predictor = LearnedPredictor(learn_unseen=learn_unseen)

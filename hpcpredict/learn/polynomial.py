@@ -1,20 +1,17 @@
 """Degree-2 polynomial expansion Phi(x) of docs/method.md §3.
 
 Phi(x) = (1, x_1..x_n, x_1^2..x_n^2, x_k x_l for k < l): 1 + 2n + n(n-1)/2 terms, 231 for the
-20 features. All of them are entries of the outer product of (1, x) with itself: the expansion is one
-compiled loop over precomputed index pairs (`nag_kernels.quadratic_terms`; it runs once per
-prediction, and a loop is ~5x faster than the three numpy calls of a gather and a multiply).
+20 features. All of them are entries of the outer product of (1, x) with itself: the expansion
+is one compiled loop over precomputed index pairs (`nag_kernels.quadratic_terms`; it runs once
+per prediction: 1.45 us a call, numba's dispatch included, against 2.2 us for the two gathers
+and a multiply in numpy it replaced).
 
 >>> expansion = QuadraticExpansion(2)
 >>> expansion.expand(np.array([2.0, 3.0])).tolist()
 [1.0, 2.0, 3.0, 4.0, 9.0, 6.0]
->>> expansion.term_names(("a", "b"))
-['1', 'a', 'b', 'a^2', 'b^2', 'a*b']
 """
 
 from __future__ import annotations
-
-from collections.abc import Sequence
 
 import numpy as np
 
@@ -55,17 +52,3 @@ class QuadraticExpansion:
             out = np.empty(self.n_terms)
         quadratic_terms(np.asarray(x, dtype=np.float64), self._left, self._right, out)
         return out
-
-    def term_names(self, feature_names: Sequence[str]) -> list[str]:
-        """Readable name of each term, e.g. ``requested_s*procs`` (for explaining predictions)."""
-        names = ["1", *feature_names]
-        left, right = quadratic_pairs(self.n_features)
-        result = []
-        for a, b in zip(left.tolist(), right.tolist()):
-            if a == 0:
-                result.append(names[b])
-            elif a == b:
-                result.append(f"{names[a]}^2")
-            else:
-                result.append(f"{names[a]}*{names[b]}")
-        return result

@@ -9,9 +9,7 @@ It composes the three objects of style.md §2 — features (`hpcpredict.features
   runtime), then adds the job to its user's history. The features a job learns from are thus
   exactly the ones it was predicted with: nothing that happened after r_j leaks in.
 
-A job that was never predicted can still be learned from: `observe_submission` registers its
-features at submission without predicting (e.g. a daemon replaying SLURM history at start-up),
-and a job whose submission was missed entirely is learned, if `learn_unseen`, from the
+A job whose submission was missed entirely is learned, if `learn_unseen`, from the
 approximation `FeatureState.late_submission` documents.
 
 Turning f into whole seconds (docs/method.md §5, last line): a negative f becomes |f| with
@@ -322,11 +320,6 @@ class LearnedPredictor:
         return "learned" if self.experts is None else EXPERTS[self.experts.choice(user_id)]
 
     # ------------------------------------------------------------------ beyond the protocol
-    def observe_submission(self, request: JobRequest, now_s: int) -> None:
-        """Record a submission without predicting: its x_j is kept for learning at its end."""
-        if request.job_id not in self._pending_phi:
-            self._observe(request, now_s)
-
     def discard(self, job_id: int) -> bool:
         """Forget the submission features kept for `job_id` without learning from the job.
 
@@ -373,8 +366,8 @@ class LearnedPredictor:
         change: NAG's state, that user's history and expert scores, and the job's pending
         features and learned prediction.
 
-        `predict`, `job_started`, `job_ended`, `learn_lower_bound`, `discard` and
-        `observe_submission` for one job touch nothing else (the feature clock's cache is a pure
+        `predict`, `job_started`, `job_ended`, `learn_lower_bound` and `discard` for one job
+        touch nothing else (the feature clock's cache is a pure
         function of time, `_x` and `_clamped` are scratch). The daemon takes one before applying
         an event and calls it when the event's transaction fails, so that the learner equals
         "checkpoint + logged events" again without a replay.

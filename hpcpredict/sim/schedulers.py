@@ -123,10 +123,6 @@ class WaitingQueue:
         self._order[: len(kept)] = kept
         self._size = len(kept)
 
-    def waiting_jobs(self) -> list[int]:
-        """Waiting job indices in submission order (for tests and reports)."""
-        order = self._order[: self._size]
-        return [int(job) for job in order[self.is_waiting[order]]]
 
 
 StartJob = Callable[[int, bool], None]  # (job index, backfilled?)
