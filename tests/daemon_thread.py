@@ -3,10 +3,13 @@ the wait for one started as a process (`hpcpredict serve`)."""
 
 from __future__ import annotations
 
+import os
+import secrets
 import subprocess
 import threading
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 from hpcpredict.daemon.client import DaemonClient
 from hpcpredict.daemon.config import DaemonConfig
@@ -18,14 +21,15 @@ from hpcpredict.daemon.store import Store
 class Running:
     """A daemon serving in a thread of this process."""
 
-    def __init__(self, config: DaemonConfig) -> None:
+    def __init__(self, config: DaemonConfig, **daemon_options: object) -> None:
+        """`daemon_options`: passed to `Daemon` (``http_limits``)."""
         self.config = config
         self.store = Store(config.db)
         self.service = PredictionService.open(
             self.store, config.predictor_factory, checkpoint_every=20,
             min_trained_jobs=config.min_trained_jobs,
         )
-        self.daemon = Daemon(config, self.service)
+        self.daemon = Daemon(config, self.service, **daemon_options)  # type: ignore[arg-type]
         self.error: BaseException | None = None
         self.thread = threading.Thread(target=self._run)
         self.thread.start()
@@ -44,6 +48,13 @@ class Running:
         host, port = self.daemon.http_address
         return f"http://{host}:{port}"
 
+    @property
+    def token(self) -> str | None:
+        """The admin API's bearer token, when the config names a token file."""
+        if not self.config.http_token_file:
+            return None
+        return Path(self.config.http_token_file).read_text().strip()
+
     def client(self) -> DaemonClient:
         return DaemonClient(self.config.socket)
 
@@ -51,6 +62,26 @@ class Running:
         self.daemon.stop()
         self.thread.join(15)
         self.store.close()
+
+
+def metric_sample(text: str, name: str, **labels: str) -> float:
+    """The value of sample `name` with exactly `labels` in Prometheus exposition `text` (parsed,
+    so that label order and number formatting are the renderer's business)."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if sample.name == name and sample.labels == labels:
+                return sample.value
+    raise KeyError(f"no sample {name}{labels} in the metrics")
+
+
+def write_token_file(directory: Path) -> str:
+    """A fresh admin API token in `directory`/http-token, private (0600) as the daemon requires."""
+    path = directory / "http-token"
+    path.write_text(secrets.token_hex(32) + "\n")
+    os.chmod(path, 0o600)
+    return str(path)
 
 
 def wait_until_answering(

@@ -1,14 +1,9 @@
-"""``hpcpredict serve``: the Unix socket for the SLURM plugin and the HTTP JSON API for admins.
+"""``hpcpredict serve``: the daemon's life cycle around its two fronts.
 
 One thread owns the `PredictionService` (it is single-threaded by design, service.py): the
-asyncio event loop, which also serves the socket. The HTTP API runs in its own thread (the
-standard library's threading server, enough for an admin console) and hands every call that
-touches the service to the loop (`_on_loop`); read-only views of the database (errors, recent
-predictions) run in the HTTP thread on their own connections.
-
-Security: the socket is created with a umask that keeps it private from the first instant, then
-given `DaemonConfig.socket_mode` (0600: only the daemon's own user, i.e. slurmctld's SlurmUser,
-may connect) and optionally a group. The HTTP API binds to 127.0.0.1 unless told otherwise.
+asyncio event loop. It serves the plugin's Unix socket (`socket_server`) and the admin HTTP API
+(`http_api`, aiohttp on the same loop, its reads of the store in worker processes). The
+SLURM watcher runs in its own thread and hands every call to the loop (`on_loop`).
 """
 
 from __future__ import annotations
@@ -17,60 +12,46 @@ import asyncio
 import concurrent.futures
 import contextlib
 import dataclasses
-import grp
-import json
 import logging
-import os
 import signal
-import socket
-import stat
 import threading
 import time
 from collections.abc import Callable
-from http import HTTPStatus
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any, TypeVar
-from urllib.parse import parse_qs, urlsplit
+from typing import TYPE_CHECKING, TypeVar
 
-from sqlalchemy import select
-
-from hpcpredict.daemon import user_errors
-from hpcpredict.daemon.config import DaemonConfig, parse_host_port
-from hpcpredict.daemon.handlers import Handlers, internal_error
+from hpcpredict.daemon.config import DaemonConfig, DaemonError, parse_host_port
+from hpcpredict.daemon.handlers import Handlers
+from hpcpredict.daemon.http_auth import BearerAuth, TokenFileError, load_token, require_token_off_loopback
 from hpcpredict.daemon.lock import StoreLock, StoreLockedError, lock_store
-from hpcpredict.daemon.paths import state_dir
-from hpcpredict.daemon.protocol import (
-    MAX_LINE_BYTES,
-    PROTOCOL_VERSION,
-    ProtocolError,
-    Request,
-    format_error,
-)
+from hpcpredict.daemon.protocol import PROTOCOL_VERSION, Request
 from hpcpredict.daemon.service import PredictionService
+from hpcpredict.daemon.socket_server import start_socket
 from hpcpredict.daemon.spool import ingest_spool
-from hpcpredict.daemon.store import JobRow, PredictionRow
+
+if TYPE_CHECKING:
+    from hpcpredict.daemon.http_api import AdminApi, HttpLimits
 
 logger = logging.getLogger(__name__)
 
-IDLE_TIMEOUT_S = 60.0  # a socket client silent this long is disconnected
 SPOOL_INTERVAL_S = 30.0  # how often completion reports spooled meanwhile are ingested
-MAX_HTTP_BODY_BYTES = 64 * 1024
 _T = TypeVar("_T")
-
-
-class DaemonError(RuntimeError):
-    """The daemon cannot start as configured (socket in use, bad path...)."""
 
 
 class Daemon:
     """The running daemon: `run()` serves until `stop()` (or SIGTERM/SIGINT)."""
 
     def __init__(
-        self, config: DaemonConfig, service: PredictionService, *, lock: StoreLock | None = None
+        self,
+        config: DaemonConfig,
+        service: PredictionService,
+        *,
+        lock: StoreLock | None = None,
+        http_limits: HttpLimits | None = None,
     ) -> None:
         """`lock`: the store's lock when the caller took it before opening the service (the CLI
-        does, so that a second ``serve`` does not even replay); otherwise `run` takes it."""
+        does, so that a second ``serve`` does not even replay); otherwise `run` takes it.
+        `http_limits`: the admin API's bounds (`HttpLimits`' defaults unless given)."""
         self.config = config
         self.service = service
         self.lock = lock
@@ -78,7 +59,8 @@ class Daemon:
         self.started_at = time.time()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._stop: asyncio.Event | None = None
-        self._http: ThreadingHTTPServer | None = None
+        self.http_limits = http_limits
+        self._http: AdminApi | None = None
         self.http_address: tuple[str, int] | None = None
         self.ready = threading.Event()  # set once both endpoints accept connections
         self.watcher = None  # the SLURM watcher, when config.slurm
@@ -113,10 +95,10 @@ class Daemon:
                 self._loop.add_signal_handler(signum, self._stop.set)
         path = Path(self.config.socket)
         self._ingest_spool()  # reports of jobs that ended while the daemon was down
-        server = await self._start_socket(path)
+        server = await start_socket(path, self.config, self.handlers)
         try:
             if self.config.http:
-                self._start_http()
+                await self._start_http()
             logger.info(
                 "serving on %s%s (model: %d updates, event %d)",
                 path,
@@ -134,8 +116,7 @@ class Daemon:
             server.close()
             await server.wait_closed()
             if self._http is not None:
-                self._http.shutdown()
-                self._http.server_close()
+                await self._http.stop()
             with contextlib.suppress(FileNotFoundError):
                 path.unlink()
             self.service.close()  # checkpoint: the next start replays nothing
@@ -176,41 +157,25 @@ class Daemon:
         self._loop.call_later(SPOOL_INTERVAL_S, self._ingest_spool)
 
     # ------------------------------------------------------------------ the socket
-    async def _start_socket(self, path: Path) -> asyncio.AbstractServer:
-        _clear_stale_socket(path)
-        _socket_folder(path)
-        loop = asyncio.get_running_loop()
-        previous = os.umask(0o177)  # private from the first instant; chmod below widens it
-        try:
-            server = await loop.create_unix_server(
-                lambda: _LineProtocol(self.handlers, loop), path=str(path)
-            )
-        finally:
-            os.umask(previous)
-        os.chmod(path, self.config.socket_mode)
-        if self.config.socket_group:
-            try:
-                os.chown(path, -1, grp.getgrnam(self.config.socket_group).gr_gid)
-            except KeyError:
-                server.close()
-                raise DaemonError(f"socket_group: no such group {self.config.socket_group!r}") from None
-        return server
-
     # ------------------------------------------------------------------ the HTTP API
-    def _start_http(self) -> None:
+    async def _start_http(self) -> None:
+        """The admin API; refused beyond loopback without a token, or with an unsafe token file."""
+        from hpcpredict.daemon.http_api import AdminApi  # aiohttp: only when the API is on
+
         host, port = parse_host_port(self.config.http)
-        daemon = self
-
-        class Handler(_ApiHandler):
-            api = daemon
-
         try:
-            self._http = ThreadingHTTPServer((host, port), Handler)
+            require_token_off_loopback(host, self.config.http_token_file)
+            token = load_token(self.config.http_token_file) if self.config.http_token_file else None
+        except TokenFileError as error:
+            raise DaemonError(str(error)) from None
+        api = AdminApi(self, BearerAuth(token), self.http_limits)
+        try:
+            await api.start(host, port)
         except OSError as error:
+            await api.stop()
             raise DaemonError(f"http: cannot listen on {host}:{port} ({error.strerror})") from error
-        self._http.daemon_threads = True
-        self.http_address = self._http.server_address[:2]  # type: ignore[assignment]
-        threading.Thread(target=self._http.serve_forever, name="hpcpredict-http", daemon=True).start()
+        self._http = api
+        self.http_address = api.address
 
     def on_loop(self, function: Callable[[], _T], timeout_s: float = 10.0) -> _T:
         """Run `function` on the event loop's thread (the service's owner) and wait for it."""
@@ -258,9 +223,11 @@ class Daemon:
             },
         }
 
-    def metrics_text(self) -> str:
+    def metric_values(self) -> tuple[dict[str, tuple[str, float]], dict[str, tuple[str, float]]]:
+        """(gauges, counters) of the service's state, name -> (help, value); from memory, for
+        the loop's thread (the store's site-wide totals are added off the loop, `http_api`)."""
         readiness = self.service.readiness(time.time())
-        gauges = {
+        gauges: dict[str, tuple[str, float]] = {
             "hpcpredict_ready": ("1 when PREDICT answers the model's predictions, 0 when it answers "
                                  "the users' requests (see /health's reasons).", int(readiness.ready)),
             "hpcpredict_min_trained_jobs": ("Learned jobs needed before predictions are used.",
@@ -278,248 +245,9 @@ class Daemon:
                 "1 while a pending job has waited past the starvation guard (limits at requests).",
                 int(self.watcher.guard.active),
             )
-        for key, value in user_errors.site_totals(self.service.store).items():
-            name, help_text = user_errors.SITE_GAUGES[key]
-            gauges[name] = (help_text, value)
         counters = {
             "hpcpredict_event_failures_total": ("Events whose transaction failed.", self.service.event_failures),
             "hpcpredict_model_rebuilds_total": ("Learner rebuilt from the store after a commit in doubt.",
                                                 self.service.rebuilds),
         }
-        return self.handlers.metrics.render(gauges, counters)
-
-    def recent_predictions(self, limit: int) -> list[dict[str, object]]:
-        statement = (
-            select(PredictionRow, JobRow)
-            .join(JobRow, JobRow.job_id == PredictionRow.job_id)
-            .order_by(PredictionRow.id.desc())
-            .limit(limit)
-        )
-        with self.service.store.session() as session:
-            return [
-                {
-                    "job_id": job.job_id,
-                    "user_id": job.user_id,
-                    "procs": job.procs,
-                    "requested_s": job.requested_s,
-                    "predicted_s": prediction.predicted_s,
-                    "predicted_at_s": prediction.predicted_at_s,
-                    "status": job.status,
-                    "run_s": job.run_s,
-                }
-                for prediction, job in session.execute(statement)
-            ]
-
-
-class _LineProtocol(asyncio.Protocol):
-    """One socket connection: lines in, one answer line each, in order.
-
-    A `Protocol` rather than asyncio streams: no task per connection and no timer task per
-    line, which is what the plugin's connect-ask-close pattern pays for at every ``sbatch``.
-    A client that stops reading its answers is paused (flow control), one that sends nothing
-    for `IDLE_TIMEOUT_S` is disconnected, and a line over `MAX_LINE_BYTES` is answered
-    ``too_long`` and the connection closed (it cannot be resynchronised).
-    """
-
-    def __init__(self, handlers: Handlers, loop: asyncio.AbstractEventLoop) -> None:
-        self.handlers = handlers
-        self.loop = loop
-        self.buffer = bytearray()
-        self.transport: asyncio.Transport | None = None
-        self.idle: asyncio.TimerHandle | None = None
-
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self.transport = transport  # type: ignore[assignment]
-        self.handlers.metrics.connections += 1
-        self.idle = self.loop.call_later(IDLE_TIMEOUT_S, transport.close)
-
-    def data_received(self, data: bytes) -> None:
-        assert self.transport is not None
-        self.buffer += data
-        while True:
-            end = self.buffer.find(b"\n")
-            if end < 0:
-                if len(self.buffer) > MAX_LINE_BYTES:
-                    self._too_long()
-                return
-            if end > MAX_LINE_BYTES + 1:
-                self._too_long()
-                return
-            line = bytes(self.buffer[:end]).rstrip(b"\r")
-            del self.buffer[: end + 1]
-            self.transport.write(self.handlers.handle_line(line))
-            if self.transport.is_closing():
-                return
-            if self.idle is not None:
-                self.idle.cancel()
-                self.idle = self.loop.call_later(IDLE_TIMEOUT_S, self.transport.close)
-
-    def eof_received(self) -> bool:
-        assert self.transport is not None
-        if self.buffer.strip():  # a last request without its newline
-            self.transport.write(self.handlers.handle_line(bytes(self.buffer).strip()))
-            self.buffer.clear()
-        return False  # close once the answer is written
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        if self.idle is not None:
-            self.idle.cancel()
-
-    def pause_writing(self) -> None:
-        assert self.transport is not None
-        self.transport.pause_reading()  # a client not reading its answers gets no new ones
-
-    def resume_writing(self) -> None:
-        assert self.transport is not None
-        self.transport.resume_reading()
-
-    def _too_long(self) -> None:
-        assert self.transport is not None
-        self.transport.write(format_error("too_long", f"request longer than {MAX_LINE_BYTES} bytes"))
-        self.handlers.metrics.observe("?", "too_long", 0.0)
-        self.buffer.clear()
-        self.transport.close()
-
-
-class _ApiHandler(BaseHTTPRequestHandler):
-    """JSON over HTTP: GET /health /metrics /errors /users /users/<uid>/errors /predictions,
-    POST /predict. Every failure is a JSON ``{"error": ..., "code": ...}`` with its status."""
-
-    api: Daemon
-    server_version = "hpcpredict"
-    protocol_version = "HTTP/1.1"
-
-    def do_GET(self) -> None:  # noqa: N802 - http.server's naming
-        self._dispatch("GET")
-
-    def do_POST(self) -> None:  # noqa: N802
-        self._dispatch("POST")
-
-    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - signature of the base
-        logger.debug("http %s - %s", self.address_string(), format % args)
-
-    def _dispatch(self, method: str) -> None:
-        url = urlsplit(self.path)
-        query = {key: values[-1] for key, values in parse_qs(url.query).items()}
-        parts = [part for part in url.path.split("/") if part]
-        try:
-            if method == "GET" and parts == ["health"]:
-                health = self.api.on_loop(self.api.health)
-                unhealthy = health["status"] == "unhealthy"
-                self._json(HTTPStatus.SERVICE_UNAVAILABLE if unhealthy else HTTPStatus.OK, health)
-            elif method == "GET" and parts == ["metrics"]:
-                self._send(HTTPStatus.OK, self.api.on_loop(self.api.metrics_text).encode(), "text/plain; version=0.0.4")
-            elif method == "POST" and parts == ["predict"]:
-                fields = self._body_fields()
-                answer = self.api.on_loop(lambda: self.api.handlers.predict(fields))
-                self._json(HTTPStatus.OK, {"prediction_s": answer["prediction"], "time_limit_s": answer["time_limit"],
-                                           "ready": answer["ready"], "reason": answer.get("reason", "")})
-            elif method == "GET" and parts == ["users"]:
-                self._json(HTTPStatus.OK, user_errors.user_totals(self.api.service.store))
-            elif method == "GET" and parts == ["errors"]:
-                self._json(HTTPStatus.OK, self._errors(None, query))
-            elif method == "GET" and len(parts) == 3 and parts[0] == "users" and parts[2] == "errors":
-                uid = _int_or_error(parts[1], "user id")
-                rows = self._errors(uid, query)
-                if not rows:
-                    raise _HttpError(HTTPStatus.NOT_FOUND, "unknown_user", f"no judged jobs for user {uid}")
-                self._json(HTTPStatus.OK, rows[0])
-            elif method == "GET" and parts == ["predictions"]:
-                limit = _int_or_error(query.get("limit", "50"), "limit")
-                if not 1 <= limit <= 1000:
-                    raise _HttpError(HTTPStatus.BAD_REQUEST, "bad_request", "limit must be in 1..1000")
-                self._json(HTTPStatus.OK, self.api.recent_predictions(limit))
-            else:
-                raise _HttpError(HTTPStatus.NOT_FOUND, "not_found", f"no endpoint {method} {url.path}")
-        except _HttpError as error:
-            self._json(error.status, {"error": error.message, "code": error.code})
-        except ProtocolError as error:
-            self._json(HTTPStatus.BAD_REQUEST, {"error": str(error), "code": error.code})
-        except Exception:  # noqa: BLE001 - one bad request must not kill the thread
-            message = internal_error(f"http {method} {self.path[:200]}")
-            self._json(HTTPStatus.INTERNAL_SERVER_ERROR, {"error": message, "code": "internal"})
-
-    def _errors(self, uid: int | None, query: dict[str, str]) -> list[dict[str, object]]:
-        from hpcpredict.daemon.errors import user_error_statistics  # pandas: only when asked
-
-        since = query.get("since")
-        since_s = None if since is None else _int_or_error(since, "since (Unix seconds)")
-        frame = user_error_statistics(self.api.service.store, user_id=uid, since_s=since_s)
-        return json.loads(frame.to_json(orient="records", double_precision=15))
-
-    def _body_fields(self) -> dict[str, Any]:
-        length = _int_or_error(self.headers.get("Content-Length", "0"), "Content-Length")
-        if length > MAX_HTTP_BODY_BYTES:
-            self.close_connection = True
-            raise _HttpError(HTTPStatus.REQUEST_ENTITY_TOO_LARGE, "too_long", f"body over {MAX_HTTP_BODY_BYTES} bytes")
-        try:
-            body = json.loads(self.rfile.read(length) or b"null")
-        except (json.JSONDecodeError, UnicodeDecodeError) as error:
-            raise _HttpError(HTTPStatus.BAD_REQUEST, "bad_request", f"body is not JSON: {error}") from None
-        if not isinstance(body, dict):
-            raise _HttpError(HTTPStatus.BAD_REQUEST, "bad_request", "body must be a JSON object of job fields")
-        return body
-
-    def _json(self, status: int, value: object) -> None:
-        self._send(status, json.dumps(value, allow_nan=False, default=str).encode(), "application/json")
-
-    def _send(self, status: int, body: bytes, content_type: str) -> None:
-        self.send_response(status)
-        self.send_header("Content-Type", content_type)
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-
-class _HttpError(Exception):
-    def __init__(self, status: int, code: str, message: str) -> None:
-        super().__init__(message)
-        self.status, self.code, self.message = status, code, message
-
-
-def _int_or_error(text: str, what: str) -> int:
-    try:
-        return int(text)
-    except ValueError:
-        raise _HttpError(HTTPStatus.BAD_REQUEST, "bad_request", f"{what}: expected an integer, got {text!r}") from None
-
-
-def _socket_folder(path: Path) -> None:
-    """Create the socket's folder only when it is the default state directory: a mistyped
-    --socket must not make /nonexistent/ as root (systemd's RuntimeDirectory= makes /run/hpcpredict)."""
-    if path.parent.is_dir():
-        return
-    if path.parent != state_dir():
-        raise DaemonError(f"socket {path}: folder {path.parent} does not exist (create it, or use "
-                          "RuntimeDirectory= in the systemd unit)")
-    path.parent.mkdir(parents=True, exist_ok=True)
-
-
-def _clear_stale_socket(path: Path) -> None:
-    """Remove a socket file left by a daemon that died; refuse if one is still answering.
-
-    Only "connection refused" (nobody listens) and "no such file" mean stale. Anything else, above
-    all EAGAIN (a live daemon whose accept queue is full) or a timeout, means someone may be
-    there: unlinking its socket would steal a busy daemon's path.
-    """
-    try:
-        mode = path.lstat().st_mode
-    except FileNotFoundError:
-        return
-    if not stat.S_ISSOCK(mode):
-        raise DaemonError(f"{path} exists and is not a socket: refusing to replace it")
-    probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    probe.settimeout(1.0)
-    try:
-        probe.connect(str(path))
-    except (ConnectionRefusedError, FileNotFoundError):
-        path.unlink(missing_ok=True)  # nobody listens: a leftover
-        return
-    except OSError as error:
-        raise DaemonError(
-            f"{path}: a daemon may still be serving there (probe: {error.strerror or error}); refusing to "
-            "replace its socket"
-        ) from None
-    finally:
-        probe.close()
-    raise DaemonError(f"another daemon is already serving on {path}")
+        return gauges, counters
