@@ -800,7 +800,7 @@ def campaign_report(
       hpcpredict campaign-report sim/paper.toml --out /tmp/paper-report
       hpcpredict campaign-report sim/censoring.toml --pair-with "learned default"
     """
-    from hpcpredict.sim.campaign_report import write_report
+    from hpcpredict.sim.campaign_report import write_campaign_report
     from hpcpredict.sim.campaign_store import CampaignStore
 
     definition = _load_campaign(campaign_file)
@@ -826,7 +826,7 @@ def campaign_report(
     # (runs are shared by key across campaigns of one database).
     runs["label"] = runs["key"].map(labels)
     target = out_dir or definition.path.parent / "results" / definition.name
-    paths = write_report(runs, target, f"Campaign {definition.name}", pair_with=pair_with)
+    paths = write_campaign_report(runs, target, f"Campaign {definition.name}", pair_with=pair_with)
     click.echo(f"{len(runs):,} of {len(definition.cells):,} runs reported")
     for path in paths:
         click.echo(f"wrote {path}")

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import click
 
-from hpcpredict.daemon.config import ConfigError, DaemonConfig, load_config, parse_mode
+from hpcpredict.daemon.config import ConfigError, DaemonConfig, load_config, parse_host_port, parse_mode
 
 _config_option = click.option(
     "--config",
@@ -92,7 +92,12 @@ def _open_service(config: DaemonConfig, store=None):  # -> PredictionService (SQ
               "only this user, i.e. slurmctld's SlurmUser, may ask).")
 @click.option("--socket-group", default=None, help="Group given to the socket (with --socket-mode 0660).")
 @click.option("--http", default=None, help="HOST:PORT of the admin JSON API (default "
-              "127.0.0.1:8765; '' disables it).")
+              "127.0.0.1:8765; '' disables it). An address other than loopback needs "
+              "--http-token-file.")
+@click.option("--http-token-file", default=None, type=click.Path(dir_okay=False),
+              help="File holding the bearer token the admin API's per-user endpoints (/errors, "
+              "/users, /predictions, POST /predict) require; not readable by other users (mode "
+              "0600 or 0640). Without it those endpoints are off.")
 @click.option("--spool", default=None, help="Completion reports jobcomp.lua wrote while the daemon "
               "was unreachable; ingested at start and every 30 s (default: jobcomp.spool in the "
               "state directory).")
@@ -132,6 +137,7 @@ def serve(
     socket_mode: str | None,
     socket_group: str | None,
     http: str | None,
+    http_token_file: str | None,
     spool: str | None,
     time_zone: str | None,
     checkpoint_every: int | None,
@@ -148,9 +154,10 @@ def serve(
 
     It answers the SLURM plugin on a Unix socket (line protocol, docs/protocol.md), learns from
     every job reported to it, records jobs, predictions and corrections in the database, and
-    serves an admin JSON API (/health, /metrics, /errors, /users/UID/errors, /predictions,
-    POST /predict). On start it restores the last checkpoint and replays the events logged after
-    it, so a restart — even after kill -9 — loses nothing learned.
+    serves an admin JSON API (/health and /metrics open; /errors, /users, /users/UID/errors,
+    /predictions and POST /predict only with the token of --http-token-file). On start it restores
+    the last checkpoint and replays the events logged after it, so a restart — even after kill -9
+    — loses nothing learned.
     """
     from hpcpredict.daemon.server import Daemon, DaemonError
 
@@ -167,6 +174,7 @@ def serve(
         socket_mode=mode,
         socket_group=socket_group,
         http=http,
+        http_token_file=http_token_file,
         spool=spool,
         time_zone=time_zone,
         checkpoint_every=checkpoint_every,
@@ -177,6 +185,7 @@ def serve(
         correction_margin_s=correction_margin_s,
         starvation_guard=starvation_guard,
     )
+    _check_http_auth(config)
     store, lock = _locked_store(config, create=create_db)
     try:
         service = _open_service(config, store)
@@ -188,6 +197,21 @@ def serve(
     finally:
         lock.release()
         store.close()
+
+
+def _check_http_auth(config: DaemonConfig) -> None:
+    """Refuse an unprotected non-loopback bind or an unsafe token file now, in one line, rather
+    than after the store is opened and replayed (the daemon checks again as it starts the API)."""
+    from hpcpredict.daemon.http_auth import TokenFileError, load_token, require_token_off_loopback
+
+    if not config.http:
+        return
+    try:
+        require_token_off_loopback(parse_host_port(config.http)[0], config.http_token_file)
+        if config.http_token_file:
+            load_token(config.http_token_file)
+    except TokenFileError as error:
+        raise click.ClickException(str(error)) from None
 
 
 def _check_sqlite_file(database: Path, *, create: bool) -> None:
@@ -463,7 +487,7 @@ def report(config_path: Path | None, db_url: str | None, since: str | None, sour
     """An HTML page of the prediction errors: per-user table, ECDF of errors (hpcpredict vs
     requests vs AVE2), per-user bars, error over time. Reads the database only."""
     from hpcpredict.daemon.errors import judged_jobs
-    from hpcpredict.daemon.views import write_report
+    from hpcpredict.daemon.views import write_error_report
     from hpcpredict.outputs import OutputPathError, check_output_dir
 
     store = _read_store(config_path, db_url)  # first: a refused store leaves no folder behind
@@ -476,7 +500,7 @@ def report(config_path: Path | None, db_url: str | None, since: str | None, sour
         judged = judged_jobs(store, since_s=_since_s(since), source=source)
     finally:
         store.close()
-    written = write_report(judged, out_dir)
+    written = write_error_report(judged, out_dir)
     click.echo(f"{len(judged):,} jobs reported: {written.index}; {_source_label(judged, source)}")
 
 

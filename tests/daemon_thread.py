@@ -3,10 +3,13 @@ the wait for one started as a process (`hpcpredict serve`)."""
 
 from __future__ import annotations
 
+import os
+import secrets
 import subprocess
 import threading
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 from hpcpredict.daemon.client import DaemonClient
 from hpcpredict.daemon.config import DaemonConfig
@@ -19,7 +22,7 @@ class Running:
     """A daemon serving in a thread of this process."""
 
     def __init__(self, config: DaemonConfig, *, wait_for_spool: bool = True, **daemon_options: object) -> None:
-        """`daemon_options`: passed to `Daemon` (``max_backlog``)."""
+        """`daemon_options`: passed to `Daemon` (``http_limits``, ``max_backlog``)."""
         self.config = config
         self.store = Store(config.db)
         self.service = PredictionService.open(
@@ -50,6 +53,13 @@ class Running:
         host, port = self.daemon.http_address
         return f"http://{host}:{port}"
 
+    @property
+    def token(self) -> str | None:
+        """The admin API's bearer token, when the config names a token file."""
+        if not self.config.http_token_file:
+            return None
+        return Path(self.config.http_token_file).read_text().strip()
+
     def client(self) -> DaemonClient:
         return DaemonClient(self.config.socket)
 
@@ -57,6 +67,26 @@ class Running:
         self.daemon.stop()
         self.thread.join(15)
         self.store.close()
+
+
+def metric_sample(text: str, name: str, **labels: str) -> float:
+    """The value of sample `name` with exactly `labels` in Prometheus exposition `text` (parsed,
+    so that label order and number formatting are the renderer's business)."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if sample.name == name and sample.labels == labels:
+                return sample.value
+    raise KeyError(f"no sample {name}{labels} in the metrics")
+
+
+def write_token_file(directory: Path) -> str:
+    """A fresh admin API token in `directory`/http-token, private (0600) as the daemon requires."""
+    path = directory / "http-token"
+    path.write_text(secrets.token_hex(32) + "\n")
+    os.chmod(path, 0o600)
+    return str(path)
 
 
 def wait_until_answering(

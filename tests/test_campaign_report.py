@@ -13,7 +13,7 @@ from hpcpredict.sim.campaign_report import (
     learned_table,
     leave_one_log_out,
     log_correlations,
-    write_report,
+    write_campaign_report,
 )
 
 # AVEbsld of four triples on three logs, built so that each held-out choice is known:
@@ -76,7 +76,7 @@ def test_tables_split_learned_and_baselines() -> None:
 
 
 def test_report_files(tmp_path: Path) -> None:
-    paths = write_report(_runs(), tmp_path, "Campaign test")
+    paths = write_campaign_report(_runs(), tmp_path, "Campaign test")
     names = {path.name for path in paths}
     assert {"report.md", "runs.csv", "per_log.csv", "loo.csv", "correlation.csv",
             "triples_per_log.png", "triples_between_logs.png"} <= names
@@ -99,7 +99,7 @@ def test_pair_with_pairs_every_configuration_with_the_one_named(tmp_path: Path) 
             rows.append({"key": f"{label}-{replica}", "log": "A", "label": label, "replica": replica,
                          "predictor": predictor, "ave_bsld": value, "wall_time_s": 1.0,
                          "m_max_wait_s": 3600.0 * value, "m_p99_wait_s": 60.0})
-    paths = write_report(pd.DataFrame(rows), tmp_path, "Campaign test", pair_with=("ref",))
+    paths = write_campaign_report(pd.DataFrame(rows), tmp_path, "Campaign test", pair_with=("ref",))
     assert tmp_path / "replicas_vs_ref.csv" in paths
     paired = pd.read_csv(tmp_path / "replicas_vs_ref.csv", index_col=[0, 1])
     # differences -10, -8, -6 against a mean of 20: -40%, lower on all three replicas

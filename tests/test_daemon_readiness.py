@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from daemon_thread import Running
+from daemon_thread import Running, write_token_file
 from hpcpredict.cli import main
 from hpcpredict.daemon.client import parse_answer
 from hpcpredict.daemon.config import ConfigError, DaemonConfig, load_config
@@ -170,7 +170,7 @@ def test_health_metrics_and_the_start_log_say_not_ready(
 ) -> None:
     caplog.set_level(logging.INFO)
     config = DaemonConfig(db=store_url, socket=str(short_dir / "d.sock"), http="127.0.0.1:0",
-                          spool=str(short_dir / "s.spool"))
+                          http_token_file=write_token_file(short_dir), spool=str(short_dir / "s.spool"))
     running = Running(config)
     try:
         assert any(r.getMessage().startswith("not ready, every PREDICT answers the user's request (untrained")
@@ -182,7 +182,8 @@ def test_health_metrics_and_the_start_log_say_not_ready(
         with running.client() as client:
             assert client.request("PREDICT", uid=3, procs=1, time_limit=600)["prediction"] == "600"
         posted = urllib.request.Request(running.url + "/predict",
-                                        data=json.dumps({"uid": 3, "procs": 1, "time_limit": 600}).encode())
+                                        data=json.dumps({"uid": 3, "procs": 1, "time_limit": 600}).encode(),
+                                        headers={"Authorization": f"Bearer {running.token}"})
         with urllib.request.urlopen(posted, timeout=10) as response:
             assert json.load(response) == {"prediction_s": 600, "time_limit_s": 600, "ready": False,
                                            "reason": "untrained"}

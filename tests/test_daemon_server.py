@@ -25,12 +25,13 @@ from click.testing import CliRunner
 from hpcpredict.cli import main
 from hpcpredict.daemon.client import DaemonReplyError
 from hpcpredict.daemon.config import DaemonConfig
-from hpcpredict.daemon.server import Daemon, DaemonError, _clear_stale_socket
+from hpcpredict.daemon.server import Daemon, DaemonError
 from hpcpredict.daemon.service import PredictionService
+from hpcpredict.daemon.socket_server import clear_stale_socket
 from hpcpredict.daemon.store import Store
 from hpcpredict.jobs import JobRequest
 
-from daemon_thread import Running
+from daemon_thread import Running, metric_sample, write_token_file
 
 
 @pytest.fixture
@@ -48,6 +49,7 @@ def config(short_dir: Path, store_url: str) -> DaemonConfig:
         db=store_url,
         socket=str(short_dir / "d.sock"),
         http="127.0.0.1:0",
+        http_token_file=write_token_file(short_dir),
         spool=str(short_dir / "jobcomp.spool"),
     )
 
@@ -59,14 +61,21 @@ def running(config: DaemonConfig) -> Iterator[Running]:
     daemon.stop()
 
 
-def http(running: Running, path: str, body: bytes | None = None) -> tuple[int, object]:
-    request = urllib.request.Request(running.url + path, data=body, method="POST" if body is not None else "GET")
+def http(running: Running, path: str, body: bytes | None = None, *, method: str | None = None,
+         token: str | None = "running's") -> tuple[int, object]:
+    """One request to the admin API, with the daemon's token unless `token` says otherwise."""
+    headers = {}
+    token = running.token if token == "running's" else token
+    if token is not None:
+        headers["Authorization"] = f"Bearer {token}"
+    method = method or ("POST" if body is not None else "GET")
+    request = urllib.request.Request(running.url + path, data=body, method=method, headers=headers)
     try:
         with urllib.request.urlopen(request, timeout=10) as response:
             raw, status, kind = response.read(), response.status, response.headers["Content-Type"]
     except urllib.error.HTTPError as error:
         raw, status, kind = error.read(), error.code, error.headers["Content-Type"]
-    return status, json.loads(raw) if kind == "application/json" else raw.decode()
+    return status, json.loads(raw) if kind.split(";")[0] == "application/json" else raw.decode()
 
 
 # ---------------------------------------------------------------------------- the socket
@@ -146,7 +155,7 @@ def test_concurrent_clients_all_get_their_answers(running: Running) -> None:
     assert all(1 <= p <= 60 * (i + 1) for answers in results for i, p in enumerate(answers))
     status, text = http(running, "/metrics")
     assert status == 200
-    assert 'hpcpredict_requests_total{verb="PREDICT",outcome="ok"} 800' in text
+    assert metric_sample(text, "hpcpredict_requests_total", verb="PREDICT", outcome="ok") == 800
 
 
 def test_a_second_daemon_on_the_same_socket_is_refused(running: Running) -> None:
@@ -208,7 +217,7 @@ def test_a_busy_live_socket_is_not_taken_as_stale(short_dir: Path) -> None:
             except BlockingIOError:
                 break
         with pytest.raises(DaemonError, match="may still be serving"):
-            _clear_stale_socket(path)
+            clear_stale_socket(path)
         assert path.exists()
     finally:
         for client in waiting:

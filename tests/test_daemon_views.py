@@ -19,7 +19,7 @@ from hpcpredict.daemon.errors import ERROR_COLUMNS, judged_jobs, user_error_stat
 from hpcpredict.daemon.paths import default_db_url
 from hpcpredict.daemon.service import PredictionService
 from hpcpredict.daemon.store import Store
-from hpcpredict.daemon.views import ViewError, parse_since, write_report
+from hpcpredict.daemon.views import ViewError, parse_since, write_error_report
 from hpcpredict.instants import Instant
 from hpcpredict.learn.history import history_events
 from hpcpredict.workload import load_workload
@@ -245,6 +245,6 @@ def test_report_of_an_empty_store_and_escaped_text(store: Store, tmp_path: Path)
     assert run("errors", "--db", store_url, "--format", "json").strip() == "[]"
     assert run("errors", "--db", store_url, "--format", "csv").strip() == ",".join(ERROR_COLUMNS)
 
-    written = write_report(judged_jobs(store), tmp_path / "t", title="<script>x</script> & co")
+    written = write_error_report(judged_jobs(store), tmp_path / "t", title="<script>x</script> & co")
     page = written.index.read_text()
     assert "<script>" not in page and "&lt;script&gt;x&lt;/script&gt; &amp; co" in page

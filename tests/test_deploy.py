@@ -19,6 +19,7 @@ def test_example_config_loads_with_the_documented_paths() -> None:
     assert config.db == "sqlite:////var/lib/hpcpredict/hpcpredict.db"
     assert config.socket == "/run/hpcpredict/hpcpredict.sock"
     assert config.socket_mode == 0o600
+    assert config.http == "127.0.0.1:8765" and config.http_token_file == "/etc/hpcpredict/http-token"
     assert config.slurm is False  # record mode first
     assert config.learner.loss == "eloss"
     assert config.starvation_guard_s == 86_400

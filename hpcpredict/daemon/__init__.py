@@ -9,6 +9,12 @@
   by checkpoint + replay.
 * `errors` — per-user error statistics computed from the store.
 
-The network front ends (Unix socket, HTTP) and the CLI sit on top of `PredictionService` and are
-not here. Nothing in this package creates an engine, a session or a model at import.
+On top of `PredictionService`, the running daemon:
+
+* `server` — `Daemon`: the life cycle (lock, spool, watcher, start and stop of both fronts).
+* `socket_server` — the plugin's Unix socket, a line per request (`handlers`, `protocol`).
+* `http_api` — the admin HTTP API (aiohttp on the daemon's loop), `http_auth` its bearer token,
+  `queries` its reads of the store (run in worker processes), `metrics` the Prometheus counters.
+
+Nothing in this package creates an engine, a session or a model at import.
 """

@@ -7,6 +7,7 @@
     socket_mode = "0600"          # who may ask: the daemon's user (slurmctld's SlurmUser) only
     socket_group = ""             # with socket_mode "0660": a group allowed to ask as well
     http = "127.0.0.1:8765"       # "" disables the admin API
+    http_token_file = "/etc/hpcpredict/http-token"  # bearer token for per-user endpoints (mode 0600/0640)
     spool = "/var/spool/hpcpredict/jobcomp.spool"  # where jobcomp.lua spools when we are down
     checkpoint_every = 1000       # events between model checkpoints
     min_trained_jobs = 231        # until the model has learned this many, PREDICT answers requests
@@ -69,6 +70,10 @@ class ConfigError(ValueError):
     """A configuration file or value that cannot be used; the message names the key."""
 
 
+class DaemonError(RuntimeError):
+    """The daemon cannot start as configured (socket in use, bad path...)."""
+
+
 @dataclass(frozen=True)
 class LearnerConfig:
     loss: str = "eloss"
@@ -104,6 +109,9 @@ class DaemonConfig:
     socket_mode: int = 0o600
     socket_group: str = ""
     http: str = DEFAULT_HTTP
+    # The admin API's bearer token, for its per-user endpoints (hpcpredict/daemon/http_auth.py);
+    # "" turns those endpoints off and keeps the API on loopback addresses.
+    http_token_file: str = ""
     spool: str = field(default_factory=lambda: str(state_dir() / "jobcomp.spool"))
     checkpoint_every: int = 1000
     min_trained_jobs: int = DEFAULT_MIN_TRAINED_JOBS  # readiness.py says why 231
@@ -140,7 +148,7 @@ class DaemonConfig:
 
 
 _DAEMON_KEYS = {
-    "db", "socket", "socket_mode", "socket_group", "http", "spool", "checkpoint_every",
+    "db", "socket", "socket_mode", "socket_group", "http", "http_token_file", "spool", "checkpoint_every",
     "min_trained_jobs", "time_zone",
     "slurm", "slurm_backend", "slurm_interval_s", "correction_margin_s", "starvation_guard",
     "correction", "survival_quantile",

@@ -1,14 +1,23 @@
-"""Counters and a latency histogram for the daemon, rendered in Prometheus' text format.
+"""Counters and a latency histogram for the daemon, exposed through prometheus_client.
 
-Kept by the thread that owns the service (the daemon's event loop), so plain integers suffice;
-the HTTP thread asks that thread to render them.
+The counts are plain integers bumped by the thread that owns the service (the daemon's event
+loop): a PREDICT pays a dict increment and a bisect, no lock. A scrape takes a `snapshot` on
+the loop, then renders it elsewhere with prometheus_client's families and encoder (text format
+0.0.4 by default, OpenMetrics when the scraper asks for it), into a registry made for that one
+scrape: no registry at import, nothing global.
 """
 
 from __future__ import annotations
 
 import bisect
+import dataclasses
 from collections import Counter
+from collections.abc import Iterator
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from prometheus_client.core import Metric
 
 # Seconds; the plugin's budget is a few hundred milliseconds and the goal is p99 < 2 ms.
 LATENCY_BUCKETS_S = (0.0001, 0.00025, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.05, 0.25, 1.0)
@@ -23,6 +32,8 @@ class Metrics:
     connections: int = 0
     # PREDICTs answered with the request because the model was not ready, by reason(s)
     fallbacks: Counter[str] = field(default_factory=Counter)
+    # The admin API's answers, by endpoint (route name, never the raw path) and status code
+    http_requests: Counter[tuple[str, int]] = field(default_factory=Counter)
 
     def observe(self, verb: str, outcome: str, seconds: float) -> None:
         self.requests[(verb, outcome)] += 1
@@ -30,41 +41,90 @@ class Metrics:
         self._latency_sum_s += seconds
         self._latency_count += 1
 
+    def snapshot(self) -> Metrics:
+        """A copy the loop no longer writes to, for rendering on another thread."""
+        return dataclasses.replace(
+            self,
+            requests=Counter(self.requests),
+            _bucket_counts=list(self._bucket_counts),
+            fallbacks=Counter(self.fallbacks),
+            http_requests=Counter(self.http_requests),
+        )
+
     def render(
         self,
         gauges: dict[str, tuple[str, float]],
         counters: dict[str, tuple[str, float]] | None = None,
-    ) -> str:
-        """Prometheus exposition text; `gauges` and `counters` map a name to (help, value)."""
-        lines = [
-            "# HELP hpcpredict_requests_total Requests answered, by verb and outcome.",
-            "# TYPE hpcpredict_requests_total counter",
-        ]
+        *,
+        accept: str = "",
+        process_id: int | None = None,
+    ) -> tuple[bytes, str]:
+        """(exposition body, its Content-Type) for a scraper sending ``Accept: accept``.
+
+        `gauges` and `counters` map a full metric name to (help, value); with `process_id`,
+        prometheus_client's process metrics of that process (CPU, memory, open file descriptors,
+        from /proc: the daemon's, even when rendered by its read worker).
+        """
+        from prometheus_client import CollectorRegistry, ProcessCollector  # only for a scrape
+        from prometheus_client.exposition import choose_encoder
+
+        registry = CollectorRegistry(auto_describe=False)
+        registry.register(_Families(list(self._families(gauges, counters or {}))))
+        if process_id is not None:
+            ProcessCollector(pid=lambda: process_id, registry=registry)
+        encoder, content_type = choose_encoder(accept)
+        return encoder(registry), content_type
+
+    def _families(
+        self, gauges: dict[str, tuple[str, float]], counters: dict[str, tuple[str, float]]
+    ) -> Iterator[Metric]:
+        from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
+
+        requests = CounterMetricFamily(
+            "hpcpredict_requests", "Requests answered, by verb and outcome.", labels=["verb", "outcome"]
+        )
         for (verb, outcome), count in sorted(self.requests.items()):
-            lines.append(f'hpcpredict_requests_total{{verb="{verb}",outcome="{outcome}"}} {count}')
-        lines += [
-            "# HELP hpcpredict_request_seconds Time to answer a request, parsing included.",
-            "# TYPE hpcpredict_request_seconds histogram",
-        ]
-        cumulative = 0
+            requests.add_metric([verb, outcome], count)
+        yield requests
+        cumulative, buckets = 0, []
         for bound, count in zip(LATENCY_BUCKETS_S, self._bucket_counts):
             cumulative += count
-            lines.append(f'hpcpredict_request_seconds_bucket{{le="{bound}"}} {cumulative}')
-        lines.append(f'hpcpredict_request_seconds_bucket{{le="+Inf"}} {self._latency_count}')
-        lines.append(f"hpcpredict_request_seconds_sum {self._latency_sum_s!r}")
-        lines.append(f"hpcpredict_request_seconds_count {self._latency_count}")
-        lines += [
-            "# HELP hpcpredict_connections_total Socket connections accepted.",
-            "# TYPE hpcpredict_connections_total counter",
-            f"hpcpredict_connections_total {self.connections}",
-            "# HELP hpcpredict_fallback_predictions_total PREDICTs answered with the user's request "
-            "because the model was not ready, by reason.",
-            "# TYPE hpcpredict_fallback_predictions_total counter",
-        ]
+            buckets.append((repr(bound), cumulative))
+        buckets.append(("+Inf", self._latency_count))
+        yield HistogramMetricFamily(
+            "hpcpredict_request_seconds",
+            "Time to answer a request, parsing included.",
+            buckets=buckets,
+            sum_value=self._latency_sum_s,
+        )
+        yield CounterMetricFamily("hpcpredict_connections", "Socket connections accepted.", value=self.connections)
+        fallbacks = CounterMetricFamily(
+            "hpcpredict_fallback_predictions",
+            "PREDICTs answered with the user's request because the model was not ready, by reason.",
+            labels=["reason"],
+        )
         for reason, count in sorted(self.fallbacks.items()):
-            lines.append(f'hpcpredict_fallback_predictions_total{{reason="{reason}"}} {count}')
-        for name, (help_text, value) in (counters or {}).items():
-            lines += [f"# HELP {name} {help_text}", f"# TYPE {name} counter", f"{name} {value!r}"]
+            fallbacks.add_metric([reason], count)
+        yield fallbacks
+        http = CounterMetricFamily(
+            "hpcpredict_http_requests",
+            "Admin API answers, by endpoint and HTTP status (503: over the concurrency limits).",
+            labels=["endpoint", "status"],
+        )
+        for (endpoint, status), count in sorted(self.http_requests.items()):
+            http.add_metric([endpoint, str(status)], count)
+        yield http
+        for name, (help_text, value) in counters.items():
+            yield CounterMetricFamily(name, help_text, value=value)
         for name, (help_text, value) in gauges.items():
-            lines += [f"# HELP {name} {help_text}", f"# TYPE {name} gauge", f"{name} {value!r}"]
-        return "\n".join(lines) + "\n"
+            yield GaugeMetricFamily(name, help_text, value=value)
+
+
+class _Families:
+    """A collector of families built beforehand (the scrape's snapshot)."""
+
+    def __init__(self, families: list[Metric]) -> None:
+        self.families = families
+
+    def collect(self) -> list[Metric]:
+        return self.families

@@ -169,7 +169,7 @@ class Report:
     images: list[Path]
 
 
-def write_report(judged: pd.DataFrame, out_dir: Path, *, title: str = "hpcpredict: prediction errors",
+def write_error_report(judged: pd.DataFrame, out_dir: Path, *, title: str = "hpcpredict: prediction errors",
                  top_users: int = 20) -> Report:
     """index.html with the per-user table and three plots (PNG files beside it)."""
     out_dir.mkdir(parents=True, exist_ok=True)

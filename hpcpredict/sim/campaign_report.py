@@ -161,7 +161,7 @@ def log_correlations(table: pd.DataFrame) -> pd.DataFrame:
     return table.dropna().corr(method="pearson")
 
 
-def write_report(
+def write_campaign_report(
     runs: pd.DataFrame, out_dir: Path, title: str, pair_with: tuple[str, ...] = ()
 ) -> list[Path]:
     """Markdown, CSV and PNG files of the campaign's report into `out_dir`; returns the paths.

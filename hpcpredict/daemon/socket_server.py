@@ -1,0 +1,263 @@
+"""The Unix socket the SLURM plugin asks: one line per request, one answer line each.
+
+The socket is created with a umask that keeps it private from the first instant, then given
+`DaemonConfig.socket_mode` (0600: only the daemon's own user, i.e. slurmctld's SlurmUser, may
+connect) and optionally a group. PING and PREDICT are answered on the event loop from memory;
+events are handed to the store writer (writer.py) and answered once committed, in the order of
+the connection's requests: nothing here waits on the database, the HTTP API or its reads.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import concurrent.futures
+import contextlib
+import functools
+import grp
+import os
+import socket
+import stat
+import time
+from pathlib import Path
+from typing import Any
+
+from hpcpredict.daemon.config import DaemonConfig, DaemonError
+from hpcpredict.daemon.handlers import EVENT_VERBS, Handlers
+from hpcpredict.daemon.paths import state_dir
+from hpcpredict.daemon.protocol import MAX_LINE_BYTES, format_error
+from hpcpredict.daemon.writer import StoreWriter, WriterBusyError, WriterStoppedError
+
+IDLE_TIMEOUT_S = 60.0  # a socket client silent this long is disconnected
+# Events of one connection waiting for the writer; past it the connection is not read until they
+# drain, so a client pipelining 3,000 ENDs is slowed by its socket buffer, not refused, and
+# cannot fill the writer's backlog alone.
+MAX_EVENTS_IN_FLIGHT = 64
+
+
+async def start_socket(
+    path: Path, config: DaemonConfig, handlers: Handlers, writer: StoreWriter
+) -> asyncio.AbstractServer:
+    """Listen on `path` for the plugin; refuse to replace a socket some daemon still answers on."""
+    clear_stale_socket(path)
+    socket_folder(path)
+    loop = asyncio.get_running_loop()
+    previous = os.umask(0o177)  # private from the first instant; chmod below widens it
+    try:
+        server = await loop.create_unix_server(lambda: LineProtocol(handlers, writer, loop), path=str(path))
+    finally:
+        os.umask(previous)
+    os.chmod(path, config.socket_mode)
+    if config.socket_group:
+        try:
+            os.chown(path, -1, grp.getgrnam(config.socket_group).gr_gid)
+        except KeyError:
+            server.close()
+            raise DaemonError(f"socket_group: no such group {config.socket_group!r}") from None
+    return server
+
+
+class LineProtocol(asyncio.Protocol):
+    """One socket connection: lines in, one answer line each, in order.
+
+    A `Protocol` rather than asyncio streams: no task per connection and no timer task per
+    line, which is what the plugin's connect-ask-close pattern pays for at every ``sbatch``.
+    A client that stops reading its answers is paused (flow control), one that sends nothing
+    for `IDLE_TIMEOUT_S` is disconnected, and a line over `MAX_LINE_BYTES` is answered
+    ``too_long`` and the connection closed (it cannot be resynchronised).
+
+    PING and PREDICT are answered here, on the loop. An event is handed to the store writer and
+    answered when it has committed; answers wait in `pending` so that they leave in the order of
+    their requests. Past `MAX_EVENTS_IN_FLIGHT` events waiting, the connection is not read until
+    they drain; past the writer's backlog, an event is answered ``ERR busy`` at once.
+    """
+
+    def __init__(self, handlers: Handlers, writer: StoreWriter, loop: asyncio.AbstractEventLoop) -> None:
+        self.handlers = handlers
+        self.writer = writer
+        self.loop = loop
+        self.buffer = bytearray()
+        self.transport: asyncio.Transport | None = None
+        self.idle: asyncio.TimerHandle | None = None
+        # Answers not written yet, in request order: [future or None, answer or None, verb, began].
+        self.pending: collections.deque[list[Any]] = collections.deque()
+        self.in_flight = 0  # events handed to the writer, not answered yet
+        self.paused_by_client = False  # the client does not read its answers (pause_writing)
+        self.paused_by_events = False  # too many events in flight
+        self.eof = False
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
+        self.handlers.metrics.connections += 1
+        self.idle = self.loop.call_later(IDLE_TIMEOUT_S, transport.close)
+
+    def data_received(self, data: bytes) -> None:
+        self.buffer += data
+        self._read_lines()
+
+    def _read_lines(self) -> None:
+        assert self.transport is not None
+        while not self.paused_by_events:
+            end = self.buffer.find(b"\n")
+            if end < 0:
+                if len(self.buffer) > MAX_LINE_BYTES:
+                    self._too_long()
+                elif self.eof:
+                    self._last_line()
+                return
+            if end > MAX_LINE_BYTES + 1:
+                self._too_long()
+                return
+            line = bytes(self.buffer[:end]).rstrip(b"\r")
+            del self.buffer[: end + 1]
+            self._serve(line)
+            if self.transport.is_closing():
+                return
+            if self.idle is not None:
+                self.idle.cancel()
+                self.idle = self.loop.call_later(IDLE_TIMEOUT_S, self.transport.close)
+
+    def _serve(self, line: bytes) -> None:
+        began = time.perf_counter()
+        request = self.handlers.parse(line)
+        if isinstance(request, bytes):
+            self._reply(request)
+            return
+        if request.verb not in EVENT_VERBS:
+            answer, outcome = self.handlers.answer(request)
+            self.handlers.metrics.observe(request.verb, outcome, time.perf_counter() - began)
+            self._reply(answer)
+            return
+        try:
+            future = self.writer.submit(functools.partial(self.handlers.answer, request))
+        except (WriterBusyError, WriterStoppedError) as error:
+            code = "busy" if isinstance(error, WriterBusyError) else "unavailable"
+            self.handlers.metrics.observe(request.verb, code, time.perf_counter() - began)
+            self._reply(format_error(code, str(error)))
+            return
+        self.pending.append([future, None, request.verb, began])
+        self.in_flight += 1
+        if self.in_flight >= MAX_EVENTS_IN_FLIGHT and not self.paused_by_events:
+            self.paused_by_events = True
+            self._update_reading()
+        future.add_done_callback(self._event_done)
+
+    def _reply(self, answer: bytes) -> None:
+        assert self.transport is not None
+        if self.pending:  # behind an event's answer
+            self.pending.append([None, answer, "", 0.0])
+        else:
+            self.transport.write(answer)
+
+    def _event_done(self, future: concurrent.futures.Future[Any]) -> None:
+        """On the writer's thread: wake the loop to write what is ready."""
+        with contextlib.suppress(RuntimeError):  # the loop is closed: nobody to answer
+            self.loop.call_soon_threadsafe(self._flush)
+
+    def _flush(self) -> None:
+        """Write the answers at the head of `pending` that are ready, in order."""
+        assert self.transport is not None
+        while self.pending:
+            future, answer, verb, began = self.pending[0]
+            if future is not None:
+                if not future.done():
+                    break
+                answer, outcome = future.result()  # Handlers.answer never raises
+                self.handlers.metrics.observe(verb, outcome, time.perf_counter() - began)
+                self.in_flight -= 1
+            self.pending.popleft()
+            if not self.transport.is_closing():
+                self.transport.write(answer)
+        if self.paused_by_events and self.in_flight <= MAX_EVENTS_IN_FLIGHT // 2:
+            self.paused_by_events = False
+            self._update_reading()
+            self._read_lines()  # lines already received while paused
+        if self.eof and not self.pending and not self.buffer and not self.transport.is_closing():
+            self.transport.close()
+
+    def _update_reading(self) -> None:
+        assert self.transport is not None
+        if self.transport.is_closing():
+            return
+        if self.paused_by_client or self.paused_by_events:
+            self.transport.pause_reading()
+        else:
+            self.transport.resume_reading()
+
+    def eof_received(self) -> bool:
+        """The client sent everything: answer what is left (a last line may lack its newline),
+        then close; keep the connection open for writing while events are being committed."""
+        self.eof = True
+        self._read_lines()
+        assert self.transport is not None
+        if not self.pending and not self.buffer:
+            return False  # close once the answers are written
+        return True
+
+    def _last_line(self) -> None:
+        if self.buffer.strip():
+            line = bytes(self.buffer).strip()
+            self.buffer.clear()
+            self._serve(line)
+        else:
+            self.buffer.clear()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if self.idle is not None:
+            self.idle.cancel()
+
+    def pause_writing(self) -> None:
+        self.paused_by_client = True  # a client not reading its answers gets no new ones
+        self._update_reading()
+
+    def resume_writing(self) -> None:
+        self.paused_by_client = False
+        self._update_reading()
+
+    def _too_long(self) -> None:
+        assert self.transport is not None
+        self.transport.write(format_error("too_long", f"request longer than {MAX_LINE_BYTES} bytes"))
+        self.handlers.metrics.observe("?", "too_long", 0.0)
+        self.buffer.clear()
+        self.transport.close()
+
+
+def socket_folder(path: Path) -> None:
+    """Create the socket's folder only when it is the default state directory: a mistyped
+    --socket must not make /nonexistent/ as root (systemd's RuntimeDirectory= makes /run/hpcpredict)."""
+    if path.parent.is_dir():
+        return
+    if path.parent != state_dir():
+        raise DaemonError(f"socket {path}: folder {path.parent} does not exist (create it, or use "
+                          "RuntimeDirectory= in the systemd unit)")
+    path.parent.mkdir(parents=True, exist_ok=True)
+
+
+def clear_stale_socket(path: Path) -> None:
+    """Remove a socket file left by a daemon that died; refuse if one is still answering.
+
+    Only "connection refused" (nobody listens) and "no such file" mean stale. Anything else, above
+    all EAGAIN (a live daemon whose accept queue is full) or a timeout, means someone may be
+    there: unlinking its socket would steal a busy daemon's path.
+    """
+    try:
+        mode = path.lstat().st_mode
+    except FileNotFoundError:
+        return
+    if not stat.S_ISSOCK(mode):
+        raise DaemonError(f"{path} exists and is not a socket: refusing to replace it")
+    probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    probe.settimeout(1.0)
+    try:
+        probe.connect(str(path))
+    except (ConnectionRefusedError, FileNotFoundError):
+        path.unlink(missing_ok=True)  # nobody listens: a leftover
+        return
+    except OSError as error:
+        raise DaemonError(
+            f"{path}: a daemon may still be serving there (probe: {error.strerror or error}); refusing to "
+            "replace its socket"
+        ) from None
+    finally:
+        probe.close()
+    raise DaemonError(f"another daemon is already serving on {path}")
