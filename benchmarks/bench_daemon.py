@@ -37,6 +37,7 @@ import dataclasses
 import multiprocessing
 import os
 import platform
+import secrets
 import shutil
 import signal
 import socket
@@ -112,14 +113,20 @@ def event_stream(socket_path: str, jobs: list[tuple[int, int, int, int]], stop, 
     out.send((sent, time.perf_counter() - began))
 
 
-def admin_reads(url: str, stop, out) -> None:
-    """GET `url` in a loop until `stop` is set; the duration of each read."""
+def admin_reads(url: str, token: str, stop, out) -> None:
+    """GET `url` (with the admin API's bearer token) in a loop until `stop` is set; the duration
+    of each read, or the error that stopped the loop (sent, so the benchmark does not wait)."""
     durations = []
-    while not stop.is_set():
-        began = time.perf_counter()
-        with urllib.request.urlopen(url, timeout=120) as response:
-            response.read()
-        durations.append(time.perf_counter() - began)
+    request = urllib.request.Request(url, headers={"Authorization": f"Bearer {token}"})
+    try:
+        while not stop.is_set():
+            began = time.perf_counter()
+            with urllib.request.urlopen(request, timeout=120) as response:
+                response.read()
+            durations.append(time.perf_counter() - began)
+    except Exception as error:  # noqa: BLE001 - reported by the benchmark
+        out.send(error)
+        return
     out.send(durations)
 
 
@@ -152,8 +159,8 @@ def run_mode(socket_path: str, requests: list[bytes], clients: int, per_client: 
     }
 
 
-def run_loaded(socket_path: str, http_url: str, requests: list[bytes], jobs, clients: int, per_client: int,
-               *, stream: bool = True, admin: bool = True) -> tuple[dict, str]:
+def run_loaded(socket_path: str, http_url: str, token: str, requests: list[bytes], jobs, clients: int,
+               per_client: int, *, stream: bool = True, admin: bool = True) -> tuple[dict, str]:
     """Connect-ask-close PREDICTs while the event stream and/or the admin reads run."""
     stop = multiprocessing.Event()
     stream_pipe, stream_child = multiprocessing.Pipe(duplex=False)
@@ -162,7 +169,7 @@ def run_loaded(socket_path: str, http_url: str, requests: list[bytes], jobs, cli
     if stream:
         helpers.append(multiprocessing.Process(target=event_stream, args=(socket_path, jobs, stop, stream_child)))
     if admin:
-        helpers.append(multiprocessing.Process(target=admin_reads, args=(f"{http_url}/errors", stop, reads_child)))
+        helpers.append(multiprocessing.Process(target=admin_reads, args=(f"{http_url}/errors", token, stop, reads_child)))
     for helper in helpers:
         helper.start()
     time.sleep(1.0)  # under way before the PREDICTs start
@@ -175,6 +182,8 @@ def run_loaded(socket_path: str, http_url: str, requests: list[bytes], jobs, cli
         notes.append(f"event stream {events:,} events in {stream_s:.1f} s ({events / stream_s:,.0f}/s acknowledged)")
     if admin:
         durations = reads_pipe.recv()
+        if isinstance(durations, Exception):
+            raise SystemExit(f"GET /errors failed: {durations!r}")
         notes.append(f"GET /errors {len(durations)} reads, mean "
                      f"{1e3 * float(np.mean(durations)) if durations else float('nan'):,.0f} ms, "
                      f"max {1e3 * max(durations, default=float('nan')):,.0f} ms")
@@ -249,11 +258,15 @@ def main() -> None:
             began = time.perf_counter()
             preload(db, workload, args.preload_jobs)
             print(f"preloaded {args.preload_jobs:,} live jobs in {time.perf_counter() - began:.0f} s", file=sys.stderr)
+        token = secrets.token_hex(32)  # the admin API serves /errors only with its bearer token
+        token_file = directory / "http-token"
+        token_file.write_text(token + "\n")
+        token_file.chmod(0o600)
         port = free_port()
         http_url = f"http://127.0.0.1:{port}"
         daemon = subprocess.Popen(
             [sys.executable, "-m", "hpcpredict.cli", "serve", "--db", db, "--socket", socket_path,
-             "--http", f"127.0.0.1:{port}", "--spool", str(directory / "jobcomp.spool"), "--log-level", "warning"]
+             "--http", f"127.0.0.1:{port}", "--http-token-file", str(token_file), "--spool", str(directory / "jobcomp.spool"), "--log-level", "warning"]
         )
         deadline = time.monotonic() + 30
         while not os.path.exists(socket_path):
@@ -273,7 +286,7 @@ def main() -> None:
         note = ""
         if not args.no_loaded:
             jobs = [(job.user_id, job.procs, job.requested_s, max(1, job.run_s)) for job in workload.jobs]
-            row, note = run_loaded(socket_path, http_url, requests, jobs, args.clients, args.requests,
+            row, note = run_loaded(socket_path, http_url, token, requests, jobs, args.clients, args.requests,
                                    stream=not args.no_stream, admin=not args.no_admin)
             rows.append(row)
         daemon.send_signal(signal.SIGTERM)
