@@ -18,7 +18,7 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from hpcpredict.daemon.metrics import Metrics
+from hpcpredict.daemon.metrics import ServiceCounters
 from hpcpredict.daemon.protocol import (
     PROTOCOL_VERSION,
     ProtocolError,
@@ -53,11 +53,11 @@ class Handlers:
         self,
         service: PredictionService,
         *,
-        metrics: Metrics | None = None,
+        metrics: ServiceCounters | None = None,
         clock: Callable[[], float] = time.time,
     ) -> None:
         self.service = service
-        self.metrics = Metrics() if metrics is None else metrics
+        self.metrics = ServiceCounters() if metrics is None else metrics
         self.clock = clock
         # Why the plugin must not lower limits now (None: it may), asked at every PREDICT: the
         # daemon points it at the SLURM watcher's starvation guard.

@@ -24,7 +24,9 @@ LATENCY_BUCKETS_S = (0.0001, 0.00025, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.05, 0
 
 
 @dataclass
-class Metrics:
+class ServiceCounters:
+    """What the daemon counts for /metrics (named apart from the simulator's `sim.metrics.Metrics`)."""
+
     requests: Counter[tuple[str, str]] = field(default_factory=Counter)  # (verb, ok|error code)
     _bucket_counts: list[int] = field(default_factory=lambda: [0] * (len(LATENCY_BUCKETS_S) + 1))
     _latency_sum_s: float = 0.0
@@ -41,7 +43,7 @@ class Metrics:
         self._latency_sum_s += seconds
         self._latency_count += 1
 
-    def snapshot(self) -> Metrics:
+    def snapshot(self) -> ServiceCounters:
         """A copy the loop no longer writes to, for rendering on another thread."""
         return dataclasses.replace(
             self,

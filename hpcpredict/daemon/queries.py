@@ -18,7 +18,7 @@ from typing import TypeVar
 from sqlalchemy import select
 
 from hpcpredict.daemon import user_errors
-from hpcpredict.daemon.metrics import Metrics
+from hpcpredict.daemon.metrics import ServiceCounters
 from hpcpredict.daemon.store import JobRow, PredictionRow, Store
 
 _T = TypeVar("_T")
@@ -97,7 +97,7 @@ def site_totals(store: Store) -> dict[str, float]:
 
 def metrics_exposition(
     store: Store,
-    counts: Metrics,
+    counts: ServiceCounters,
     gauges: dict[str, tuple[str, float]],
     counters: dict[str, tuple[str, float]],
     accept: str,
