@@ -4,15 +4,19 @@ the daemon's databases (SQLite and PostgreSQL, see tests/pg_server.py)."""
 from __future__ import annotations
 
 import os
+import shutil
 import sqlite3
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from sqlalchemy.engine import make_url
 
+from hpcpredict.daemon.config import DaemonConfig
 from hpcpredict.daemon.store import Store
 from hpcpredict.swf import SwfRecord
+from daemon_thread import Running
 from pg_server import PostgresServer, ServerUnavailable
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -30,6 +34,23 @@ def shared_log(name: str) -> Path:
     if not path.is_file():
         pytest.skip(f"real log {name} not found in {SHARED_SWF_DIR} (see ../shared/README.md)")
     return path
+
+
+@pytest.fixture
+def short_dir() -> Iterator[Path]:
+    """A private folder with a short path: Unix socket paths are limited to ~107 bytes, and
+    pytest's tmp_path can be longer."""
+    path = Path(tempfile.mkdtemp(prefix="hp"))
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+@pytest.fixture
+def running(config: DaemonConfig) -> Iterator[Running]:
+    """A daemon serving in a thread on the test module's `config`, stopped afterwards."""
+    daemon = Running(config)
+    yield daemon
+    daemon.stop()
 
 
 @pytest.fixture

@@ -8,12 +8,10 @@ from __future__ import annotations
 import io
 import logging
 import random
-import shutil
 import signal
 import subprocess
 import sys
-import tempfile
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -175,13 +173,6 @@ def test_a_checkpoint_made_with_other_constants_is_still_refused(store: Store) -
 
 
 # ---------------------------------------------------------------------------- what serve says
-@pytest.fixture
-def short_dir() -> Iterator[Path]:
-    path = Path(tempfile.mkdtemp(prefix="hpk"))
-    yield path
-    shutil.rmtree(path, ignore_errors=True)
-
-
 def test_serve_starts_and_says_what_it_found_when_the_trained_model_is_damaged(
     short_dir: Path, sample_log: Path
 ) -> None:

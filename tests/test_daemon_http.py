@@ -7,14 +7,11 @@ from __future__ import annotations
 import json
 import multiprocessing
 import os
-import shutil
 import signal
 import socket
-import tempfile
 import threading
 import urllib.error
 import urllib.request
-from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from pathlib import Path
@@ -43,14 +40,6 @@ PER_USER_GETS = ("/errors", "/users", "/users/4/errors", "/predictions")
 
 
 @pytest.fixture
-def short_dir() -> Iterator[Path]:
-    """Unix socket paths are limited to ~107 bytes: pytest's tmp_path can be longer."""
-    path = Path(tempfile.mkdtemp(prefix="hph"))
-    yield path
-    shutil.rmtree(path, ignore_errors=True)
-
-
-@pytest.fixture
 def config(short_dir: Path) -> DaemonConfig:
     return DaemonConfig(
         db=f"sqlite:///{short_dir / 'd.db'}",
@@ -59,13 +48,6 @@ def config(short_dir: Path) -> DaemonConfig:
         http_token_file=write_token_file(short_dir),
         spool=str(short_dir / "jobcomp.spool"),
     )
-
-
-@pytest.fixture
-def running(config: DaemonConfig) -> Iterator[Running]:
-    daemon = Running(config)
-    yield daemon
-    daemon.stop()
 
 
 def call(running: Running, path: str, body: bytes | None = None, *, method: str | None = None,

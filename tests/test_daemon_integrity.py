@@ -12,12 +12,10 @@ from __future__ import annotations
 import json
 import logging
 import re
-import shutil
 import socket
 import tempfile
 import urllib.error
 import urllib.request
-from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -185,13 +183,6 @@ def test_each_event_kind_is_put_back_exactly(store: Store, learner: str) -> None
 
 
 # ---------------------------------------------------------------------------- what clients see
-@pytest.fixture
-def short_dir() -> Iterator[Path]:
-    path = Path(tempfile.mkdtemp(prefix="hpi"))
-    yield path
-    shutil.rmtree(path, ignore_errors=True)
-
-
 def exchange(path: str, line: bytes) -> bytes:
     """One request line, its raw answer line (the client would turn an ERR into an exception)."""
     with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as connection:

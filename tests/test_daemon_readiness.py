@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import json
 import logging
-import shutil
-import tempfile
 import time
 import urllib.request
 from collections.abc import Iterator
@@ -153,13 +151,6 @@ def test_min_trained_jobs_in_the_config_file_and_on_the_command_line(tmp_path: P
 
 
 # ---------------------------------------------------------------------------- the daemon
-@pytest.fixture
-def short_dir() -> Iterator[Path]:
-    path = Path(tempfile.mkdtemp(prefix="hpr"))
-    yield path
-    shutil.rmtree(path, ignore_errors=True)
-
-
 def get(running: Running, path: str) -> tuple[int, bytes]:
     with urllib.request.urlopen(running.url + path, timeout=10) as response:
         return response.status, response.read()

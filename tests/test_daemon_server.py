@@ -5,16 +5,13 @@ from __future__ import annotations
 import json
 import os
 import random
-import shutil
 import socket
 import sqlite3
 import stat
 import subprocess
 import sys
-import tempfile
 import urllib.error
 import urllib.request
-from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from pathlib import Path
@@ -35,14 +32,6 @@ from daemon_thread import Running, metric_sample, write_token_file
 
 
 @pytest.fixture
-def short_dir() -> Iterator[Path]:
-    """Unix socket paths are limited to ~107 bytes: pytest's tmp_path can be longer."""
-    path = Path(tempfile.mkdtemp(prefix="hpd"))
-    yield path
-    shutil.rmtree(path, ignore_errors=True)
-
-
-@pytest.fixture
 def config(short_dir: Path, store_url: str) -> DaemonConfig:
     """The daemon on each backend of `store_url` (SQLite and a real PostgreSQL)."""
     return DaemonConfig(
@@ -52,13 +41,6 @@ def config(short_dir: Path, store_url: str) -> DaemonConfig:
         http_token_file=write_token_file(short_dir),
         spool=str(short_dir / "jobcomp.spool"),
     )
-
-
-@pytest.fixture
-def running(config: DaemonConfig) -> Iterator[Running]:
-    daemon = Running(config)
-    yield daemon
-    daemon.stop()
 
 
 def http(running: Running, path: str, body: bytes | None = None, *, method: str | None = None,

@@ -16,16 +16,12 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import socket
 import sqlite3
 import subprocess
 import sys
-import tempfile
 import threading
 import time
-from collections.abc import Iterator
-from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -43,14 +39,6 @@ SPOOLED_REPORTS = 8_000
 BURST_ENDS = 3_000
 USERS = 40
 RECENT_S = int(time.time()) - 10 * 86_400  # the reports are recent: the model is ready (staleness.py)
-
-
-@pytest.fixture
-def short_dir() -> Iterator[Path]:
-    """Unix socket paths are limited to ~107 bytes: pytest's tmp_path can be longer."""
-    path = Path(tempfile.mkdtemp(prefix="hps"))
-    yield path
-    shutil.rmtree(path, ignore_errors=True)
 
 
 @pytest.fixture
