@@ -31,8 +31,8 @@ from hpcpredict.sim.slurm_backfill import SlurmParams, SlurmParamsError
 _BACKFILL_PARAMETERS = ("bf_interval", "bf_max_job_test", "bf_window", "bf_resolution")
 # Priority weights that change the order in ways the model does not represent.
 _UNMODELLED_WEIGHTS = (
-    "priorityweightassoc", "priorityweightfairshare", "priorityweightpartition",
-    "priorityweightqos", "priorityweighttres",
+    "PriorityWeightAssoc", "PriorityWeightFairshare", "PriorityWeightPartition",
+    "PriorityWeightQOS", "PriorityWeightTRES",
 )
 _TIME = re.compile(r"(?:(\d+)-)?(\d+)(?::(\d+))?(?::(\d+))?")
 
@@ -119,8 +119,9 @@ def _interpret(settings: dict[str, tuple[str, str]]) -> SlurmConf:
         if "priorityfavorsmall" in settings:
             values.append(f"PriorityFavorSmall={settings['priorityfavorsmall'][0]}")
         for key in _UNMODELLED_WEIGHTS:
-            if key in settings and settings[key][0] not in ("0", ""):
-                not_modelled.append(f"{_display(key)}={settings[key][0]}")
+            value, _ = settings.get(key.lower(), ("0", ""))
+            if value not in ("0", ""):
+                not_modelled.append(f"{key}={value}")
     elif priority_type != "priority/basic":
         not_modelled.append(f"PriorityType={priority_type} (modelled as priority/basic)")
     try:
@@ -142,6 +143,3 @@ def _time_s(value: str, where: str) -> int:
         return (int(first) * 60 + int(second)) * 60 + int(third)
     return int(first) * 60 + int(second or 0)  # min[:sec]
 
-
-def _display(key: str) -> str:
-    return "PriorityWeight" + key.removeprefix("priorityweight").capitalize().replace("Qos", "QOS").replace("Tres", "TRES")
