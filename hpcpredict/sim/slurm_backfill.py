@@ -441,13 +441,12 @@ def simulate_slurm(
             plan_correction(index)
             note_change()  # a raised limit is a job update: the next pass re-plans
         else:
+            check_guard()  # while the pass is still due: limits it raises are planned by this pass
             pass_scheduled = False
-            check_guard()
-            if changed and pending:
-                changed = False
+            due = changed and bool(pending)
+            changed = False
+            if due:
                 backfill_pass()
-            else:
-                changed = False
 
     if progress is not None:
         progress(finished)
