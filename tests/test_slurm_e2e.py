@@ -32,6 +32,7 @@ pytestmark = [pytest.mark.slurm, pytest.mark.slow]
 PLUGIN_DIR = Path(__file__).resolve().parent.parent / "slurm-plugin"
 TIMEOUT_MS = 300
 LONG_JOB_S = 100  # > 1 min + SLURM's 30 s check: killed unless corrected
+HISTORY_JOBS = 50  # one-minute jobs taught before the guard test
 
 
 class ServeProcess:
@@ -293,12 +294,20 @@ def test_the_starvation_guard_gives_running_jobs_their_requests_and_holds_loweri
     assert corrections(daemon, blocker)[-1][1] == 3600
     with DaemonClient(daemon.socket) as client:
         assert client.request("PING")["lower"] == "0"
-        # The model has learned about ten jobs; its prediction for a 30-minute job has been seen
-        # anywhere from 87 s to the request itself from run to run. A job is lowered later only
-        # if its prediction is below its request: take the first limit for which it is.
-        held_min = next((limit_min for limit_min in (30, 120, 480, 1440)
-                         if int(client.request("PREDICT", uid=0, procs=1, time_limit=60 * limit_min)["prediction"])
-                         < 60 * limit_min), 30)
+        # The model has learned only the dozen jobs the earlier tests ran, and its prediction for a
+        # 30-minute job has been seen anywhere from 87 s to the request itself from run to run.
+        # Teach it (through the socket, as jobcomp.lua would report them) that this user's
+        # 30-minute single-processor jobs run a minute, so the held job has a prediction below
+        # its request: the lowering the guard holds back is then a real one.
+        # Recent jobs (the daemon reads a model whose newest job is old as stale, docs/daemon.md).
+        first_s = int(time.time()) - 100 * HISTORY_JOBS
+        for k in range(HISTORY_JOBS):
+            submit_s = first_s + 100 * k
+            client.request("END", job=900_000 + k, uid=0, procs=1, time_limit=1800,
+                           submit=submit_s, start=submit_s, end=submit_s + 60, state="COMPLETED")
+        prediction_s = int(client.request("PREDICT", uid=0, procs=1, time_limit=1800)["prediction"])
+    assert prediction_s < 1800, f"after {HISTORY_JOBS} one-minute jobs the model predicts {prediction_s} s"
+    held_min = 30
     held = cluster.sbatch(f"--time={held_min}", "-n", "1", script="sleep 5")
     fields = cluster.job_fields(held)
     assert minutes(fields["TimeLimit"]) == held_min, fields  # not lowered while the guard is on
