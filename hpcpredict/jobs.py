@@ -9,6 +9,7 @@ All times are whole seconds; processors are counts.
 
 from __future__ import annotations
 
+import zlib
 from dataclasses import dataclass
 
 
@@ -58,3 +59,12 @@ class Job:
     @property
     def user_id(self) -> int:
         return self.request.user_id
+
+
+def label_id(name: str) -> int:
+    """A stable non-negative id for a partition or job name (CRC-32, 31 bits).
+
+    The learner reads neither (docs/method.md §2), so the id only has to be stable across restarts
+    and hosts, which a hash is without a registry to keep in step.
+    """
+    return zlib.crc32(name.encode("utf-8")) & 0x7FFFFFFF

@@ -4,8 +4,10 @@ hpcpredict job_submit plugin for SLURM (JobSubmitPlugins=lua; install beside slu
 At each submission with a time limit, asks the hpcpredict daemon (its Unix socket, line protocol
 of docs/protocol.md) for a runtime prediction and, in "lower" mode, lowers the job's time limit
 to it: whole minutes, at least 1, never above the user's request. The request and the prediction
-are kept in admin_comment ("hpcpredict:request_s=N,prediction_s=P,mode=M"), which users cannot
-set, so the corrector can raise the limit again up to the request and nothing is lost. When the
+are kept in admin_comment ("hpcpredict:request_s=N,prediction_s=P,mode=M,procs=C,token=T"),
+which users cannot set, so the corrector can raise the limit again up to the request and nothing
+is lost; the processors C and the daemon's token T let the job learn from exactly the features
+this prediction was computed from. When the
 daemon answers lower=0 (its starvation guard is on), the limit is kept and the daemon lowers it
 later, once the guard is off (the mode in the mark says it may).
 
@@ -63,7 +65,8 @@ local function predict_and_apply(job_desc, submit_uid)
 		return "no time limit: untouched"
 	end
 	local uid = submit_uid or job_desc.user_id
-	local request = string.format("PREDICT uid=%d procs=%d time_limit=%d", uid, requested_cpus(job_desc), limit_min * 60)
+	local cpus = requested_cpus(job_desc)
+	local request = string.format("PREDICT uid=%d procs=%d time_limit=%d", uid, cpus, limit_min * 60)
 	if job_desc.partition then
 		request = request .. " partition=" .. common.encode(job_desc.partition)
 	end
@@ -78,8 +81,14 @@ local function predict_and_apply(job_desc, submit_uid)
 		return fields .. ": untouched"
 	end
 	local minutes = math.max(1, math.min(limit_min, math.ceil(seconds / 60)))
-	local tag = string.format("%srequest_s=%d,prediction_s=%d,mode=%s", common.TAG, limit_min * 60, seconds,
-		SETTINGS.mode == "lower" and "lower" or "record")
+	-- procs: the count predicted for, which the watcher and jobcomp.lua report whatever SLURM
+	-- allocates; token: the daemon's key to the features of this prediction (docs/protocol.md)
+	local tag = string.format("%srequest_s=%d,prediction_s=%d,mode=%s,procs=%d", common.TAG, limit_min * 60, seconds,
+		SETTINGS.mode == "lower" and "lower" or "record", cpus)
+	local token = fields.token and fields.token:match("^[0-9a-f%-]+$")
+	if token and #token <= 40 then
+		tag = tag .. ",token=" .. token
+	end
 	local previous = job_desc.admin_comment
 	if previous and previous ~= "" then
 		job_desc.admin_comment = tag .. " " .. previous

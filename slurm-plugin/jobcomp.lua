@@ -44,9 +44,11 @@ local function report_line(job)
 		lowered_kill = 1
 	end
 	local requested = request_s or limit_s
+	-- the processors the plugin predicted for (its mark), else SLURM's count: docs/protocol.md
+	local procs = tonumber(comment:match("hpcpredict:[^ ]*,procs=(%d+)")) or math.max(1, number(job.total_cpus) or 1)
 	local line = string.format(
 		"END job=%d uid=%d procs=%d submit=%d start=%d end=%d run=%d state=%s lowered_kill=%d",
-		job.job_id, job.user_id, math.max(1, number(job.total_cpus) or 1),
+		job.job_id, job.user_id, procs,
 		number(job.submit_time) or start_s, start_s, end_s, run_s,
 		STATE_NAMES[state_code] or tostring(state_code), lowered_kill)
 	if requested > 0 then

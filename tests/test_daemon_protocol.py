@@ -38,10 +38,10 @@ def ask(handlers: Handlers, line: str) -> dict[str, str]:
 
 # ---------------------------------------------------------------------------- parsing
 def test_request_round_trips_through_percent_encoding() -> None:
-    fields = {"name": "my job = 100% sûr", "uid": 7, "flag": True}
-    request = parse_request(format_request("predict", fields).rstrip(b"\n"))
-    assert request.verb == "PREDICT"
-    assert request.fields == {"name": "my job = 100% sûr", "uid": "7", "flag": "1"}
+    fields = {"name": "my job = 100% sûr", "uid": 7, "lowered_kill": True, "job": 3}
+    request = parse_request(format_request("end", fields).rstrip(b"\n"))
+    assert request.verb == "END"
+    assert request.fields == {"name": "my job = 100% sûr", "uid": "7", "lowered_kill": "1", "job": "3"}
 
 
 @pytest.mark.parametrize(
@@ -53,6 +53,8 @@ def test_request_round_trips_through_percent_encoding() -> None:
         (b"PREDICT uid", "bad_request"),
         (b"PREDICT Uid=1", "bad_request"),
         (b"PREDICT uid=1 uid=2", "bad_request"),
+        (b"PREDICT uid=1 procs=1 time_limt=60", "bad_request"),  # misspelt: not a default taken
+        (b"LIMIT job=1 time_limit=60 procs=2", "bad_request"),  # a key of another verb
         (b"PREDICT name=%ff", "bad_request"),
         (b"PREDICT uid=\xe9", "bad_request"),
         (b"PREDICT " + b"x" * MAX_LINE_BYTES, "too_long"),
@@ -189,7 +191,7 @@ def test_lowered_kill_flag_reaches_the_learning_rule(handlers: Handlers) -> None
 
 
 def test_every_error_is_one_answer_line_and_counted(handlers: Handlers) -> None:
-    for line in (b"\x00\x01garbage", b"PREDICT", b"LIMIT job=x", b"PING extra=1"):
+    for line in (b"\x00\x01garbage", b"PREDICT", b"LIMIT job=x", b"PING extra=1", b"PING"):
         answer = handlers.handle_line(line)
         assert answer.endswith(b"\n") and answer.count(b"\n") == 1
     outcomes = {outcome for (_, outcome) in handlers.metrics.requests}

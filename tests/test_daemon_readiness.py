@@ -85,6 +85,7 @@ def test_an_untrained_model_answers_the_request_and_says_so(store: Store) -> Non
     handlers = handlers_on(store)
     answer = ask(handlers, "PREDICT uid=7 procs=4 time_limit=7200")
     # an untrained model predicts 1 s: in lower mode every limit would drop to one minute
+    assert answer.pop("token")  # the features are kept all the same (docs/protocol.md)
     assert answer == {"prediction": "7200", "time_limit": "7200", "ready": "0", "reason": "untrained"}
     ping = ask(handlers, "PING")
     assert (ping["ready"], ping["reason"], ping["trained_jobs"], ping["min_trained_jobs"]) == ("0", "untrained", "0", "231")
@@ -115,6 +116,7 @@ def test_a_stale_history_answers_the_request_even_for_a_user_never_seen(store: S
     learn_jobs(handlers, 5, end_s=NOW_S - STALE_AFTER_S - DAY_S)
     for uid in (7, 4242):  # the user it learned, and one it never saw
         answer = ask(handlers, f"PREDICT uid={uid} procs=4 time_limit=3600")
+        assert answer.pop("token")
         assert answer == {"prediction": "3600", "time_limit": "3600", "ready": "0", "reason": "stale"}
     assert ask(handlers, "PING")["stale"] == "1"
     # a recent job learned: fresh again

@@ -53,7 +53,7 @@ def http(running: Running, path: str, body: bytes | None = None, *, method: str 
     method = method or ("POST" if body is not None else "GET")
     request = urllib.request.Request(running.url + path, data=body, method=method, headers=headers)
     try:
-        with urllib.request.urlopen(request, timeout=10) as response:
+        with urllib.request.urlopen(request, timeout=60) as response:  # a hang guard: the read worker is niced
             raw, status, kind = response.read(), response.status, response.headers["Content-Type"]
     except urllib.error.HTTPError as error:
         raw, status, kind = error.read(), error.code, error.headers["Content-Type"]

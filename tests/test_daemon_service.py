@@ -9,6 +9,7 @@ daemon is tests/test_daemon_crash.py (SQLite, the daemon's default store).
 from __future__ import annotations
 
 import dataclasses
+import json
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
@@ -16,9 +17,10 @@ from typing import Any
 
 import numpy as np
 import pytest
+from conftest import Databases
 from sqlalchemy import func, select
 
-from conftest import Databases
+from hpcpredict.daemon.feature_tokens import FeatureTokens
 from hpcpredict.daemon.learning import LearnRule, decide
 from hpcpredict.daemon.service import EventOutcome, PredictionService, UnknownJobError
 from hpcpredict.daemon.store import (
@@ -110,6 +112,70 @@ def test_asking_twice_does_not_count_the_submission_twice(store: Store) -> None:
     state = service.state_dict()
     assert service.submitted(request, T0 + 20_000) == first
     assert_same_state(service.state_dict(), state)
+
+
+# ---------------------------------------------------------------------- feature tokens
+def served_then_changed(service: PredictionService) -> tuple[JobRequest, int, str]:
+    """A prediction served for user 7 (PREDICT), then another job of theirs ends before the
+    served job is reported: features computed at the report would differ from the served ones."""
+    train(service, 3)
+    served = job(-1, submit_s=T0 + 10_000)
+    prediction_s, token = service.serve(served, T0 + 10_000)
+    other = job(50, submit_s=T0 + 10_001)
+    service.submitted(other, T0 + 10_001)
+    service.started(50, T0 + 10_001)
+    service.ended(50, 3000, T0 + 13_001, "COMPLETED")
+    return dataclasses.replace(served, job_id=60, submit_s=T0 + 10_000), prediction_s, token
+
+
+def submitted_features(store: Store, job_id: int) -> list[float] | None:
+    with store.session() as session:
+        text = session.scalar(select(EventRow.payload_json).where(
+            EventRow.job_id == job_id, EventRow.kind == "submitted"))
+    return json.loads(text).get("features")
+
+
+def test_a_submission_with_its_token_learns_from_the_served_features(store: Store) -> None:
+    service = PredictionService(store)
+    request, prediction_s, token = served_then_changed(service)
+    served = service.feature_tokens.features_for(token, request)
+    assert served is not None and served[1] == 600.0  # the last runtime when it was served
+    assert service.submitted(request, T0 + 13_005, given_prediction_s=prediction_s,
+                             feature_token=token) == prediction_s
+    assert submitted_features(store, 60) == [float(value) for value in served]
+    learner = service._predictor
+    expected_phi = learner._expansion.expand(served.copy())
+    np.testing.assert_array_equal(learner._pending_phi[60], expected_phi)
+    assert learner.features.compute(request, T0 + 13_005)[1] == 3000.0  # what a recompute reads
+    # The features are in the log: a restart rebuilds the same learner from it.
+    state = service.state_dict()
+    restarted = PredictionService(store)
+    assert_same_state(restarted.state_dict(), state)
+    np.testing.assert_array_equal(restarted._predictor._pending_phi[60], expected_phi)
+
+
+@pytest.mark.parametrize("change", ["procs", "user_id", "requested_s", "token"])
+def test_a_token_for_another_request_or_unknown_gives_features_computed_now(store: Store, change: str) -> None:
+    service = PredictionService(store)
+    request, _, token = served_then_changed(service)
+    if change == "token":
+        token = service.feature_tokens.prefix + "-ff"
+    else:
+        request = dataclasses.replace(request, **{change: getattr(request, change) + 1})
+    service.submitted(request, T0 + 13_005, feature_token=token)
+    assert submitted_features(store, 60) is None
+    counts = service.feature_tokens.counts
+    assert (counts.unknown, counts.mismatched) == ((1, 0) if change == "token" else (0, 1))
+
+
+def test_the_token_store_keeps_the_newest_and_a_restart_starts_anew() -> None:
+    tokens = FeatureTokens(capacity=2)
+    request = job(-1)
+    first, second, third = (tokens.issue(request, np.full(20, float(k))) for k in range(3))
+    assert tokens.features_for(first, request) is None and len(tokens) == 2
+    assert tokens.features_for(third, request)[0] == 2.0
+    assert tokens.features_for(third, request) is not None  # kept: a retried SUBMIT finds it
+    assert FeatureTokens().prefix != tokens.prefix and second != third
 
 
 # ---------------------------------------------------------------------- ends

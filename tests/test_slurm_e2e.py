@@ -11,6 +11,7 @@ model is still untrained.
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import socket
@@ -23,9 +24,10 @@ from pathlib import Path
 import pytest
 from daemon_thread import wait_until_answering
 from slurm_cluster import SlurmCluster
+from sqlalchemy import select
 
 from hpcpredict.daemon.client import DaemonClient
-from hpcpredict.daemon.store import CorrectionRow, JobRow, Store
+from hpcpredict.daemon.store import CorrectionRow, EventRow, JobRow, Store
 from hpcpredict.slurm.tag import parse_tag
 
 pytestmark = [pytest.mark.slurm, pytest.mark.slow]
@@ -132,7 +134,7 @@ def test_lowered_limits_are_corrected_in_time_even_across_a_daemon_restart(
     for job_id in (steady, restarted):
         fields = cluster.job_fields(job_id)
         # the untrained model predicts 1 s: lowered to 1 minute, the request kept
-        assert fields["AdminComment"] == "hpcpredict:request_s=3600,prediction_s=1,mode=lower", fields
+        assert fields["AdminComment"].startswith("hpcpredict:request_s=3600,prediction_s=1,mode=lower,procs=2,token="), fields
     # The corrector raises both limits shortly after the jobs start.
     wait_for(lambda: all(corrections(daemon, j) for j in (steady, restarted)), 60, "first corrections", cluster)
     first = {job_id: corrections(daemon, job_id) for job_id in (steady, restarted)}
@@ -178,6 +180,35 @@ def test_finished_jobs_reach_the_store_and_change_the_next_prediction(
     for job_id in jobs:
         row = stored_job(daemon, job_id)
         assert row.learned is True and 1 <= row.run_s <= 5
+
+
+def test_a_job_learns_from_the_features_its_prediction_was_computed_from(
+    cluster: SlurmCluster, daemon: ServeProcess
+) -> None:
+    """The plugin marks the job with the daemon's feature token and the processors predicted
+    for; the watcher's SUBMIT carries the token, and the event logged for the job holds the
+    features PREDICT computed (requested time, processors) instead of features computed later."""
+    job_id = cluster.sbatch("--time=45", "-n", "3", "--hold", script="sleep 1")
+    try:
+        tag = parse_tag(cluster.job_fields(job_id)["AdminComment"])
+        assert tag is not None and tag.token is not None and tag.procs == 3, tag
+        payload = wait_for(lambda: submitted_payload(daemon, job_id), 30, "the watcher's SUBMIT", cluster)
+    finally:
+        cluster.run(["scancel", str(job_id)])
+    assert "features" in payload, payload
+    assert payload["features"][0] == 45 * 60 and payload["features"][7] == 3.0
+    assert payload["job"]["procs"] == 3 and payload["job"]["requested_s"] == 45 * 60
+
+
+def submitted_payload(serve: ServeProcess, job_id: int) -> dict | None:
+    store = serve.store()
+    try:
+        with store.session() as session:
+            text = session.scalar(select(EventRow.payload_json).where(
+                EventRow.job_id == job_id, EventRow.kind == "submitted"))
+            return None if text is None else json.loads(text)
+    finally:
+        store.close()
 
 
 def test_daemon_stopped_sbatch_succeeds_untouched(cluster: SlurmCluster, daemon: ServeProcess) -> None:

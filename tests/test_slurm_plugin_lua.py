@@ -4,7 +4,9 @@ inside a real slurmctld. Skipped where lua5.1 or luasocket is missing (CI instal
 
 from __future__ import annotations
 
+import json
 import os
+import re
 import shutil
 import socket
 import subprocess
@@ -16,7 +18,13 @@ from pathlib import Path
 import pytest
 
 from daemon_thread import Running
+from sqlalchemy import select
+
 from hpcpredict.daemon.config import DaemonConfig
+from hpcpredict.jobs import JobRequest
+from hpcpredict.slurm.adapter import SlurmJob
+from hpcpredict.slurm.requests import job_request
+from hpcpredict.slurm.tag import parse_tag
 
 PLUGIN_DIR = Path(__file__).resolve().parent.parent / "slurm-plugin"
 NO_VAL = 0xFFFFFFFE
@@ -126,8 +134,53 @@ def test_the_limit_is_lowered_to_the_prediction_and_the_request_kept(plugin_dir:
     assert result["rc"] == "0"
     minutes = max(1, min(60, -(-expected // 60)))
     assert expected == 1 and result["time_limit"] == str(minutes) == "1"  # untrained: w = 0
-    assert result["admin_comment"] == f"hpcpredict:request_s=3600,prediction_s={expected},mode=lower"
+    assert re.fullmatch(rf"hpcpredict:request_s=3600,prediction_s={expected},mode=lower,procs=4,token=[0-9a-f]+-[0-9a-f]+",
+                        str(result["admin_comment"]))
     assert any("time limit 60 -> 1 min" in log for log in result["logs"])
+
+
+def test_the_mark_carries_a_token_that_gives_the_submission_its_predicted_features(
+    plugin_dir: Path, daemon: Running
+) -> None:
+    """The token in the mark is the daemon's key to the features PREDICT used: a SUBMIT carrying
+    it logs exactly those, even after other jobs changed the user's state in between."""
+    tag = parse_tag(str(submit(plugin_dir)["admin_comment"]))
+    assert tag is not None and tag.token is not None
+    served = daemon.service.feature_tokens.features_for(tag.token, JobRequest(0, 0, 4, 3600, 1000))
+    assert served is not None
+    with daemon.client() as client:  # the same user's job runs and ends in between
+        client.request("END", job=7, uid=1000, procs=2, time_limit=600, submit=900, start=900, end=990)
+        client.request("SUBMIT", job=8, uid=1000, procs=4, time_limit=3600, predicted=tag.prediction_s,
+                       token=tag.token)
+    with daemon.service.store.session() as session:
+        from hpcpredict.daemon.store import EventRow
+
+        payload = json.loads(session.scalars(select(EventRow.payload_json).where(EventRow.job_id == 8)).one())
+    assert payload["features"] == [float(value) for value in served]
+    recomputed = daemon.service._predictor.features.compute(JobRequest(9, 1_000, 4, 3600, 1000), 1_000)
+    assert payload["features"][1] == 0.0 != recomputed[1]  # the last runtime, unknown when predicted
+
+
+def test_both_scripts_and_the_watcher_count_the_processors_the_prediction_was_made_for(
+    plugin_dir: Path, daemon: Running
+) -> None:
+    """docs/protocol.md, "Processors": the plugin predicts for min_cpus (else tasks x cpus per
+    task, else 1) and marks it; jobcomp.lua and the watcher report the mark's count even when
+    SLURM allocated more (whole nodes), and SLURM's own count for a job without a mark."""
+    mark = str(submit(plugin_dir, min_cpus=8, num_tasks=8)["admin_comment"])
+    assert parse_tag(mark).procs == 8
+    assert parse_tag(str(submit(plugin_dir, min_cpus=NO_VAL, num_tasks=3, cpus_per_task=2)["admin_comment"])).procs == 6
+    run_lua(plugin_dir, "jobcomp.lua", "comp", **finished(job_id=50, total_cpus=16, admin_comment=mark))
+    run_lua(plugin_dir, "jobcomp.lua", "comp", **finished(job_id=51, total_cpus=16, admin_comment="none"))
+    with daemon.service.store.session() as session:
+        from hpcpredict.daemon.store import JobRow
+
+        assert (session.get(JobRow, 50).procs, session.get(JobRow, 51).procs) == (8, 16)
+    slurm_job = SlurmJob(job_id=50, user_name="u", uid=1000, gid=1000, state="COMPLETED", partition="debug",
+                         name="job", cpus=16, nodes=1, submit_s=1_000, start_s=1_010, end_s=1_310,
+                         time_limit_s=600, admin_comment=mark)
+    assert job_request(slurm_job, parse_tag(mark)).procs == 8
+    assert job_request(slurm_job, None).procs == 16
 
 
 def test_a_daemon_not_ready_keeps_the_limit_and_the_log_says_why(plugin_dir: Path) -> None:
@@ -141,7 +194,7 @@ def test_a_daemon_not_ready_keeps_the_limit_and_the_log_says_why(plugin_dir: Pat
     finally:
         running.stop()
     assert result["rc"] == "0" and result["time_limit"] == "60"
-    assert result["admin_comment"] == "hpcpredict:request_s=3600,prediction_s=3600,mode=lower"
+    assert str(result["admin_comment"]).startswith("hpcpredict:request_s=3600,prediction_s=3600,mode=lower,procs=4,token=")
     assert any("limit 60 min kept (daemon not ready: untrained)" in log for log in result["logs"])
 
 
@@ -150,7 +203,7 @@ def test_record_mode_keeps_the_limit(plugin_dir: Path, daemon: Running) -> None:
     result = submit(plugin_dir, time_limit=600)
     assert result["time_limit"] == "600"
     assert str(result["admin_comment"]).startswith("hpcpredict:request_s=36000,prediction_s=")
-    assert str(result["admin_comment"]).endswith(",mode=record")
+    assert ",mode=record,procs=4,token=" in str(result["admin_comment"])
 
 
 def test_an_existing_admin_comment_is_kept(plugin_dir: Path, daemon: Running) -> None:
@@ -243,7 +296,8 @@ def test_a_held_answer_keeps_the_request_and_marks_the_job_for_lowering_later(pl
     finally:
         stop()
     assert result["time_limit"] == "60"
-    assert result["admin_comment"] == "hpcpredict:request_s=3600,prediction_s=600,mode=lower"
+    # an answer without a token (an older daemon): the mark has none
+    assert result["admin_comment"] == "hpcpredict:request_s=3600,prediction_s=600,mode=lower,procs=4"
     assert any("limit 60 min kept (daemon: starvation_guard)" in log for log in result["logs"])
 
 

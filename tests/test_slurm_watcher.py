@@ -3,15 +3,17 @@ tests/test_slurm_e2e.py): reports each stage once, corrects in time, survives a 
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, replace
 from pathlib import Path
 
 import pytest
+from sqlalchemy import select
 
 from hpcpredict.daemon.handlers import Handlers
-from hpcpredict.daemon.protocol import Request
 from hpcpredict.daemon.service import PredictionService
-from hpcpredict.daemon.store import CorrectionRow, Store
+from hpcpredict.daemon.store import CorrectionRow, EventRow, JobRow, Store
+from hpcpredict.jobs import JobRequest
 from hpcpredict.slurm.tag import PredictionTag
 from hpcpredict.slurm.watcher import SlurmWatcher
 
@@ -67,11 +69,7 @@ def service(tmp_path: Path):
 def watcher_for(
     service: PredictionService, slurm: ScriptedSlurm, clock: Clock, **options
 ) -> SlurmWatcher:
-    handlers = Handlers(service, clock=clock)
-    return SlurmWatcher(
-        slurm, lambda verb, fields: handlers.call(Request(verb, fields)), service.job_status,
-        margin_s=120, clock=clock, **options,
-    )
+    return SlurmWatcher(slurm, service.record, service.job_status, margin_s=120, clock=clock, **options)
 
 
 def test_a_job_is_reported_once_per_stage_and_corrected_in_time(service: PredictionService) -> None:
@@ -116,6 +114,25 @@ def test_a_restarted_watcher_neither_resends_nor_corrects_twice(service: Predict
     assert slurm.limit_updates == [(2, 14)]
 
 
+def test_the_mark_gives_the_submission_its_token_its_processors_and_the_users_request(
+    service: PredictionService,
+) -> None:
+    """The watcher hands the service a typed `Submitted` built from SLURM's view and the mark:
+    the request and processors the plugin predicted for (SLURM allocated 16 CPUs, the limit was
+    lowered to 10 min), and the token under which PREDICT kept its features."""
+    _, token = service.serve(JobRequest(-1, 900, 4, 3600, 1000), 900)
+    mark = PredictionTag(3600, 540, "lower", 4, token).format()
+    slurm, clock = ScriptedSlurm(), Clock(1_000)
+    slurm.jobs_by_id[9] = Job(9, cpus=16, submit_s=900, admin_comment=mark)
+    watcher_for(service, slurm, clock).poll()
+    with service.store.session() as session:
+        row = session.get(JobRow, 9)
+        payload = json.loads(session.scalar(select(EventRow.payload_json).where(EventRow.job_id == 9)))
+    assert (row.procs, row.requested_s, row.limit_s) == (4, 3600, 600)
+    assert payload["features"][0] == 3600.0 and payload["features"][7] == 4.0
+    assert service.feature_tokens.counts.taken == 1
+
+
 def test_jobs_without_the_mark_are_reported_but_never_corrected(service: PredictionService) -> None:
     slurm, clock = ScriptedSlurm(), Clock(5_000)
     slurm.jobs_by_id[3] = Job(3, state="RUNNING", start_s=4_500, time_limit_s=600, admin_comment="")
@@ -146,7 +163,7 @@ def test_slurm_unreachable_is_counted_not_fatal(service: PredictionService) -> N
         def set_time_limit(self, job_id: int, minutes: int) -> None:
             raise AssertionError("never called")
 
-    watcher = SlurmWatcher(Down(), lambda verb, fields: {}, service.job_status)
+    watcher = SlurmWatcher(Down(), lambda event: None, service.job_status)
     report = watcher.poll()
     assert report.errors == 1 and "Unable to contact" in report.last_error
 

@@ -24,13 +24,13 @@ from hpcpredict.daemon.protocol import (
     ProtocolError,
     Request,
     format_error,
+    ended_event,
     format_ok,
-    get_flag,
-    get_int,
-    get_state,
-    has_request,
     job_request,
+    limit_event,
     parse_request,
+    started_event,
+    submitted_event,
 )
 from hpcpredict.daemon.service import (
     PredictionService,
@@ -145,10 +145,13 @@ class Handlers:
         now_s = self._now()
         job = job_request(fields, job_id=ANONYMOUS_JOB_ID, now_s=now_s)
         readiness = self.service.readiness(now_s)
+        prediction_s, token = self.service.serve(job, now_s)
         answer: dict[str, object] = {
-            "prediction": self.service.peek(job, now_s),  # the request while not ready
+            "prediction": prediction_s,  # the request while not ready
             "time_limit": job.requested_s,
             "ready": readiness.ready,
+            # the plugin keeps it in the job's mark: SUBMIT token=... learns from these features
+            "token": token,
         }
         if not readiness.ready:
             answer["reason"] = readiness.reason_text
@@ -159,44 +162,14 @@ class Handlers:
         return answer
 
     def submit(self, fields: Mapping[str, Any]) -> dict[str, object]:
-        now_s = self._now()
-        job = job_request(fields, job_id=get_int(fields, "job", minimum=0), now_s=now_s)
-        given = fields.get("predicted")
-        limit = fields.get("limit")
-        prediction = self.service.submitted(
-            job,
-            job.submit_s,
-            given_prediction_s=None if given in (None, "") else get_int(fields, "predicted", minimum=1),
-            limit_s=None if limit in (None, "") else get_int(fields, "limit", minimum=1),
-        )
-        return {"prediction": prediction}
+        return {"prediction": self.service.record(submitted_event(fields, now_s=self._now()))}
 
     def start(self, fields: Mapping[str, Any]) -> dict[str, object]:
-        now_s = self._now()
-        job_id = get_int(fields, "job", minimum=0)
-        outcome = self.service.started(
-            job_id,
-            get_int(fields, "start", default=now_s, minimum=0),
-            request=self._optional_request(fields, job_id, now_s),
-        )
+        outcome = self.service.record(started_event(fields, now_s=self._now()))
         return {"applied": outcome.applied, "note": outcome.note}
 
     def end(self, fields: Mapping[str, Any]) -> dict[str, object]:
-        now_s = self._now()
-        job_id = get_int(fields, "job", minimum=0)
-        end_s = get_int(fields, "end", default=now_s, minimum=0)
-        if fields.get("run") in (None, "") and fields.get("start") not in (None, ""):
-            run_s = max(0, end_s - get_int(fields, "start", minimum=0))
-        else:
-            run_s = get_int(fields, "run", minimum=0)
-        outcome = self.service.ended(
-            job_id,
-            run_s,
-            end_s,
-            get_state(fields),
-            get_flag(fields, "lowered_kill"),
-            request=self._optional_request(fields, job_id, now_s),
-        )
+        outcome = self.service.record(ended_event(fields, now_s=self._now()))
         return {
             "applied": outcome.applied,
             "learned": outcome.learned,
@@ -205,21 +178,12 @@ class Handlers:
         }
 
     def limit(self, fields: Mapping[str, Any]) -> dict[str, object]:
-        now_s = self._now()
-        outcome = self.service.limit_changed(
-            get_int(fields, "job", minimum=0),
-            get_int(fields, "time_limit", minimum=1),
-            get_int(fields, "at", default=now_s, minimum=0),
-        )
+        outcome = self.service.record(limit_event(fields, now_s=self._now()))
         return {"applied": outcome.applied, "note": outcome.note}
 
     # ------------------------------------------------------------------ helpers
     def _now(self) -> int:
         return int(self.clock())
-
-    @staticmethod
-    def _optional_request(fields: Mapping[str, Any], job_id: int, now_s: int):  # -> JobRequest | None
-        return job_request(fields, job_id=job_id, now_s=now_s) if has_request(fields) else None
 
 
 def internal_error(context: str) -> str:

@@ -60,6 +60,8 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
+import numpy as np
+
 from hpcpredict.daemon.events import EventKind, request_from_json
 from hpcpredict.jobs import JobRequest
 from hpcpredict.sim.corrections import CorrectionPolicy
@@ -159,7 +161,10 @@ def apply_event(predictor: LearnedPredictor, kind: EventKind, payload: dict[str,
     """Apply one event to `predictor`, from its payload alone (see events.py for the fields)."""
     request = request_from_json(payload["job"])
     if kind is EventKind.SUBMITTED:
-        prediction = predictor.predict(request, payload["now_s"])
+        features = payload.get("features")  # those of the served prediction (feature_tokens.py)
+        prediction = predictor.predict(
+            request, payload["now_s"], features=None if features is None else np.asarray(features)
+        )
         # The learner already clips; a guard here keeps the promise whatever the factory built.
         return Applied(prediction_s=clip_prediction(prediction, request.requested_s))
     if kind is EventKind.STARTED:

@@ -12,12 +12,12 @@ from __future__ import annotations
 import operator
 import pwd
 import re
-import zlib
 from collections.abc import Mapping
 from dataclasses import dataclass
 from urllib.parse import quote, unquote
 
-from hpcpredict.jobs import JobRequest
+from hpcpredict.job_events import Ended, JobEvent, LimitChanged, Started, Submitted
+from hpcpredict.jobs import JobRequest, label_id
 
 PROTOCOL_VERSION = 1
 MAX_LINE_BYTES = 4096  # a request longer than this is refused (and the connection closed)
@@ -44,6 +44,20 @@ FIELD_MAXIMUM: dict[str, int] = {
 _DECIMAL = re.compile(r"-?[0-9]{1,19}")
 STATE_MAX_CHARS = 32  # jobs.final_state is String(32)
 _STATE = re.compile(r"[A-Za-z0-9_]{1,%d}" % STATE_MAX_CHARS)
+# A feature token as PREDICT gives it (PredictionService: a per-start prefix, a counter).
+TOKEN = re.compile(r"[0-9a-f]{1,16}(?:-[0-9a-f]{1,16})?")
+
+# The keys each verb reads; any other is refused, so a misspelt key ("time_limt") is an error
+# instead of a default silently taken.
+JOB_KEYS = frozenset({"uid", "user", "procs", "time_limit", "submit", "gid", "partition", "name"})
+VERB_KEYS: dict[str, frozenset[str]] = {
+    "PING": frozenset(),
+    "PREDICT": JOB_KEYS,
+    "SUBMIT": JOB_KEYS | {"job", "predicted", "limit", "token"},
+    "START": JOB_KEYS | {"job", "start"},
+    "END": JOB_KEYS | {"job", "run", "start", "end", "state", "lowered_kill"},
+    "LIMIT": frozenset({"job", "time_limit", "at"}),
+}
 
 
 class ProtocolError(ValueError):
@@ -83,6 +97,9 @@ def parse_request(line: bytes) -> Request:
             raise ProtocolError("bad_request", f"expected key=value, got {word!r}")
         if key in fields:
             raise ProtocolError("bad_request", f"key {key!r} given twice")
+        if key not in VERB_KEYS[verb]:
+            known = " ".join(sorted(VERB_KEYS[verb])) or "none"
+            raise ProtocolError("bad_request", f"{verb} takes no key {key!r}; known: {known}")
         try:
             fields[key] = unquote(value, errors="strict") if "%" in value else value
         except UnicodeDecodeError:
@@ -166,15 +183,6 @@ def get_flag(fields: Mapping[str, object], key: str) -> bool:
     raise ProtocolError("bad_request", f"{key}: expected 0 or 1, got {raw!r}")
 
 
-def label_id(name: str) -> int:
-    """A stable non-negative id for a partition or job name (CRC-32, 31 bits).
-
-    The learner reads neither (docs/method.md §2), so the id only has to be stable across restarts
-    and hosts, which a hash is without a registry to keep in step.
-    """
-    return zlib.crc32(name.encode("utf-8")) & 0x7FFFFFFF
-
-
 def resolve_uid(fields: Mapping[str, object]) -> int:
     """``uid`` if given, else ``user`` looked up in the password database."""
     if fields.get("uid") not in (None, ""):
@@ -207,3 +215,71 @@ def job_request(fields: Mapping[str, object], *, job_id: int, now_s: int) -> Job
 def has_request(fields: Mapping[str, object]) -> bool:
     """True when START/END/LIMIT fields carry a job description (for a job never seen)."""
     return any(fields.get(key) not in (None, "") for key in ("procs", "time_limit"))
+
+
+# ---------------------------------------------------------------------------- typed events
+def submitted_event(fields: Mapping[str, object], *, now_s: int) -> Submitted:
+    """SUBMIT's fields as the typed event the service records."""
+    token = fields.get("token")
+    if token not in (None, "") and not (isinstance(token, str) and TOKEN.fullmatch(token)):
+        raise ProtocolError("bad_request", f"token: expected a token PREDICT gave, got {str(token)[:40]!r}")
+    return Submitted(
+        job_request(fields, job_id=get_int(fields, "job", minimum=0), now_s=now_s),
+        given_prediction_s=_optional_int(fields, "predicted"),
+        limit_s=_optional_int(fields, "limit"),
+        feature_token=token or None,  # type: ignore[arg-type]
+    )
+
+
+def started_event(fields: Mapping[str, object], *, now_s: int) -> Started:
+    job_id = get_int(fields, "job", minimum=0)
+    return Started(job_id, get_int(fields, "start", default=now_s, minimum=0),
+                   _optional_request(fields, job_id, now_s))
+
+
+def ended_event(fields: Mapping[str, object], *, now_s: int) -> Ended:
+    """END's fields: the runtime is `run`, else `end - start`."""
+    job_id = get_int(fields, "job", minimum=0)
+    end_s = get_int(fields, "end", default=now_s, minimum=0)
+    if fields.get("run") in (None, "") and fields.get("start") not in (None, ""):
+        run_s = max(0, end_s - get_int(fields, "start", minimum=0))
+    else:
+        run_s = get_int(fields, "run", minimum=0)
+    return Ended(job_id, run_s, end_s, get_state(fields), get_flag(fields, "lowered_kill"),
+                 _optional_request(fields, job_id, now_s))
+
+
+def limit_event(fields: Mapping[str, object], *, now_s: int) -> LimitChanged:
+    return LimitChanged(get_int(fields, "job", minimum=0), get_int(fields, "time_limit", minimum=1),
+                        get_int(fields, "at", default=now_s, minimum=0))
+
+
+def check_event(event: JobEvent) -> None:
+    """Hold a typed event built outside the protocol (the SLURM watcher's) to the limits the
+    protocol holds its fields to (`FIELD_MAXIMUM`: the store's columns), so both fronts are
+    refused the same values on both backends."""
+    values: dict[str, int | None] = {}
+    request = getattr(event, "request", None)
+    if request is not None:
+        values |= {"uid": request.user_id, "gid": request.group_id, "procs": request.procs,
+                   "time_limit": request.requested_s, "submit": request.submit_s}
+    if isinstance(event, Submitted):
+        values |= {"predicted": event.given_prediction_s, "limit": event.limit_s}
+    elif isinstance(event, Started):
+        values |= {"start": event.start_s}
+    elif isinstance(event, Ended):
+        values |= {"run": event.run_s, "end": event.end_s}
+        get_state({"state": event.final_state})
+    elif isinstance(event, LimitChanged):
+        values |= {"time_limit": event.new_limit_s, "at": event.at_s}
+    for key, value in values.items():
+        if value is not None:
+            get_int({key: value}, key, minimum=-1)
+
+
+def _optional_int(fields: Mapping[str, object], key: str) -> int | None:
+    return None if fields.get(key) in (None, "") else get_int(fields, key, minimum=1)
+
+
+def _optional_request(fields: Mapping[str, object], job_id: int, now_s: int) -> JobRequest | None:
+    return job_request(fields, job_id=job_id, now_s=now_s) if has_request(fields) else None

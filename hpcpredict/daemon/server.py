@@ -31,14 +31,15 @@ from pathlib import Path
 from typing import TYPE_CHECKING, TypeVar
 
 from hpcpredict.daemon.config import DaemonConfig, DaemonError, parse_host_port
-from hpcpredict.daemon.handlers import EVENT_VERBS, Handlers
+from hpcpredict.daemon.handlers import Handlers
 from hpcpredict.daemon.http_auth import BearerAuth, TokenFileError, load_token, require_token_off_loopback
 from hpcpredict.daemon.lock import StoreLock, StoreLockedError, lock_store
-from hpcpredict.daemon.protocol import PROTOCOL_VERSION, Request
+from hpcpredict.daemon.protocol import PROTOCOL_VERSION, check_event
 from hpcpredict.daemon.service import PredictionService
 from hpcpredict.daemon.socket_server import start_socket
 from hpcpredict.daemon.spool import SPOOL_CHUNK_LINES, SpoolIngestion
 from hpcpredict.daemon.writer import DEFAULT_MAX_BACKLOG, StoreWriter, WriterBusyError, WriterStoppedError
+from hpcpredict.job_events import JobEvent
 from hpcpredict.jobs import JobRequest
 
 if TYPE_CHECKING:
@@ -188,16 +189,16 @@ class Daemon:
         from hpcpredict.slurm.adapter import select_backend
         from hpcpredict.slurm.watcher import SlurmWatcher
 
-        def call(verb: str, fields: dict[str, object]) -> dict[str, object]:
-            request = Request(verb, fields)
-            if verb in EVENT_VERBS:  # the watcher's thread waits for the writer, never the loop
-                return self.writer.submit(lambda: self.handlers.call(request), wait_s=WATCHER_WAIT_S).result()
-            return self.on_loop(lambda: self.handlers.call(request))
+        def record(event: JobEvent) -> object:
+            """The typed event, as it is, to the service on the writer (the watcher's thread
+            waits for the writer, never the loop), held to the protocol's limits first."""
+            check_event(event)
+            return self.writer.submit(lambda: self.service.record(event), wait_s=WATCHER_WAIT_S).result()
 
         backend = select_backend(self.config.slurm_backend)
         self.watcher = SlurmWatcher(
             backend,
-            call,
+            record,
             self.service.job_status,
             margin_s=self.config.correction_margin_s,
             interval_s=self.config.slurm_interval_s,

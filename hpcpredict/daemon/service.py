@@ -56,7 +56,7 @@ import operator
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, fields
-from typing import Any, TypeVar
+from typing import Any, TypeVar, overload
 
 import numpy as np
 from sqlalchemy import delete, func, select
@@ -64,6 +64,7 @@ from sqlalchemy.exc import DBAPIError, IntegrityError, SQLAlchemyError
 from sqlalchemy.orm import Session
 
 from hpcpredict.daemon import user_errors
+from hpcpredict.daemon.feature_tokens import FeatureTokens
 from hpcpredict.daemon.checkpoints import CheckpointError, load_checkpoint, state_from_npz, state_to_npz
 from hpcpredict.daemon.readiness import DEFAULT_MIN_TRAINED_JOBS, Readiness, assess
 from hpcpredict.daemon.staleness import HistoryAge, age_at, newest_learned_end_s
@@ -79,6 +80,7 @@ from hpcpredict.daemon.store import (
     Store,
     now_wall_s,
 )
+from hpcpredict.job_events import Ended, JobEvent, LimitChanged, Started, Submitted
 from hpcpredict.jobs import JobRequest
 from hpcpredict.learn.predictor import LearnedPredictor
 from hpcpredict.predictors import clip_prediction
@@ -179,6 +181,9 @@ class PredictionService:
         # Runs a function touching the learner where the learner lives (module doc); the daemon
         # replaces it with a call on its event loop.
         self.on_learner: Callable[[Callable[[], _T]], _T] = _call_here
+        # The features of served predictions, until their jobs are reported (feature_tokens.py);
+        # on the learner's thread, like the learner.
+        self.feature_tokens = FeatureTokens()
         self._restore()
 
     @classmethod
@@ -366,6 +371,40 @@ class PredictionService:
             return job.requested_s  # readiness.py: never act on a model that is not ready
         return clip_prediction(self._predictor.peek(job, operator.index(now_s)), job.requested_s)
 
+    def serve(self, job: JobRequest, now_s: int) -> tuple[int, str]:
+        """`peek`, and the token under which the features it used are kept for the job's
+        submission (`submitted`'s `feature_token`): PREDICT's answer, for SLURM's plugin."""
+        if self._broken is not None:
+            self._check_usable()
+        job = _whole_request(job)
+        ready = self.readiness(now_s).ready
+        model_s, features = self._predictor.peek_features(job, operator.index(now_s))
+        token = self.feature_tokens.issue(job, features)
+        # readiness.py: never act on a model that is not ready (its features are kept all the same)
+        return (clip_prediction(model_s, job.requested_s) if ready else job.requested_s), token
+
+    @overload
+    def record(self, event: Submitted) -> int: ...
+
+    @overload
+    def record(self, event: Started | Ended | LimitChanged) -> EventOutcome: ...
+
+    def record(self, event: JobEvent) -> int | EventOutcome:
+        """Record one typed event (hpcpredict/job_events.py), whichever front built it: the
+        prediction for `Submitted`, the outcome for the others."""
+        if isinstance(event, Submitted):
+            return self.submitted(event.request, event.request.submit_s,
+                                  given_prediction_s=event.given_prediction_s, limit_s=event.limit_s,
+                                  feature_token=event.feature_token)
+        if isinstance(event, Started):
+            return self.started(event.job_id, event.start_s, request=event.request)
+        if isinstance(event, Ended):
+            return self.ended(event.job_id, event.run_s, event.end_s, event.final_state,
+                              event.killed_at_lowered_limit, request=event.request)
+        if isinstance(event, LimitChanged):
+            return self.limit_changed(event.job_id, event.new_limit_s, event.at_s)
+        raise TypeError(f"not a job event: {event!r}")
+
     def submitted(
         self,
         job: JobRequest,
@@ -373,6 +412,7 @@ class PredictionService:
         *,
         given_prediction_s: int | None = None,
         limit_s: int | None = None,
+        feature_token: str | None = None,
     ) -> int:
         """The prediction for `job`, in whole seconds in [1, job.requested_s].
 
@@ -387,6 +427,10 @@ class PredictionService:
         learner still holds is predicted again from its features as first submitted (with
         today's weights); a job that has ended gets its first prediction back; a job first
         seen at its start (no prediction on record) gets its request.
+
+        `feature_token`: the token `serve` answered with when the prediction was served; the
+        features kept under it (if they were for this request) are logged with the event and
+        learned from, instead of features computed now (feature_tokens.py).
         """
         job = _whole_request(job)
         now_s = operator.index(now_s)
@@ -399,7 +443,11 @@ class PredictionService:
                 row = session.get(JobRow, job.job_id)
                 if row is not None:
                     return self._repeat_prediction(session, row, job, now_s)
-                payload = {"job": request_to_json(job), "now_s": now_s}
+                payload: dict[str, Any] = {"job": request_to_json(job), "now_s": now_s}
+                if feature_token is not None:
+                    features = self.on_learner(lambda: self.feature_tokens.features_for(feature_token, job))
+                    if features is not None:
+                        payload["features"] = [float(value) for value in features]
                 seq, applied = self._ingest(
                     session, EventKind.SUBMITTED, job.job_id, payload, now_s
                 )

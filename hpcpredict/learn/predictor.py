@@ -189,15 +189,17 @@ class LearnedPredictor:
         )
 
     # ------------------------------------------------------------------ the protocol
-    def predict(self, request: JobRequest, now_s: int) -> int:
+    def predict(self, request: JobRequest, now_s: int, *, features: np.ndarray | None = None) -> int:
         """Whole seconds in [1, requested_s], from the weights of this moment.
 
         Asking again for a job already predicted reuses its features as first submitted (and
-        does not count the submission twice), with the current weights.
+        does not count the submission twice), with the current weights. `features`: x_j as
+        `peek_features` computed it when the prediction was served (the daemon's PREDICT, before
+        the job had an id), kept for learning instead of features computed now.
         """
         phi = self._pending_phi.get(request.job_id)
         if phi is None:
-            phi = self._observe(request, now_s)
+            phi = self._observe(request, now_s, features)
         learned_s = self._calibrated(request, self._to_seconds(self._score(phi), request.requested_s))
         if self.experts is None:
             return learned_s
@@ -347,10 +349,19 @@ class LearnedPredictor:
         job has an id): the prediction is served now, and the submission is recorded later,
         when the job is reported with its id. A job already predicted reuses its features.
         """
+        return self._peek(request, self.features.compute(request, now_s, self._x))
+
+    def peek_features(self, request: JobRequest, now_s: int) -> tuple[int, np.ndarray]:
+        """`peek`, and the features x_j it computed (a new array, before any scaling): given to
+        `predict` at the job's submission, they are the ones the job learns from."""
+        x = self.features.compute(request, now_s)
+        return self._peek(request, x.copy()), x
+
+    def _peek(self, request: JobRequest, x: np.ndarray) -> int:
+        """`peek` from x_j computed now (scaled in place), unless the job already has features."""
         phi = self._pending_phi.get(request.job_id)
         if phi is None:
-            x = self._scaled(self.features.compute(request, now_s, self._x))
-            phi = self._expansion.expand(x)
+            phi = self._expansion.expand(self._scaled(x))
         learned_s = self._to_seconds(self._score(phi), request.requested_s)
         if self.calibration is not None:
             given = self._pending_calibrated.get(request.job_id)
@@ -396,8 +407,14 @@ class LearnedPredictor:
         observed (with robust features, Phi clamped as for a prediction)."""
         return self._score(self._pending_phi[request.job_id])
 
-    def _observe(self, request: JobRequest, now_s: int) -> np.ndarray:
-        x = self._scaled(self.features.job_submitted(request, now_s, self._x))
+    def _observe(self, request: JobRequest, now_s: int, features: np.ndarray | None = None) -> np.ndarray:
+        if features is None:
+            x = self.features.job_submitted(request, now_s, self._x)
+        else:
+            self.features.record_submission(request)
+            x = self._x
+            x[:] = features
+        x = self._scaled(x)
         phi = self._pending_phi[request.job_id] = self._expansion.expand(x)
         return phi
 

@@ -1,10 +1,14 @@
 """The mark `job_submit.lua` leaves in a job's ``admin_comment``: its request and prediction.
 
-``hpcpredict:request_s=3600,prediction_s=720,mode=lower`` — users cannot set ``admin_comment``
-(design.md), so the original request survives the lowered limit, and every later reader (the
-corrector, the completion script, ``slurm-convert``) knows what the user asked for and what
-hpcpredict predicted, and whether the plugin was lowering limits (``mode``; absent in marks of
-plugins older than the starvation guard, which only restores such jobs). Other text an admin put in the comment is kept after the mark.
+``hpcpredict:request_s=3600,prediction_s=720,mode=lower,procs=32,token=5f3a9c01-2a`` — users
+cannot set ``admin_comment`` (design.md), so the original request survives the lowered limit,
+and every later reader (the corrector, the completion script, ``slurm-convert``) knows what the
+user asked for and what hpcpredict predicted, and whether the plugin was lowering limits
+(``mode``). ``procs`` is the processor count the prediction was made for (the one the watcher
+and the completion script report, whatever SLURM allocated: docs/protocol.md, "Processors"), and
+``token`` the daemon's key to the features it predicted from (daemon/feature_tokens.py). Marks of
+older plugins lack the later fields (``mode``: plugins before the starvation guard, which only
+restores such jobs). Other text an admin put in the comment is kept after the mark.
 """
 
 from __future__ import annotations
@@ -13,7 +17,10 @@ import re
 from dataclasses import dataclass
 
 TAG_PREFIX = "hpcpredict:"
-_TAG = re.compile(r"hpcpredict:request_s=(\d+),prediction_s=(\d+)(?:,mode=(lower|record))?")
+_TAG = re.compile(
+    r"hpcpredict:request_s=(\d+),prediction_s=(\d+)(?:,mode=(lower|record))?"
+    r"(?:,procs=(\d+))?(?:,token=([0-9a-f-]{1,40}))?"
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -21,10 +28,15 @@ class PredictionTag:
     request_s: int
     prediction_s: int
     mode: str | None = None  # "lower" | "record" | None (an older plugin's mark)
+    procs: int | None = None  # the processors predicted for (None: an older plugin's mark)
+    token: str | None = None  # the daemon's feature token (None: an older plugin or daemon)
 
     def format(self) -> str:
-        mode = "" if self.mode is None else f",mode={self.mode}"
-        return f"{TAG_PREFIX}request_s={self.request_s},prediction_s={self.prediction_s}{mode}"
+        text = f"{TAG_PREFIX}request_s={self.request_s},prediction_s={self.prediction_s}"
+        for key in ("mode", "procs", "token"):
+            value = getattr(self, key)
+            text += "" if value is None else f",{key}={value}"
+        return text
 
 
 def parse_tag(admin_comment: str | None) -> PredictionTag | None:
@@ -34,4 +46,6 @@ def parse_tag(admin_comment: str | None) -> PredictionTag | None:
     match = _TAG.search(admin_comment)
     if match is None:
         return None
-    return PredictionTag(int(match.group(1)), int(match.group(2)), match.group(3))
+    procs = match.group(4)
+    return PredictionTag(int(match.group(1)), int(match.group(2)), match.group(3),
+                         None if procs is None else int(procs), match.group(5))

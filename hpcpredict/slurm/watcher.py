@@ -4,8 +4,10 @@ Started by ``hpcpredict serve --slurm``, it polls SLURM every few seconds (one `
 through the adapter) and, for every job the plugin marked (``admin_comment``, `tag.py`) or not:
 
 * reports what the service has not seen yet — SUBMITTED (with the prediction the plugin gave,
-  so the one recorded is the one SLURM acted on), STARTED, and ENDED for jobs SLURM still shows
-  finished (``jobcomp.lua`` reports every end as well; the service learns each job once);
+  so the one recorded is the one SLURM acted on, and the token of the features it was computed
+  from, so the job learns from those), STARTED, and ENDED for jobs SLURM still shows finished
+  (``jobcomp.lua`` reports every end as well; the service learns each job once), as typed
+  events (`requests.py` builds them from SLURM's view);
 * corrects: a running job within `margin_s` of a limit below its request gets the limit the
   correction policy gives (`corrector.py`; INCREMENTAL by default, SURVIVAL with ``correction =
   "survival"``, whose runtime history the service feeds from the events it logs), set with
@@ -33,7 +35,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from hpcpredict.job_events import JobEvent, LimitChanged
 from hpcpredict.sim.corrections import CorrectionPolicy, IncrementalCorrection
+from hpcpredict.slurm import requests
 from hpcpredict.slurm.adapter import ENDED_STATES
 from hpcpredict.slurm.corrector import DEFAULT_MARGIN_S, corrected_limit_s
 from hpcpredict.slurm.guard import DEFAULT_GUARD_S, GuardStatus, guard_limit_s, guard_status
@@ -46,20 +50,9 @@ FINAL_STATES = ENDED_STATES
 _STAGE = {None: 0, "submitted": 1, "running": 2, "ended": 3}
 
 
-class WatchedJob(Protocol):
+class WatchedJob(requests.SlurmJobView, Protocol):
     """What the watcher reads of a SLURM job (the adapter's `SlurmJob` provides it)."""
 
-    job_id: int
-    uid: int
-    gid: int
-    state: str
-    partition: str
-    name: str
-    cpus: int
-    submit_s: int
-    start_s: int | None
-    end_s: int | None
-    time_limit_s: int | None
     admin_comment: str
     eligible_s: int | None
     state_reason: str
@@ -83,13 +76,14 @@ class WatchReport:
 
 
 class SlurmWatcher:
-    """`call(verb, fields)` runs a protocol request in the service's thread and returns its
-    answer (raising on ``ERR``); `job_status(job_id)` reads how far the store has the job."""
+    """`record(event)` has the service record a typed job event (`PredictionService.record`,
+    in the thread the daemon runs events on; raising if it fails); `job_status(job_id)` reads
+    how far the store has the job."""
 
     def __init__(
         self,
         slurm: SlurmJobs,
-        call: Callable[[str, dict[str, object]], dict[str, object]],
+        record: Callable[[JobEvent], object],
         job_status: Callable[[int], str | None],
         *,
         margin_s: int = DEFAULT_MARGIN_S,
@@ -99,7 +93,7 @@ class SlurmWatcher:
         clock: Callable[[], float] = time.time,
     ) -> None:
         self.slurm = slurm
-        self.call = call
+        self.record = record
         self.job_status = job_status
         self.margin_s = margin_s
         self.interval_s = interval_s
@@ -158,46 +152,20 @@ class SlurmWatcher:
         if stage is None:
             stage = _STAGE[self.job_status(job.job_id)]
         tag = parse_tag(job.admin_comment)
-        fields = self._job_fields(job, tag.request_s if tag else None)
         ended = job.state in FINAL_STATES
         if stage < 1 and not ended:
-            predicted = tag.prediction_s if tag else None
-            self.call("SUBMIT", {"job": job.job_id, **fields, "predicted": predicted,
-                                 "limit": job.time_limit_s if tag else None})
+            self.record(requests.submitted(job, tag))
             stage = 1
             self.report.reported += 1
         if stage < 2 and job.start_s and not ended:
-            self.call("START", {"job": job.job_id, "start": job.start_s})
+            self.record(requests.started(job))
             stage = 2
             self.report.reported += 1
         if stage < 3 and ended and job.end_s:
-            start_s = job.start_s or job.end_s
-            limit_s = job.time_limit_s
-            lowered_kill = bool(
-                tag and job.state == "TIMEOUT" and limit_s is not None and limit_s < tag.request_s
-            )
-            self.call(
-                "END",
-                {"job": job.job_id, **fields, "start": start_s, "end": job.end_s,
-                 "run": max(0, job.end_s - start_s) if job.start_s else 0,
-                 "state": job.state, "lowered_kill": lowered_kill},
-            )
+            self.record(requests.ended(job, tag))
             stage = 3
             self.report.reported += 1
         self._stages[job.job_id] = stage
-
-    @staticmethod
-    def _job_fields(job: WatchedJob, request_s: int | None) -> dict[str, object]:
-        time_limit = request_s if request_s is not None else job.time_limit_s
-        return {
-            "uid": job.uid,
-            "gid": job.gid,
-            "procs": max(1, job.cpus),
-            "time_limit": time_limit if time_limit and time_limit > 0 else None,
-            "submit": job.submit_s,
-            "partition": job.partition or None,
-            "name": job.name or None,
-        }
 
     # ------------------------------------------------------------------ the starvation guard
     def _update_guard(self, status: GuardStatus) -> None:
@@ -219,7 +187,7 @@ class SlurmWatcher:
         if limit_s is None:
             return
         self.slurm.set_time_limit(job.job_id, limit_s // 60)
-        self.call("LIMIT", {"job": job.job_id, "time_limit": limit_s, "at": now_s})
+        self.record(LimitChanged(job.job_id, limit_s, now_s))
         self.report.guard_changes += 1
         logger.info("job %d (%s): time limit %d -> %d s (starvation guard %s)", job.job_id,
                     job.state.lower(), job.time_limit_s, limit_s, "on" if self.guard.active else "off")
@@ -242,7 +210,7 @@ class SlurmWatcher:
         if limit_s is None:
             return
         self.slurm.set_time_limit(job.job_id, limit_s // 60)
-        self.call("LIMIT", {"job": job.job_id, "time_limit": limit_s, "at": now_s})
+        self.record(LimitChanged(job.job_id, limit_s, now_s))
         self.report.corrections += 1
         self.report.corrected_jobs.append(job.job_id)
         logger.info("job %d: time limit %d -> %d s (elapsed %d s)", job.job_id, job.time_limit_s,
