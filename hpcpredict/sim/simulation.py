@@ -36,6 +36,8 @@ PREDICTION_OVER, SUBMISSION, TERMINATION = (
     int(Instant.PREDICTION_OVER), int(Instant.SUBMISSION), int(Instant.TERMINATION)
 )
 
+_NEVER_S = 1 << 62  # later than any event
+
 ProgressCallback = Callable[[int], None]  # called with the number of jobs finished so far
 
 
@@ -88,8 +90,9 @@ class Simulation:
 
     Per-job state lives in plain lists indexed by the job's position in the log (the result's
     columns); the running jobs in a `RunningProfile` by predicted end, the waiting ones in a
-    `WaitingQueue`. The event heap holds (time, `Instant`, sequence, job index) tuples: the
-    submissions are already in heap order (sorted by time, then by sequence), so no heapify.
+    `WaitingQueue`. The event heap holds (time, `Instant`, sequence, job index) tuples for
+    terminations and prediction-over instants; the submissions, sorted already, are read from
+    the log's order by an index (`next_submission`) and never enter the heap.
     """
 
     def __init__(
@@ -120,10 +123,11 @@ class Simulation:
         self.corrections = [0] * count
         self.backfilled = [False] * count
         self.first_reserved_start_s = [-1] * count
-        self.sequence = counter(count)
-        self.events: list[tuple[int, int, int, int]] = [
-            (self.submit_s[index], SUBMISSION, index, index) for index in range(count)
-        ]
+        self.sequence = counter()
+        # Terminations and prediction-over instants; the submissions, already sorted, are fed
+        # from `next_submission` instead (a heap of N submissions costs a log N pop each).
+        self.events: list[tuple[int, int, int, int]] = []
+        self.next_submission = 0
         self.waiting = WaitingQueue(
             np.asarray(self.procs, dtype=np.int64), np.asarray(self.requested_s, dtype=np.int64),
             self.submit_s,
@@ -152,15 +156,24 @@ class Simulation:
         wall_start = time.perf_counter()
         handlers = {
             PREDICTION_OVER: self._prediction_over,
-            SUBMISSION: self._submission,
             TERMINATION: self._termination,
         }
-        events = self.events
+        events, submit_s, count = self.events, self.submit_s, len(self.jobs)
         finished_before = 0
-        while events:
-            now_s, kind, _, index = heappop(events)
-            self.now_s = now_s
-            handlers[kind](index)
+        while True:
+            # The next submission goes before a heap event at the same instant unless that is a
+            # prediction-over (Instant order); the heap holds no submissions.
+            index = self.next_submission
+            if index < count and (not events or (submit_s[index], SUBMISSION) < events[0][:2]):
+                self.now_s = submit_s[index]
+                self.next_submission = index + 1
+                self._submission(index)
+            elif events:
+                now_s, kind, _, index = heappop(events)
+                self.now_s = now_s
+                handlers[kind](index)
+            else:
+                break
             if progress is not None and self.finished - finished_before >= progress_every:
                 finished_before = self.finished - self.finished % progress_every
                 progress(finished_before)
@@ -235,7 +248,7 @@ class Simulation:
         # nothing reads the job's prediction in between (no decision follows a correction unless
         # decide_on_correction), so only its last value matters: one profile move instead of one
         # event, one move and one heap push per correction.
-        horizon_s = self.events[0][0] if not self.decide_on_correction else now_s
+        horizon_s = now_s if self.decide_on_correction else self._next_event_s()
         corrections, at_s = self.corrections[index], now_s
         while True:
             elapsed = at_s - start_s
@@ -266,6 +279,14 @@ class Simulation:
             self.reservation = None
 
     # ------------------------------------------------------------------ decisions
+    def _next_event_s(self) -> int:
+        """When the next event happens (the heap's first or the next submission's instant)."""
+        events, index = self.events, self.next_submission
+        next_s = events[0][0] if events else _NEVER_S
+        if index < len(self.submit_s) and self.submit_s[index] < next_s:
+            next_s = self.submit_s[index]
+        return next_s
+
     def _more_corrections_now(self) -> bool:
         events = self.events
         return bool(events) and events[0][:2] == (self.now_s, PREDICTION_OVER)
