@@ -6,7 +6,8 @@ The two differ only at one instant: a job whose predicted end is exactly now and
 termination event has not been processed yet (same-instant order: prediction-over, submission,
 termination; docs/method.md §10). The reference's CPU snapshot already counts such processors as free
 at that instant, so `free_now` does too; a job whose predicted end is past but which is still
-running never exists here, because its prediction-over event corrected it first.
+running never exists here when a decision reads the profile, because the simulation corrects
+it first (`ending_by` finds such jobs before each event).
 
 Invariant (checked by the tests): 0 <= used <= total, and `used` is the sum of the processors of
 the jobs in the profile.
@@ -74,6 +75,16 @@ class RunningProfile:
     def ends_by(self, now_s: int) -> bool:
         """Is some running job predicted to end at or before `now_s` (its termination pending)?"""
         return bool(self._by_end) and self._by_end[0][0] <= now_s
+
+    def ending_by(self, now_s: int) -> list[tuple[int, int]]:
+        """(predicted end, job) of every running job predicted to end at or before `now_s`, by
+        predicted end then job: those past their prediction, and those ending now."""
+        ending = []
+        for end_s, job, _ in self._by_end:
+            if end_s > now_s:
+                break
+            ending.append((end_s, job))
+        return ending
 
     def free_now(self, now_s: int) -> int:
         """Processors free for a start at `now_s` (jobs predicted to end now count as free)."""

@@ -1,10 +1,12 @@
 """Replay a cleaned log through a scheduler, a predictor and a correction policy.
 
 `Simulation` owns the machine state (waiting queue, running profile, per-job outcome), orders the
-events in a heap and has one handler per kind of event; the scheduler decides, the predictor
-predicts and learns, the correction policy extends predictions. Same-instant order is
+events and has one handler per kind of event; the scheduler decides, the predictor predicts and
+learns, the correction policy extends predictions. Same-instant order is
 `hpcpredict.instants.Instant`'s (the reference's, docs/method.md §10): prediction-over, then
-submission, then termination; jobs decided to start at an instant start at that instant.
+submission, then termination; jobs decided to start at an instant start at that instant. Only
+terminations go through a heap: submissions come in the log's order, and predictions running
+out are read off the running profile before each event (`Simulation._correct_until`).
 
 Decisions are taken at every submission and every termination. At a submission, when nothing but
 that submission changed since the last decision (no correction since, no job predicted to end at
@@ -24,19 +26,12 @@ from itertools import count as counter
 
 import numpy as np
 
-from hpcpredict.instants import Instant
 from hpcpredict.jobs import Job, JobRequest
 from hpcpredict.predictors import Predictor, clip_prediction
 from hpcpredict.sim.corrections import CorrectionPolicy
 from hpcpredict.sim.profile import RunningProfile
 from hpcpredict.sim.schedulers import Reservation, Scheduler, WaitingQueue
 
-# Plain ints in the heap's tuples (hpcpredict/instants.py gives the order).
-PREDICTION_OVER, SUBMISSION, TERMINATION = (
-    int(Instant.PREDICTION_OVER), int(Instant.SUBMISSION), int(Instant.TERMINATION)
-)
-
-_NEVER_S = 1 << 62  # later than any event
 
 ProgressCallback = Callable[[int], None]  # called with the number of jobs finished so far
 
@@ -90,9 +85,10 @@ class Simulation:
 
     Per-job state lives in plain lists indexed by the job's position in the log (the result's
     columns); the running jobs in a `RunningProfile` by predicted end, the waiting ones in a
-    `WaitingQueue`. The event heap holds (time, `Instant`, sequence, job index) tuples for
-    terminations and prediction-over instants; the submissions, sorted already, are read from
-    the log's order by an index (`next_submission`) and never enter the heap.
+    `WaitingQueue`. The event heap holds (time, sequence, job index) tuples for the terminations
+    only: the submissions, sorted already, are read in the log's order by an index
+    (`next_submission`), and a prediction running out is found in the running profile before
+    each event (`_correct_until`) rather than pushed as an event of its own.
     """
 
     def __init__(
@@ -124,9 +120,9 @@ class Simulation:
         self.backfilled = [False] * count
         self.first_reserved_start_s = [-1] * count
         self.sequence = counter()
-        # Terminations and prediction-over instants; the submissions, already sorted, are fed
-        # from `next_submission` instead (a heap of N submissions costs a log N pop each).
-        self.events: list[tuple[int, int, int, int]] = []
+        # Terminations only; the submissions, already sorted, are fed from `next_submission`
+        # (a heap of N submissions costs log N a pop), the corrections by `_correct_until`.
+        self.events: list[tuple[int, int, int]] = []
         self.next_submission = 0
         self.waiting = WaitingQueue(
             np.asarray(self.procs, dtype=np.int64), np.asarray(self.requested_s, dtype=np.int64),
@@ -154,26 +150,35 @@ class Simulation:
         self, *, progress: ProgressCallback | None = None, progress_every: int = 5000
     ) -> SimulationResult:
         wall_start = time.perf_counter()
-        handlers = {
-            PREDICTION_OVER: self._prediction_over,
-            TERMINATION: self._termination,
-        }
         events, submit_s, count = self.events, self.submit_s, len(self.jobs)
+        profile, decide_on_correction = self.profile, self.decide_on_correction
         finished_before = 0
         while True:
-            # The next submission goes before a heap event at the same instant unless that is a
-            # prediction-over (Instant order); the heap holds no submissions.
+            # The next event: a submission goes before a termination at the same instant
+            # (Instant order); the heap holds only terminations.
             index = self.next_submission
-            if index < count and (not events or (submit_s[index], SUBMISSION) < events[0][:2]):
-                self.now_s = submit_s[index]
-                self.next_submission = index + 1
-                self._submission(index)
+            if index < count and (not events or submit_s[index] <= events[0][0]):
+                now_s, is_submission = submit_s[index], True
             elif events:
-                now_s, kind, _, index = heappop(events)
-                self.now_s = now_s
-                handlers[kind](index)
+                now_s, is_submission = events[0][0], False
             else:
                 break
+            # Predictions running out by then are corrected first (prediction-over is the first
+            # kind of event at an instant).
+            if profile.ends_by(now_s):
+                if decide_on_correction:
+                    due_s = self._next_correction_s(now_s)
+                    if due_s is not None:
+                        self._correct_and_decide(due_s)
+                        continue  # its decision may have started jobs ending before now_s
+                else:
+                    self._correct_until(now_s)
+            self.now_s = now_s
+            if is_submission:
+                self.next_submission = index + 1
+                self._submission(index)
+            else:
+                self._termination(heappop(events)[2])
             if progress is not None and self.finished - finished_before >= progress_every:
                 finished_before = self.finished - self.finished % progress_every
                 progress(finished_before)
@@ -234,63 +239,92 @@ class Simulation:
         self.finished += 1
         self._decide()
 
-    def _prediction_over(self, index: int) -> None:
-        now_s = self.now_s
-        if self.pinned[index]:
-            # Planned to its request since a guarded decision: nothing to correct. A correction
-            # earlier at this instant left its decision to the instant's last one: take it here.
-            if self.decide_on_correction and self.reservation is None and not self._more_corrections_now():
-                self._decide()
-            return
-        start_s, requested_s, run_s = self.start_s[index], self.requested_s[index], self.run_s[index]
-        initial_s, user_id = self.initial_prediction_s[index], self.requests[index].user_id
-        # The job's next corrections that fall before the next event are taken here at once:
-        # nothing reads the job's prediction in between (no decision follows a correction unless
-        # decide_on_correction), so only its last value matters: one profile move instead of one
-        # event, one move and one heap push per correction.
-        horizon_s = now_s if self.decide_on_correction else self._next_event_s()
-        corrections, at_s = self.corrections[index], now_s
-        while True:
-            elapsed = at_s - start_s
-            new_prediction = self.correction.corrected_prediction_s(
-                requested_s, initial_s, corrections, elapsed, user_id=user_id, now_s=at_s,
-            )
-            if not elapsed < new_prediction <= requested_s:
-                raise AssertionError(
-                    f"correction {self.correction.name} gave {new_prediction} s for job "
-                    f"{self.jobs[index].job_id} that has run {elapsed} s (request {requested_s} s)"
+    # ------------------------------------------------------------------ corrections
+    # No event marks a prediction running out: before each event, the running profile (by
+    # predicted end) tells which running jobs are past their prediction, and they are corrected
+    # as their prediction-over events would have been, at the instant each prediction ran out.
+    # A job whose prediction is at least its runtime (a correct one, or pinned to its request)
+    # ends by its termination event, never by a correction.
+
+    def _correct_until(self, now_s: int) -> None:
+        """Correct every running job whose predicted end is at or before `now_s`, the next
+        event's instant, until its prediction covers its runtime or runs past `now_s`.
+
+        Nothing reads a prediction between two events (no decision follows a correction, the
+        reference's rule), so a job's corrections up to the next event are taken at once: one
+        profile move however many corrections. The policy is asked at each correction's own
+        instant (`now_s=at_s`), with the state the events before `now_s` left it in, as a
+        prediction-over event at that instant would have asked it.
+        """
+        prediction_s, run_s, corrected_prediction_s = (
+            self.prediction_s, self.run_s, self.correction.corrected_prediction_s
+        )
+        corrected = False
+        for end_s, index in self.profile.ending_by(now_s):
+            job_run_s = run_s[index]
+            if prediction_s[index] >= job_run_s:
+                continue
+            start_s, requested_s = self.start_s[index], self.requested_s[index]
+            initial_s, user_id = self.initial_prediction_s[index], self.requests[index].user_id
+            corrections, at_s = self.corrections[index], end_s
+            while True:
+                elapsed = at_s - start_s
+                new_prediction = corrected_prediction_s(
+                    requested_s, initial_s, corrections, elapsed, user_id=user_id, now_s=at_s,
                 )
-            corrections += 1
-            at_s = start_s + new_prediction
-            if new_prediction >= run_s or at_s >= horizon_s:
-                break
-        self.corrections[index] = corrections
-        self.profile.move(index, now_s, at_s)
-        self.prediction_s[index] = new_prediction
-        if new_prediction < run_s:
-            heappush(self.events,
-                     (start_s + new_prediction, PREDICTION_OVER, next(self.sequence), index))
-        # Deciding now while another prediction runs out at this same instant would count that
-        # job's processors as free (it is predicted to end now) before its correction: wait for
-        # the last correction of the instant.
-        if self.decide_on_correction and not self._more_corrections_now():
-            self._decide()
-        else:
+                if not elapsed < new_prediction <= requested_s:
+                    self._bad_correction(index, new_prediction, elapsed)
+                corrections += 1
+                at_s = start_s + new_prediction
+                if new_prediction >= job_run_s or at_s > now_s:
+                    break
+            self.corrections[index] = corrections
+            self.profile.move(index, end_s, at_s)
+            prediction_s[index] = new_prediction
+            corrected = True
+        if corrected:
+            # The plan changed: the next submission needs a full decision.
             self.reservation = None
 
+    def _next_correction_s(self, now_s: int) -> int | None:
+        """The first instant at or before `now_s` at which a running job's prediction runs out
+        before its runtime (`decide_on_correction`), or None."""
+        prediction_s, run_s = self.prediction_s, self.run_s
+        for end_s, index in self.profile.ending_by(now_s):
+            if prediction_s[index] < run_s[index]:
+                return end_s
+        return None
+
+    def _correct_and_decide(self, due_s: int) -> None:
+        """`decide_on_correction`: correct once every job whose prediction runs out at `due_s`,
+        then decide at `due_s`, after the instant's last correction: deciding between two of them
+        would count the second job's processors as free (it is predicted to end now)."""
+        self.now_s = due_s
+        start_s, prediction_s, run_s = self.start_s, self.prediction_s, self.run_s
+        for end_s, index in self.profile.ending_by(due_s):
+            if end_s < due_s or prediction_s[index] >= run_s[index]:
+                continue
+            elapsed, requested_s = due_s - start_s[index], self.requested_s[index]
+            new_prediction = self.correction.corrected_prediction_s(
+                requested_s, self.initial_prediction_s[index], self.corrections[index], elapsed,
+                user_id=self.requests[index].user_id, now_s=due_s,
+            )
+            if not elapsed < new_prediction <= requested_s:
+                self._bad_correction(index, new_prediction, elapsed)
+            self.corrections[index] += 1
+            self.profile.move(index, due_s, start_s[index] + new_prediction)
+            prediction_s[index] = new_prediction
+        self._decide()
+
+    def _bad_correction(self, index: int, new_prediction: int, elapsed: int) -> None:
+        """A policy must extend the prediction past the time run, within the request."""
+        raise AssertionError(
+            f"correction {self.correction.name} gave {new_prediction} s for job "
+            f"{self.jobs[index].job_id} that has run {elapsed} s "
+            f"(request {self.requested_s[index]} s)"
+        )
+
     # ------------------------------------------------------------------ decisions
-    def _next_event_s(self) -> int:
-        """When the next event happens (the heap's first or the next submission's instant)."""
-        events, index = self.events, self.next_submission
-        next_s = events[0][0] if events else _NEVER_S
-        if index < len(self.submit_s) and self.submit_s[index] < next_s:
-            next_s = self.submit_s[index]
-        return next_s
-
-    def _more_corrections_now(self) -> bool:
-        events = self.events
-        return bool(events) and events[0][:2] == (self.now_s, PREDICTION_OVER)
-
     def _decide(self) -> None:
         """A full scheduling pass at this instant."""
         self._remember(self.scheduler.schedule(
@@ -310,10 +344,7 @@ class Simulation:
             self.unpinned_running.add(index)
         self.predictor.job_started(request, now_s)
         self.correction.job_started(request, now_s)
-        events, sequence = self.events, self.sequence
-        heappush(events, (now_s + run_s, TERMINATION, next(sequence), index))
-        if prediction_s < run_s:
-            heappush(events, (now_s + prediction_s, PREDICTION_OVER, next(sequence), index))
+        heappush(self.events, (now_s + run_s, next(self.sequence), index))
 
     def _remember(self, reservation: Reservation | None) -> None:
         """Keep the head's reservation after a decision; after a guarded one, pin the running."""
