@@ -40,7 +40,7 @@ running_jobs = st.lists(
     jobs=running_jobs,
     moved=st.lists(st.integers(0, 39), max_size=10),
 )
-def test_reservation_and_free_now_follow_their_definitions(total, now_s, jobs, moved):
+def test_reservation_free_now_and_ending_by_follow_their_definitions(total, now_s, jobs, moved):
     profile = RunningProfile(total)
     ends: dict[int, tuple[int, int]] = {}
     for job, (end_offset, procs, _) in enumerate(jobs):
@@ -59,6 +59,11 @@ def test_reservation_and_free_now_follow_their_definitions(total, now_s, jobs, m
     assert profile.used_procs == sum(procs for _, procs in listed) <= total
     free_now = profile.free_now(now_s)
     assert free_now == free_after(listed, total, now_s)
+    for by_s in (now_s, now_s + 5, now_s + 40):  # the jobs whose predictions run out by then
+        assert profile.ending_by(by_s) == sorted(
+            (end_s, job) for job, (end_s, _) in ends.items() if end_s <= by_s
+        )
+        assert profile.ends_by(by_s) == bool(profile.ending_by(by_s))
     for needed in range(free_now + 1, total + 1):
         assert profile.reservation(needed, now_s) == reservation_by_definition(
             listed, total, needed, now_s

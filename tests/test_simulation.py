@@ -217,7 +217,9 @@ def test_fast_path_takes_the_same_decisions_as_exhaustive_passes(workload, sched
 
 
 # A deliberately naive EASY, written straight from docs/method.md §7 with plain lists, to check the
-# vectorised scan. Same event order: prediction-over, submission, termination.
+# compiled backfilling pass and, for REQUESTED, the lazy corrections (this one pushes
+# prediction-over events, as the simulator once did). Same event order: prediction-over,
+# submission, termination.
 
 
 def naive_easy(jobs, machine, predictions, order):
@@ -295,7 +297,7 @@ def naive_easy(jobs, machine, predictions, order):
 
 @settings(max_examples=150, deadline=None)
 @given(workloads(), st.sampled_from(["easy", "easy-sjbf"]), st.sampled_from(["requested", "clairvoyant", "noisy"]))
-def test_vectorised_easy_agrees_with_a_naive_implementation(workload, scheduler, predictor):
+def test_easy_agrees_with_a_naive_implementation(workload, scheduler, predictor):
     machine, jobs = workload
     result = run(jobs, scheduler, build_predictor(predictor, jobs), "requested", machine)
     expected = naive_easy(jobs, machine, result.initial_prediction_s, SCHEDULERS[scheduler].backfill_order)

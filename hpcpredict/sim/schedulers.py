@@ -10,26 +10,25 @@ at which enough processors are free); then, in backfilling order, start any othe
 fits now and either ends (by its prediction) by the shadow time or uses no more than the extra
 processors left at the shadow time. Backfilled jobs running past the shadow time consume the extra.
 
-Why the scan is vectorised: a backfilling pass visits the whole queue (hundreds to thousands of
-jobs on CEA-Curie) at every event. Starting a job only lowers the free and extra processors, so a
-job that is not eligible stays so for the rest of the pass; the pass is therefore exactly "start
-the first eligible job in backfilling order, repeat", which is one pass in backfilling order over
-the jobs eligible at the outset (a numpy filter over the waiting window), re-checking each.
+Why the scan is compiled: a backfilling pass visits the whole queue (hundreds to thousands of
+jobs on CEA-Curie) at every event, so it is one numba loop over the waiting queue's arrays
+(`backfill_kernel.py`, which says why one pass in backfilling order decides what "start the
+first eligible job, repeat" decides).
 """
 
 from __future__ import annotations
 
 import re
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
 
+from hpcpredict.sim.backfill_kernel import backfill_pass
 from hpcpredict.sim.profile import RunningProfile
 
 _NO_KEY = np.iinfo(np.int64).max
-_SHORT_WINDOW = 48  # candidate windows up to this length are scanned on plain lists
 
 
 class WaitingQueue:
@@ -48,7 +47,7 @@ class WaitingQueue:
     __slots__ = (
         "procs", "prediction_s", "sjbf_key", "is_waiting", "_order", "_size", "count", "_head",
         "procs_list", "prediction_list", "waiting_list", "requested_s", "requested_list",
-        "submit_list",
+        "submit_list", "work",
     )
 
     def __init__(
@@ -74,11 +73,13 @@ class WaitingQueue:
         # amortised, without reading numpy scalars from the compact list at every decision.
         self._head = 0
         # Plain-list mirrors of procs, prediction_s and is_waiting: reading one element of a
-        # numpy array costs about ten times a list's, and the short queues of most decisions
-        # are scanned element by element (Scheduler._backfill).
+        # numpy array from Python costs about ten times a list's, and the head's start, the
+        # guard and a lone new submission (Scheduler.consider_new_job) read single elements;
+        # the arrays are for the compiled backfilling pass.
         self.procs_list: list[int] = procs.tolist()
         self.prediction_list: list[int] = [0] * size
         self.waiting_list: list[bool] = [False] * size
+        self.work = np.empty(size, dtype=np.int64)  # the backfilling pass's scratch space
 
     def __len__(self) -> int:
         return self.count
@@ -238,72 +239,26 @@ class Scheduler:
         """Backfill around the head's reservation; returns the extra processors left.
 
         A candidate "ends by the shadow time" by its prediction, or by its request when the
-        reservation is guarded."""
-        jobs = waiting.candidates()
-        if len(jobs) > _SHORT_WINDOW:
-            # Jobs wider than the free processors can never start in this pass (free only goes
-            # down): drop them first, which usually leaves a window short enough for lists.
-            jobs = jobs[waiting.procs[jobs] <= free]
-        if len(jobs) <= _SHORT_WINDOW:
-            return self._backfill_short(
-                now_s, waiting, jobs.tolist(), head, free, shadow_s, extra, start, guarded
-            )
-        procs = waiting.procs[jobs]
-        eligible = waiting.is_waiting[jobs] & (procs <= free) & (jobs != head)
-        durations = waiting.requested_s if guarded else waiting.prediction_s
-        ends_by_shadow = (durations[jobs] + now_s) <= shadow_s
-        eligible &= ends_by_shadow | (procs <= extra)
-        positions = np.flatnonzero(eligible)
-        if not len(positions):
-            return extra
-        if self.backfill_order == "shortest_prediction":
-            positions = positions[np.argsort(waiting.sjbf_key[jobs[positions]])]
-        # Eligibility only shrinks as jobs start (free and extra only go down), so one pass in
-        # backfilling order over the jobs eligible at the outset, re-checking each against what
-        # is left, starts exactly the jobs that "start the first eligible one, repeat" would.
-        return _start_in_order(
-            zip(jobs[positions].tolist(), procs[positions].tolist(),
-                ends_by_shadow[positions].tolist()),
-            free, extra, start,
-        )
-
-    def _backfill_short(
-        self,
-        now_s: int,
-        waiting: WaitingQueue,
-        jobs: list[int],
-        head: int,
-        free: int,
-        shadow_s: int,
-        extra: int,
-        start: StartJob,
-        guarded: bool = False,
-    ) -> int:
-        """`_backfill` on plain lists, for a short window where numpy's call overhead dominates.
-
-        The same rule and order (submission order, or (prediction, index) for SJBF, which is
-        the order of `sjbf_key`), hence the same starts.
+        reservation is guarded. The pass is compiled (`backfill_kernel.backfill_pass`): it
+        chooses the jobs, then they start here, in its order.
         """
-        procs, prediction, is_waiting = (
-            waiting.procs_list, waiting.prediction_list, waiting.waiting_list
+        count, extra = backfill_pass(
+            waiting.candidates(),
+            waiting.procs,
+            waiting.requested_s if guarded else waiting.prediction_s,
+            waiting.is_waiting,
+            waiting.sjbf_key,
+            head,
+            free,
+            shadow_s - now_s,
+            extra,
+            self.backfill_order == "shortest_prediction",
+            waiting.work,
         )
-        horizon_s = shadow_s - now_s  # ends by the shadow time: duration <= horizon
-        duration = waiting.requested_list if guarded else prediction
-        eligible = [
-            job
-            for job in jobs
-            if is_waiting[job]
-            and job != head
-            and procs[job] <= free
-            and (duration[job] <= horizon_s or procs[job] <= extra)
-        ]
-        if not eligible:
-            return extra
-        if self.backfill_order == "shortest_prediction":
-            eligible.sort(key=lambda job: (prediction[job], job))
-        return _start_in_order(
-            ((job, procs[job], duration[job] <= horizon_s) for job in eligible), free, extra, start
-        )
+        if count:
+            for job in waiting.work[:count].tolist():
+                start(job, True)
+        return extra
 
     def consider_new_job(
         self,
@@ -335,22 +290,6 @@ class Scheduler:
                 reservation.head, reservation.shadow_s, reservation.extra - need, reservation.guarded
             )
         return reservation
-
-
-def _start_in_order(
-    candidates: Iterable[tuple[int, int, bool]], free: int, extra: int, start: StartJob
-) -> int:
-    """Backfill (job, processors, ends by the shadow time?) candidates in the order given, each
-    re-checked against what is left; returns the extra processors left at the shadow time."""
-    for job, need, ends in candidates:
-        if need <= free and (ends or need <= extra):
-            start(job, True)
-            free -= need
-            if not ends:
-                extra -= need
-            if free == 0:
-                break
-    return extra
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,0 +1,80 @@
+"""The EASY / EASY-SJBF backfilling pass (`schedulers.Scheduler._backfill`) as one compiled loop.
+
+Why compiled: a backfilling pass visits the whole waiting queue at every scheduling decision
+(hundreds to thousands of jobs on SDSC-BLUE and CEA-Curie), and as numpy calls or a Python loop
+each pass cost tens of microseconds of interpreter and call overhead; this loop reads the
+waiting queue's arrays directly (docs/performance.md has the figures).
+
+The rule is EASY's (schedulers.py's module doc): a waiting job other than the head may start now
+if it fits in the free processors and either ends, by its duration, by the shadow time or fits in
+the extra processors left at the shadow time. Starting a job only lowers the free and extra
+processors, so a job that is not eligible stays so for the rest of the pass, and "start the
+first eligible job in backfilling order, repeat" is one pass in backfilling order re-checking
+each job against what is left. Backfilling order is submission order (the candidates' order),
+or for EASY-SJBF increasing `sjbf_key`, (prediction << 32) | index: shortest prediction first,
+submission order among equals.
+
+Only integers are involved, so the compiled pass decides exactly what the Python rule decides
+(tests/test_backfill_kernel.py checks it against a direct transcription of the rule).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+
+_JOB_MASK = (1 << 32) - 1  # sjbf_key's low half: the job index
+
+
+@njit(cache=True)
+def backfill_pass(
+    candidates: np.ndarray,
+    procs: np.ndarray,
+    durations: np.ndarray,
+    is_waiting: np.ndarray,
+    sjbf_key: np.ndarray,
+    head: int,
+    free: int,
+    horizon_s: int,
+    extra: int,
+    shortest_first: bool,
+    work: np.ndarray,
+) -> tuple[int, int]:  # pragma: no cover - compiled
+    """Backfill around the head's reservation.
+
+    `candidates`: job indices in submission order, stale (no longer waiting) ones included;
+    `procs`, `durations`, `is_waiting`, `sjbf_key`: per job index; `durations` are what "ends by
+    the shadow time" is judged on (predictions, or requests under the starvation guard), and a
+    job ends by the shadow time when its duration is at most `horizon_s` (shadow - now).
+    Returns (how many jobs to start, extra processors left at the shadow time); the jobs to
+    start, in start order, are `work[:count]` (`work` is scratch space at least as long as
+    `candidates`, so that a pass allocates nothing).
+    """
+    # The jobs eligible at the outset, in submission order, or their keys for SJBF ...
+    size = 0
+    for position in range(candidates.shape[0]):
+        job = candidates[position]
+        need = procs[job]
+        if (is_waiting[job] and job != head and need <= free
+                and (durations[job] <= horizon_s or need <= extra)):
+            work[size] = sjbf_key[job] if shortest_first else job
+            size += 1
+    if shortest_first and size > 1:  # ... in increasing key order (the job index is the key's low half) ...
+        work[:size].sort()
+    # ... each re-checked against what the jobs started before it left; the jobs started are
+    # written over the ones read (count <= position).
+    count = 0
+    for position in range(size):
+        job = work[position] & _JOB_MASK if shortest_first else work[position]
+        need = procs[job]
+        ends = durations[job] <= horizon_s
+        if need <= free and (ends or need <= extra):
+            work[count] = job
+            count += 1
+            free -= need
+            if not ends:
+                extra -= need
+            if free == 0:
+                break
+    return count, extra
