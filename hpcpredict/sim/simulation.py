@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
+from typing import Any
 from dataclasses import dataclass, field
 from heapq import heappop, heappush
 from itertools import count as counter
@@ -59,25 +60,15 @@ class SimulationResult:
 
 
 def simulate(
-    jobs: Sequence[Job],
-    machine_procs: int,
-    scheduler: Scheduler,
-    predictor: Predictor,
-    correction: CorrectionPolicy,
-    *,
-    decide_on_correction: bool = False,
-    exhaustive: bool = False,
+    *args: Any,
     progress: ProgressCallback | None = None,
     progress_every: int = 5000,
+    **options: Any,
 ) -> SimulationResult:
-    """Run the whole log; `jobs` must be sorted by submission time (cleaning does that).
-
-    `exhaustive=True` rescans the whole queue at every event instead of taking the O(1) path
-    for a lone new submission: slower, the same decisions (the tests check that).
-    """
-    simulation = Simulation(jobs, machine_procs, scheduler, predictor, correction,
-                            decide_on_correction=decide_on_correction, exhaustive=exhaustive)
-    return simulation.run(progress=progress, progress_every=progress_every)
+    """Run the whole log: `Simulation(*args, **options)` (its parameters, not repeated here),
+    then `Simulation.run` with the progress callback. `jobs` must be sorted by submission time
+    (cleaning does that)."""
+    return Simulation(*args, **options).run(progress=progress, progress_every=progress_every)
 
 
 class Simulation:
@@ -89,6 +80,10 @@ class Simulation:
     only: the submissions, sorted already, are read in the log's order by an index
     (`next_submission`), and a prediction running out is found in the running profile before
     each event (`_correct_until`) rather than pushed as an event of its own.
+
+    `jobs` must be sorted by submission time (cleaning does that). `exhaustive=True` rescans the
+    whole queue at every event instead of taking the O(1) path for a lone new submission:
+    slower, the same decisions (the tests check that).
     """
 
     def __init__(
