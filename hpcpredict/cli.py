@@ -18,7 +18,7 @@ from hpcpredict.cli_options import slurm_settings_options
 from hpcpredict.learn import parse_loss
 from hpcpredict.learn.predictor import FEATURE_SCALINGS
 from hpcpredict.outputs import OutputPathError, check_output_dir, check_output_file
-from hpcpredict.sim.corrections import CORRECTION_NAMES
+from hpcpredict.corrections import CORRECTION_NAMES
 from hpcpredict.sim.metrics import compute_metrics, metrics_table, replica_table
 from hpcpredict.sim.replica_stats import describe_change
 from hpcpredict.sim.output import write_jobs_csv, write_result_swf
@@ -30,7 +30,7 @@ from hpcpredict.sim.runner import (
     run,
     run_replicated,
 )
-from hpcpredict.sim.schedulers import DEFAULT_STARVATION_GUARD_S, parse_starvation_guard
+from hpcpredict.corrections.starvation import DEFAULT_STARVATION_GUARD_S, parse_starvation_guard
 from hpcpredict.sim.slurm_backfill import NAME as SLURM_BACKFILL
 from hpcpredict.sim.shaking import DEFAULT_SEED, DEFAULT_SHAKE_S
 from hpcpredict.swf import SwfFormatError

@@ -159,7 +159,7 @@ def replay_compare(replay: Path, scheduler: str, slurm_params: str, predictor: s
     same jobs: AVEbsld and waits side by side, and per-job agreement of the start times (mean and
     median absolute difference, Spearman rank correlation of the start order)."""
     from hpcpredict.cli import _load
-    from hpcpredict.sim.corrections import CORRECTIONS
+    from hpcpredict.corrections.policies import CORRECTIONS
     from hpcpredict.sim.metrics import compute_metrics, metrics_table
     from hpcpredict.sim.runner import RunSpec, run
     from hpcpredict.sim.slurm_backfill import SlurmBackfill, SlurmParams, simulate_slurm

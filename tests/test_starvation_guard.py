@@ -16,9 +16,10 @@ from hpcpredict.cli import main
 from hpcpredict.daemon.config import DaemonConfig
 from hpcpredict.jobs import JobRequest
 from hpcpredict.predictors import RequestedPredictor
-from hpcpredict.sim import CORRECTIONS, SCHEDULERS, simulate
+from hpcpredict.corrections import CORRECTIONS
+from hpcpredict.sim import SCHEDULERS, simulate
 from hpcpredict.sim.runner import RunSpec
-from hpcpredict.sim.schedulers import DEFAULT_STARVATION_GUARD_S, parse_starvation_guard
+from hpcpredict.corrections.starvation import DEFAULT_STARVATION_GUARD_S, parse_starvation_guard
 from test_simulation import PREDICTORS, build_predictor, make_job, peak_usage, workloads
 
 

@@ -52,7 +52,7 @@ from itertools import count as counter
 from hpcpredict.instants import Instant
 from hpcpredict.jobs import Job
 from hpcpredict.predictors import Predictor, clip_prediction
-from hpcpredict.sim.corrections import CorrectionPolicy
+from hpcpredict.corrections.policies import CorrectionPolicy
 from hpcpredict.sim.profile import RunningProfile
 from hpcpredict.sim.simulation import ProgressCallback, SimulationResult, job_columns
 
