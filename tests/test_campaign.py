@@ -329,7 +329,7 @@ def stored_rows(db: Path) -> dict[str, tuple[float, float, str]]:
 
 
 def campaign_command(path: Path, db: Path) -> list[str]:
-    return [sys.executable, "-m", "hpcpredict.cli", "campaign", str(path), "--db", db_url(db),
+    return [sys.executable, "-m", "hpcpredict.cli", "campaign", str(path), "--store", db_url(db),
             "-j", "1"]
 
 
@@ -446,7 +446,7 @@ def row_count(db: Path) -> int:
 def test_dry_run_reports_counts_and_writes_nothing(tmp_path: Path) -> None:
     db = tmp_path / "smoke.sqlite"
     runner = CliRunner()
-    result = runner.invoke(main, ["campaign", str(SMOKE), "--db", db_url(db), "--dry-run"])
+    result = runner.invoke(main, ["campaign", str(SMOKE), "--store", db_url(db), "--dry-run"])
     assert result.exit_code == 0, result.output
     assert f"smoke: 7 runs, 0 already stored, 7 to run ({db_url(db)})" in result.stderr
     assert row_count(db) == 0
@@ -458,7 +458,7 @@ def test_dry_run_reports_counts_and_writes_nothing(tmp_path: Path) -> None:
             store.add("smoke", cell, fake_result(cell, 1.0))
     finally:
         store.close()
-    result = runner.invoke(main, ["campaign", str(SMOKE), "--db", db_url(db), "--dry-run"])
+    result = runner.invoke(main, ["campaign", str(SMOKE), "--store", db_url(db), "--dry-run"])
     assert result.exit_code == 0, result.output
     assert "smoke: 7 runs, 2 already stored, 5 to run" in result.stderr
     assert " runs in " not in result.stderr  # nothing was run
@@ -469,7 +469,7 @@ def test_missing_log_fails_clearly_before_opening_the_store(tmp_path: Path) -> N
     missing = tmp_path / "logs" / "nope.swf"
     path = write(tmp_path, '[[logs]]\npath = "logs/nope.swf"\n' + EASY)
     db = tmp_path / "never.sqlite"
-    result = CliRunner().invoke(main, ["campaign", str(path), "--db", db_url(db)])
+    result = CliRunner().invoke(main, ["campaign", str(path), "--store", db_url(db)])
     assert result.exit_code == 1
     assert "log not found" in result.output
     assert str(missing) in result.output and str(path) in result.output
@@ -480,7 +480,7 @@ def test_missing_log_fails_clearly_before_opening_the_store(tmp_path: Path) -> N
 def test_invalid_campaign_file_is_a_clean_cli_error(tmp_path: Path) -> None:
     path = write(tmp_path, LOG + '[learned]\ncorrections = ["tripling"]\n')
     db = tmp_path / "never.sqlite"
-    result = CliRunner().invoke(main, ["campaign", str(path), "--db", db_url(db), "--dry-run"])
+    result = CliRunner().invoke(main, ["campaign", str(path), "--store", db_url(db), "--dry-run"])
     assert result.exit_code == 1
     assert "Error:" in result.output and "[learned]" in result.output and "tripling" in result.output
     assert not db.exists()
@@ -522,7 +522,7 @@ def test_a_shared_run_is_reported_under_this_campaigns_label(tmp_path: Path) -> 
     finally:
         store.close()
     out = tmp_path / "report"
-    result = CliRunner().invoke(main, ["campaign-report", str(renamed), "--db", db_url(db), "--out", str(out)])
+    result = CliRunner().invoke(main, ["campaign-report", str(renamed), "--store", db_url(db), "--out", str(out)])
     assert result.exit_code == 0, result.output
     report = (out / "report.md").read_text()
     assert "| kth | plain EASY | 1 | 136.5 |" in report and "| EASY |" not in report

@@ -278,13 +278,13 @@ def test_the_live_starvation_guard_gives_running_jobs_their_requests_and_plans_p
 def test_simulate_puts_the_daemons_guard_on_slurm_backfill_by_default(sample_log):
     result = CliRunner().invoke(main, [
         "simulate", str(sample_log), "--scheduler", "slurm-backfill", "--predictor", "ave2",
-        "--json",
+        "--format", "json",
     ])
     assert result.exit_code == 0, result.output
     assert '"starvation_guard_s": 86400' in result.output
     off = CliRunner().invoke(main, [
         "simulate", str(sample_log), "--scheduler", "slurm-backfill", "--predictor", "ave2",
-        "--starvation-guard", "off", "--json",
+        "--starvation-guard", "off", "--format", "json",
     ])
     assert off.exit_code == 0, off.output
     assert '"starvation_guard_s": 86400' not in off.output

@@ -139,7 +139,7 @@ def test_a_malformed_guard_is_refused(text: object) -> None:
 
 def _simulated_guard(*options: str) -> object:
     sample = Path(__file__).resolve().parent.parent / "swf" / "KTH-SP2-sample.swf"
-    result = CliRunner().invoke(main, ["simulate", str(sample), "--no-baseline", "--json", *options])
+    result = CliRunner().invoke(main, ["simulate", str(sample), "--no-baseline", "--format", "json", *options])
     assert result.exit_code == 0, result.output
     return json.loads(result.output)["runs"][0]["settings"].get("starvation_guard_s")
 

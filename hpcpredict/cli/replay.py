@@ -1,5 +1,5 @@
 """``hpcpredict replay-slurm`` and ``hpcpredict replay-compare``: a log on a real SLURM, and the
-simulator's slurm-backfill against what SLURM did (docs/slurm-replay.md). Thin, like cli.py."""
+simulator's slurm-backfill against what SLURM did (docs/slurm-replay.md). Thin."""
 
 from __future__ import annotations
 
@@ -10,7 +10,14 @@ from pathlib import Path
 
 import click
 
-from hpcpredict.cli_options import slurm_settings_options
+from hpcpredict.cli.common import check_file, load_log
+from hpcpredict.cli.options import (
+    correction_option,
+    deprecated_alias,
+    format_option,
+    procs_option,
+    slurm_settings_options,
+)
 from hpcpredict.slurm.adapter import Runner
 
 DEFAULT_SLURM_CONF = Path("/etc/slurm/slurm.conf")
@@ -46,8 +53,7 @@ def _machine_cpus(runner: Runner) -> int:
 @click.option("--mode", type=click.Choice(["record", "lower"]), default=None,
               help="Set the plugin's mode first (hpcpredict_slurm.conf beside slurm.conf). "
               "Default: leave it as configured.")
-@click.option("--procs", type=click.IntRange(min=1), default=None,
-              help="Processors of the machine replayed on. Default: the partition's CPUs (sinfo). "
+@procs_option("Processors of the machine replayed on. Default: the partition's CPUs (sinfo). "
               "Wider log machines have their jobs scaled down to it.")
 @click.option("--log-procs", type=click.IntRange(min=1), default=None,
               help="The log's machine size (default: its MaxProcs header).")
@@ -73,7 +79,6 @@ def replay_slurm(log: Path, job_count: int, skip: int, speedup: float, mode: str
       hpcpredict replay-slurm swf/KTH-SP2-sample.swf --jobs 200 --skip 1000 --speedup 10 \\
           --mode record -o record.swf
     """
-    from hpcpredict.cli import _check_file, _load
     from hpcpredict.slurm.adapter import CliBackend, SlurmError, run_command
     from hpcpredict.slurm.replay import (
         ReplayError,
@@ -87,10 +92,10 @@ def replay_slurm(log: Path, job_count: int, skip: int, speedup: float, mode: str
     )
     from hpcpredict.swf import write_swf
 
-    _check_file(output, "-o/--output")
+    check_file(output, "-o/--output")
     if csv_path is not None:
-        _check_file(csv_path, "--csv")
-    workload = _load(log, log_procs, False)
+        check_file(csv_path, "--csv")
+    workload = load_log(log, log_procs, False)
     machine = procs if procs is not None else _machine_cpus(run_command)
     scaling = Scaling(speedup, workload.machine_procs, machine)
     try:
@@ -146,19 +151,18 @@ def replay_slurm(log: Path, job_count: int, skip: int, speedup: float, mode: str
               "mode). plugin: the limits the plugin set in lower mode (needs --plugin-csv).")
 @click.option("--plugin-csv", type=click.Path(exists=True, dir_okay=False, path_type=Path), default=None,
               help="replay-slurm's --csv of this replay (the plugin's predictions).")
-@click.option("--correction", default="incremental", show_default=True,
-              help="The model's correction policy (as simulate).")
-@click.option("--correction-lead", "correction_lead_s", type=click.IntRange(min=0), default=0,
+@correction_option("incremental")
+@click.option("--correction-lead-s", "correction_lead_s", type=click.IntRange(min=0), default=0,
               show_default=True,
               help="With --predictor plugin: seconds before the limit at which the model corrects, "
-              "as the daemon's corrector does (its --correction-margin).")
-@click.option("--json", "as_json", is_flag=True, help="JSON instead of the table.")
+              "as the daemon's corrector does (serve's --correction-margin-s).")
+@deprecated_alias("--correction-lead", "--correction-lead-s", "correction_lead_s", type=click.IntRange(min=0))
+@format_option()
 def replay_compare(replay: Path, scheduler: str, slurm_params: str, predictor: str,
-                   plugin_csv: Path | None, correction: str, correction_lead_s: int, as_json: bool) -> None:
+                   plugin_csv: Path | None, correction: str, correction_lead_s: int, output_format: str) -> None:
     """What SLURM did in a REPLAY (replay-slurm's SWF) beside the simulator's slurm-backfill on the
     same jobs: AVEbsld and waits side by side, and per-job agreement of the start times (mean and
     median absolute difference, Spearman rank correlation of the start order)."""
-    from hpcpredict.cli import _load
     from hpcpredict.corrections.policies import CORRECTIONS
     from hpcpredict.sim.metrics import compute_metrics, metrics_table
     from hpcpredict.sim.runner import RunSpec, run
@@ -174,7 +178,7 @@ def replay_compare(replay: Path, scheduler: str, slurm_params: str, predictor: s
             raise ValueError("--predictor plugin is for the slurm-backfill model")
     except ValueError as error:
         raise click.BadParameter(str(error)) from None
-    workload = _load(replay, None, False)
+    workload = load_log(replay, None, False)
     try:
         real = real_result(workload)
     except ReplayError as error:
@@ -194,7 +198,7 @@ def replay_compare(replay: Path, scheduler: str, slurm_params: str, predictor: s
         label = spec.label
     real_metrics, model_metrics = compute_metrics(real), compute_metrics(model)
     match = agreement(real, model)
-    if as_json:
+    if output_format == "json":
         click.echo(json.dumps({
             "replay": str(replay), "model": label, "slurm": real_metrics.to_dict(),
             "simulated": model_metrics.to_dict(), "agreement": match.to_dict(),
