@@ -501,6 +501,25 @@ def test_one_simulation_has_one_key_however_it_is_spelled(tmp_path: Path) -> Non
     assert a.key == b.key
 
 
+def test_l2_is_read_under_its_old_name_lambda_with_the_same_keys_and_labels(tmp_path: Path) -> None:
+    """`l2` is the key, as the command line's --l2; files written with `lambda` keep their runs:
+    same keys, same labels (stored runs are found by key and reported by label)."""
+    head = f'[[logs]]\nname = "s"\npath = "{SAMPLE}"\n'
+    baseline = ('[[baselines]]\nlabel = "b"\nscheduler = "easy-sjbf"\npredictor = "learned"\n'
+                'correction = "incremental"\n{key} = 0.0\n')
+    grid = '[learned]\ncorrections = ["incremental"]\nschedulers = ["easy"]\n{key} = [0.0, 4e11]\n'
+    new, old = (
+        load_campaign(write(tmp_path, head + baseline.format(key=key) + grid.format(key=key), f"{key}.toml"))
+        for key in ("l2", "lambda")
+    )
+    assert [(c.key, c.label) for c in new.cells] == [(c.key, c.label) for c in old.cells]
+    assert sorted(c.spec.l2 for c in new.cells) == [0.0, 0.0, 4e11]
+    assert any("lambda=4e+11" in c.label for c in new.cells)
+    for section in (baseline.format(key="l2") + "lambda = 0.0\n", grid.format(key="l2") + "lambda = [0.0]\n"):
+        with pytest.raises(CampaignError, match="l2 and lambda are the same setting"):
+            load_campaign(write(tmp_path, head + section, "both.toml"))
+
+
 def test_the_same_simulation_twice_is_refused(tmp_path: Path) -> None:
     text = f'[[logs]]\nname = "s"\npath = "{SAMPLE}"\n'
     for label in ("one", "two"):  # a loss means nothing to a non-learned predictor
