@@ -37,7 +37,7 @@ def main() -> None:
     Examples:
       hpcpredict info swf/KTH-SP2-sample.swf
       hpcpredict simulate swf/KTH-SP2-sample.swf
-      hpcpredict simulate --help
+      hpcpredict campaign sim/smoke.toml
     """
 
 

@@ -80,9 +80,10 @@ def campaign(
 
     \b
     Examples:
-      hpcpredict campaign sim/smoke.toml
-      hpcpredict campaign sim/paper.toml --logs /data/swf -j 2
-      hpcpredict campaign sim/paper.toml --executor dask --scheduler-address tcp://head:8786
+      hpcpredict campaign sim/smoke.toml --dry-run                  # how many runs to do
+      hpcpredict campaign sim/smoke.toml -j 2
+      hpcpredict campaign sim/smoke.toml --logs swf --store smoke-runs.jsonl
+      hpcpredict campaign sim/smoke.toml --executor dask -j 2       # or --scheduler-address tcp://head:8786
     """
     from hpcpredict.sim.campaign import execute
     from hpcpredict.sim.campaign_store import StoreError, open_store
@@ -153,9 +154,9 @@ def campaign_report(
 
     \b
     Examples:
-      hpcpredict campaign-report sim/headline.toml
-      hpcpredict campaign-report sim/paper.toml --out /tmp/paper-report
-      hpcpredict campaign-report sim/censoring.toml --pair-with "learned default"
+      hpcpredict campaign-report sim/smoke.toml
+      hpcpredict campaign-report sim/smoke.toml --out smoke-report --pair-with EASY
+      hpcpredict campaign-report sim/smoke.toml --store smoke-runs.jsonl
     """
     from hpcpredict.sim.campaign_report import write_campaign_report
     from hpcpredict.sim.campaign_store import StoreError, open_store, store_file

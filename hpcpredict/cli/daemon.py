@@ -166,6 +166,12 @@ def serve(
     /predictions and POST /predict only with the token of --http-token-file). On start it restores
     the last checkpoint and replays the events logged after it, so a restart — even after kill -9
     — loses nothing learned.
+
+    \b
+    Examples:
+      hpcpredict serve                                   # state directory, socket, API on 127.0.0.1:8765
+      hpcpredict serve --db sqlite:///hpcpredict.db --create-db --http ''
+      hpcpredict serve --config deploy/daemon.toml --slurm --slurm-interval-s 10 --correction-margin-s 120
     """
     from hpcpredict.daemon.server import Daemon, DaemonError
 
@@ -352,6 +358,11 @@ def train(
     the same learner the daemon runs, and the result is stored as the daemon's starting
     checkpoint. Times are shifted by the log's UnixStartTime, so user ids must be the site's
     Unix uids (what `hpcpredict slurm-convert` writes) for the histories to meet the live jobs.
+
+    \b
+    Examples:
+      hpcpredict train swf/KTH-SP2-sample.swf --db sqlite:///hpcpredict.db
+      hpcpredict train swf/KTH-SP2-sample.swf --config deploy/daemon.toml --replace
     """
     from hpcpredict.daemon.history_judgements import JudgingPredictor
     from hpcpredict.daemon.staleness import history_age
@@ -450,6 +461,12 @@ def errors(config_path: Path | None, db_url: str | None, users: tuple[int, ...],
     submission, share under-predicted, mean predicted/actual ratio, corrections, and what the
     user's own requests and AVE2 would have scored (MAE). The last row is over all users.
     Never creates or changes the database.
+
+    \b
+    Examples:
+      hpcpredict errors --db sqlite:///hpcpredict.db
+      hpcpredict errors --db sqlite:///hpcpredict.db --user 1001 --since 2026-11-01 --format csv
+      hpcpredict errors --config deploy/daemon.toml --source live --format json
     """
     import json
 
@@ -490,7 +507,13 @@ def errors(config_path: Path | None, db_url: str | None, users: tuple[int, ...],
 def report(config_path: Path | None, db_url: str | None, since: str | None, source: str,
            out_dir: Path) -> None:
     """An HTML page of the prediction errors: per-user table, ECDF of errors (hpcpredict vs
-    requests vs AVE2), per-user bars, error over time. Reads the database only."""
+    requests vs AVE2), per-user bars, error over time. Reads the database only.
+
+    \b
+    Examples:
+      hpcpredict report --db sqlite:///hpcpredict.db --out error-report
+      hpcpredict report --config deploy/daemon.toml --since 2026-11-01 --source live --out november
+    """
     from hpcpredict.daemon.errors import judged_jobs
     from hpcpredict.daemon.views import write_error_report
     from hpcpredict.outputs import OutputPathError, check_output_dir
@@ -531,6 +554,11 @@ def slurm_convert(use_sacct: bool, starttime: str, endtime: str, jobcomp_file: P
 
     One source: --sacct (accounting), --jobcomp FILE, or --db URL. User ids are Unix uids, so a
     model trained on the output meets the live users.
+
+    \b
+    Examples:
+      hpcpredict slurm-convert --sacct --starttime 2026-01-01 -o history.swf
+      hpcpredict slurm-convert --db sqlite:///hpcpredict.db --procs 128 -o history.swf.gz
     """
     from hpcpredict.daemon.views import ViewError
     from hpcpredict.slurm.convert import (

@@ -25,7 +25,7 @@ def info(log: Path, procs: int | None, lenient: bool, output_format: str) -> Non
     \b
     Examples:
       hpcpredict info swf/KTH-SP2-sample.swf
-      hpcpredict info CEA-Curie-2011-2.1-cln.swf.gz --procs 80640 --json
+      hpcpredict info swf/KTH-SP2-sample.swf --procs 80 --format json   # a smaller machine
     """
     workload = load_log(log, procs, lenient)
     summary = workload_summary(workload)

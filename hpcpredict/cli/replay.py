@@ -75,9 +75,10 @@ def replay_slurm(log: Path, job_count: int, skip: int, speedup: float, mode: str
     slurm-backfill on the same jobs.
 
     \b
-    Example (docs/slurm-replay.md):
+    Examples (docs/slurm-replay.md):
       hpcpredict replay-slurm swf/KTH-SP2-sample.swf --jobs 200 --skip 1000 --speedup 10 \\
           --mode record -o record.swf
+      hpcpredict replay-slurm swf/KTH-SP2-sample.swf --jobs 50 --mode lower -o lower.swf --csv lower.csv
     """
     from hpcpredict.slurm.adapter import CliBackend, SlurmError, run_command
     from hpcpredict.slurm.replay import (
@@ -162,7 +163,16 @@ def replay_compare(replay: Path, scheduler: str, slurm_params: str, predictor: s
                    plugin_csv: Path | None, correction: str, correction_lead_s: int, output_format: str) -> None:
     """What SLURM did in a REPLAY (replay-slurm's SWF) beside the simulator's slurm-backfill on the
     same jobs: AVEbsld and waits side by side, and per-job agreement of the start times (mean and
-    median absolute difference, Spearman rank correlation of the start order)."""
+    median absolute difference, Spearman rank correlation of the start order).
+
+    \b
+    Examples (replays of swf/KTH-SP2-sample.swf and KTH-SP2 recorded on a real SLURM):
+      hpcpredict replay-compare docs/slurm-replay/KTH-SP2-sample-350-200-k60-record.swf
+      hpcpredict replay-compare docs/slurm-replay/KTH-SP2-sample-350-200-k60-record.swf \\
+          --scheduler easy --format json
+      hpcpredict replay-compare docs/slurm-replay/KTH-SP2-5780-120-k60-lower.swf --predictor plugin \\
+          --plugin-csv docs/slurm-replay/KTH-SP2-5780-120-k60-lower.csv --correction-lead-s 45
+    """
     from hpcpredict.corrections.policies import CORRECTIONS
     from hpcpredict.sim.metrics import compute_metrics, metrics_table
     from hpcpredict.sim.runner import RunSpec, run

@@ -157,8 +157,11 @@ def simulate(
     \b
     Examples:
       hpcpredict simulate swf/KTH-SP2-sample.swf
-      hpcpredict simulate LOG.swf.gz --replicas 10          # means, CIs, paired wins
-      hpcpredict simulate LOG.swf.gz --predictor ave2 --json
+      hpcpredict simulate swf/KTH-SP2-sample.swf --replicas 10      # means, CIs, paired wins
+      hpcpredict simulate swf/KTH-SP2-sample.swf --predictor ave2 --format json
+      hpcpredict simulate swf/KTH-SP2-sample.swf --l2 0 --loss-unit-s 1 --feature-scaling robust
+      hpcpredict simulate swf/KTH-SP2-sample.swf --scheduler slurm-backfill \\
+          --slurm-params bf_interval=10 --output kth.swf.gz --csv kth-jobs.csv
     """
     try:
         if starvation_guard is None:  # the default: on wherever a prediction can starve a job
@@ -285,6 +288,12 @@ def predict_eval(
     submission is compared with its runtime: MAE, median absolute error, mean --loss, how often
     it under-predicts, and the AVEbsld it led to. Two ECDF plots (errors, predicted values)
     are written as PNG.
+
+    \b
+    Examples:
+      hpcpredict predict-eval swf/KTH-SP2-sample.swf --no-plots
+      hpcpredict predict-eval swf/KTH-SP2-sample.swf --feature-scaling robust --plots kth-plots
+      hpcpredict predict-eval swf/KTH-SP2-sample.swf --scheduler easy --no-plots --format json
     """
     from hpcpredict.analysis import error_by_history, plot_ecdfs, prediction_stats
 
