@@ -284,7 +284,7 @@ def simulate_slurm(
     """Replay a cleaned log (sorted by submission) through the SLURM-like scheduler.
 
     `correction_lead_s`: corrections happen this long before the limit instead of at it, as
-    hpcpredict's corrector raises a limit `--correction-margin` seconds ahead of SLURM's check
+    hpcpredict's corrector raises a limit `--correction-margin-s` seconds ahead of SLURM's check
     (docs/admin-guide.md); the policy is asked as if the job had reached its limit. 0: at the
     predicted end, as in the EASY simulations.
 
