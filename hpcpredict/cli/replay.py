@@ -80,17 +80,8 @@ def replay_slurm(log: Path, job_count: int, skip: int, speedup: float, mode: str
           --mode record -o record.swf
       hpcpredict replay-slurm swf/KTH-SP2-sample.swf --jobs 50 --mode lower -o lower.swf --csv lower.csv
     """
+    from hpcpredict.slurm import replay as slurm_replay
     from hpcpredict.slurm.adapter import CliBackend, SlurmError, run_command
-    from hpcpredict.slurm.replay import (
-        ReplayError,
-        Scaling,
-        plan,
-        replay_swf,
-        rounding_report,
-        run_replay,
-        set_plugin_mode,
-        write_outcome_csv,
-    )
     from hpcpredict.swf import write_swf
 
     check_file(output, "-o/--output")
@@ -98,12 +89,12 @@ def replay_slurm(log: Path, job_count: int, skip: int, speedup: float, mode: str
         check_file(csv_path, "--csv")
     workload = load_log(log, log_procs, False)
     machine = procs if procs is not None else _machine_cpus(run_command)
-    scaling = Scaling(speedup, workload.machine_procs, machine)
+    scaling = slurm_replay.Scaling(speedup, workload.machine_procs, machine)
     try:
-        planned = plan(workload, jobs=job_count, skip=skip, scaling=scaling)
-    except ReplayError as error:
+        planned = slurm_replay.plan(workload, jobs=job_count, skip=skip, scaling=scaling)
+    except slurm_replay.ReplayError as error:
         raise click.ClickException(str(error)) from None
-    report = rounding_report(planned)
+    report = slurm_replay.rounding_report(planned)
     click.echo(
         f"{workload.name}: jobs {skip + 1}-{skip + len(planned)} at speedup {speedup:g} on "
         f"{machine} processors: submissions over {report['submission_span_s'] / 60:.1f} min, "
@@ -113,8 +104,8 @@ def replay_slurm(log: Path, job_count: int, skip: int, speedup: float, mode: str
     )
     if mode is not None:
         try:
-            settings = set_plugin_mode(_slurm_conf(), mode)
-        except ReplayError as error:
+            settings = slurm_replay.set_plugin_mode(_slurm_conf(), mode)
+        except slurm_replay.ReplayError as error:
             raise click.ClickException(str(error)) from None
         click.echo(f"plugin mode={mode} ({settings})")
 
@@ -122,18 +113,18 @@ def replay_slurm(log: Path, job_count: int, skip: int, speedup: float, mode: str
         click.echo(f"  submitted {submitted}/{len(planned)}, ended {ended}", err=True)
 
     try:
-        outcome = run_replay(planned, CliBackend(), poll_s=poll_s, progress=progress)
-    except (SlurmError, ReplayError) as error:
+        outcome = slurm_replay.run_replay(planned, CliBackend(), poll_s=poll_s, progress=progress)
+    except (SlurmError, slurm_replay.ReplayError) as error:
         raise click.ClickException(f"{error} (the jobs submitted were cancelled)") from None
     notes = [
         f"hpcpredict replay-slurm {log.name} --jobs {job_count} --skip {skip} --speedup {speedup:g} "
         f"--procs {machine} (plugin mode: {mode or 'as configured'})",
         "times are the replay's (log times / speedup); requests are the users' (the plugin's mark)",
     ]
-    header, records = replay_swf(outcome, machine, notes)
+    header, records = slurm_replay.replay_swf(outcome, machine, notes)
     write_swf(output, header, records)
     if csv_path is not None:
-        write_outcome_csv(csv_path, outcome)
+        slurm_replay.write_outcome_csv(csv_path, outcome)
     states: dict[str, int] = {}
     for _, job in outcome.values():
         states[job.state] = states.get(job.state, 0) + 1
