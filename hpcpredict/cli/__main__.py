@@ -3,4 +3,5 @@
 
 from hpcpredict.cli import main
 
-main(prog_name="hpcpredict")
+if __name__ == "__main__":  # not when a tool imports every module (pytest --doctest-modules)
+    main(prog_name="hpcpredict")
