@@ -131,9 +131,9 @@ class Simulation:
         )
         # After a guarded decision every running job is planned to its requested end for good,
         # as the live corrector raises their SLURM limits back to their requests and cannot
-        # safely lower a running job's limit again (Scheduler's docstring): `pinned` jobs, and
-        # the running ones not pinned yet.
-        self.pinned = [False] * count
+        # safely lower a running job's limit again (Scheduler's docstring): the running jobs
+        # not pinned yet. A pinned job's prediction is its request, never below its runtime, so
+        # it is never corrected again.
         self.unpinned_running: set[int] = set()
         self.finished = 0
         self.now_s = 0
@@ -199,7 +199,7 @@ class Simulation:
                       "exhaustive": self.exhaustive},
         )
 
-    # ------------------------------------------------------------------ the three events
+    # ------------------------------------------------------------------ the two events
     def _submission(self, index: int) -> None:
         now_s, waiting, reservation = self.now_s, self.waiting, self.reservation
         predicted = clip_prediction(
@@ -354,7 +354,6 @@ class Simulation:
                 self.profile.move(index, start_s[index] + prediction_s[index],
                                   start_s[index] + requested_s[index])
                 prediction_s[index] = requested_s[index]
-                self.pinned[index] = True
             self.unpinned_running.clear()
 
 
