@@ -67,7 +67,7 @@ from hpcpredict.daemon import user_errors
 from hpcpredict.daemon.feature_tokens import FeatureTokens
 from hpcpredict.daemon.checkpoints import CheckpointError, load_checkpoint, state_from_npz, state_to_npz
 from hpcpredict.daemon.readiness import DEFAULT_MIN_TRAINED_JOBS, Readiness, assess
-from hpcpredict.daemon.staleness import HistoryAge, age_at, newest_learned_end_s
+from hpcpredict.daemon.staleness import HistoryAge, NewestEnd, age_at
 from hpcpredict.daemon.events import EventKind, dump_payload, idempotency_key, request_to_json
 from hpcpredict.daemon.learning import Applied, LearnRule, apply_event, observe_event
 from hpcpredict.daemon.statements import (
@@ -186,9 +186,6 @@ class PredictionService:
         self.event_failures = 0  # events whose transaction failed, since start
         self.failing_events = 0  # ... in a row: 0 once an event commits again
         self.rebuilds = 0  # learner rebuilt from the store since start (after a commit in doubt)
-        self._generation = 0  # +1 at every restore: keys the cache of the history's newest end
-        self._newest_end_key: tuple[int, int] | None = None
-        self._newest_end_s: float | None = None
         self._announced: tuple[object, ...] | None = None
         # Runs a function touching the learner where the learner lives (module doc); the daemon
         # replaces it with a call on its event loop.
@@ -237,14 +234,10 @@ class PredictionService:
     def history_age(self, now_s: float) -> HistoryAge:
         """How old the newest job the model learned is, at `now_s` (staleness.py says why).
 
-        The newest end is recomputed (O(users)) only after the learner changed: an event or a
-        restore; PREDICT asks this at every request.
+        PREDICT asks this at every request: the newest end is kept event by event (`NewestEnd`),
+        not searched for among every user.
         """
-        key = (self._generation, self._last_seq)
-        if self._newest_end_key != key:
-            self._newest_end_s = newest_learned_end_s(self._predictor.features)
-            self._newest_end_key = key
-        return age_at(self._newest_end_s, now_s,
+        return age_at(self._newest_end.end_s, now_s,
                       extrapolates=self._predictor.feature_scaling == "raw")
 
     def readiness(self, now_s: float) -> Readiness:
@@ -331,11 +324,11 @@ class PredictionService:
             replayed += 1
             last_seq = stored.seq
         self._predictor = predictor
+        self._newest_end = NewestEnd(predictor.features)  # with its learner, one assignment later
         self._checkpoint_seq = after_seq
         self._last_seq = last_seq
         self._replayed = replayed
         self._since_checkpoint = replayed
-        self._generation += 1
         if unusable:
             # Removed, not kept: one claiming events beyond the log would be taken as valid once
             # the log grows past it, and the next checkpoint may need its sequence number.
@@ -801,9 +794,19 @@ class PredictionService:
         self._ingested_seq = seq
 
         def learn() -> Applied:  # on the learner's thread (module doc)
-            self._undo = self._predictor.savepoint(payload["job"]["user_id"], job_id)
+            user_id = payload["job"]["user_id"]
+            put_back = self._predictor.savepoint(user_id, job_id)
+            newest_end, saved_newest_end = self._newest_end, self._newest_end.saved()
+
+            def undo() -> None:
+                put_back()
+                newest_end.restore(saved_newest_end)
+
+            self._undo = undo
             self._touched = True
             applied = apply_event(self._predictor, kind, payload)
+            if kind is EventKind.ENDED:
+                newest_end.user_ended(user_id)
             observe_event(self.correction, kind, payload, applied)
             return applied
 
