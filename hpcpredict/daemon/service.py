@@ -59,7 +59,7 @@ from dataclasses import dataclass, fields
 from typing import Any, TypeVar, overload
 
 import numpy as np
-from sqlalchemy import delete, func, select
+from sqlalchemy import Select, delete, func, select
 from sqlalchemy.engine import Connection, Row
 from sqlalchemy.exc import DBAPIError, IntegrityError, SQLAlchemyError
 
@@ -73,6 +73,7 @@ from hpcpredict.daemon.learning import Applied, LearnRule, apply_event, observe_
 from hpcpredict.daemon.statements import (
     COUNT_CORRECTIONS,
     DELETE_CHECKPOINTS,
+    ENDING_JOB,
     FIRST_PREDICTION,
     INSERT_CHECKPOINT,
     INSERT_CORRECTION,
@@ -527,7 +528,7 @@ class PredictionService:
         end_s = operator.index(end_s)
         try:
             with self._transaction() as connection:
-                row, new = self._job_or_new(connection, job_id, request, "ended")
+                row, new = self._job_or_new(connection, job_id, request, "ended", ENDING_JOB)
                 if new is None and row.status == "ended":
                     return EventOutcome(
                         False,
@@ -536,7 +537,7 @@ class PredictionService:
                         learned=bool(row.learned),
                     )
                 job = request_from_row(row) if new is None else new
-                first_prediction_s = None if new is not None else _first_prediction(connection, job_id)
+                first_prediction_s = None if new is not None else row.first_prediction_s
                 payload = {
                     "job": request_to_json(job),
                     "run_s": run_s,
@@ -557,7 +558,8 @@ class PredictionService:
                     learned=applied.learned,
                     learn_rule=None if applied.rule is None else applied.rule.value,
                 )
-                user_errors.count_ended_job(connection, job, run_s, end_s, first_prediction_s)
+                user_errors.count_ended_job(connection, job, run_s, end_s, first_prediction_s,
+                                            0 if new is not None else row.corrections)
                 self._after_event(connection, seq)
         except _DuplicateEvent:
             return EventOutcome(False, f"job {job_id}: end already logged, not learned twice")
@@ -813,11 +815,12 @@ class PredictionService:
         return seq, self.on_learner(learn)
 
     def _job_or_new(
-        self, connection: Connection, job_id: int, request: JobRequest | None, event: str
+        self, connection: Connection, job_id: int, request: JobRequest | None, event: str,
+        statement: Select[Any] = SELECT_JOB,
     ) -> tuple[Row[Any], None] | tuple[None, JobRequest]:
-        """(the job's row, None), or (None, `request`) for a job not recorded yet (its row is
-        inserted by `_write_job`)."""
-        row = connection.execute(SELECT_JOB, {"job_id": job_id}).first()
+        """(the job's row, by `statement`), or (None, `request`) for a job not recorded yet (its
+        row is inserted by `_write_job`)."""
+        row = connection.execute(statement, {"job_id": job_id}).first()
         if row is not None:
             return row, None
         if request is None:

@@ -17,7 +17,6 @@ from sqlalchemy import delete, func, select
 from sqlalchemy.engine import Connection
 
 from hpcpredict.daemon.statements import (
-    COUNT_CORRECTIONS,
     INSERT_USER_ERRORS,
     LAST_TWO_RUNS_BEFORE,
     SELECT_USER_ERRORS,
@@ -58,10 +57,15 @@ SITE_GAUGES: dict[str, tuple[str, str]] = {
 
 
 def count_ended_job(
-    connection: Connection, job: JobRequest, run_s: int, end_s: int, first_prediction_s: int | None
+    connection: Connection,
+    job: JobRequest,
+    run_s: int,
+    end_s: int,
+    first_prediction_s: int | None,
+    corrections: int,
 ) -> None:
-    """Add `job`, which has just ended after `run_s` at `end_s`, to its user's totals if it is
-    judged.
+    """Add `job`, which has just ended after `run_s` at `end_s` with `corrections` changes of its
+    limit, to its user's totals if it is judged.
 
     Called inside the end's transaction, after the job's row got its ``run_s`` and ``end_s``: the
     totals commit or roll back with the event itself. Core statements (statements.py), as the
@@ -69,7 +73,6 @@ def count_ended_job(
     """
     if first_prediction_s is None or run_s <= 0:
         return
-    corrections = connection.execute(COUNT_CORRECTIONS, {"job_id": job.job_id}).scalar()
     row = connection.execute(SELECT_USER_ERRORS, {"user_id": job.user_id}).first()
     totals = empty_user_totals(job.user_id) if row is None else row._asdict()
     add_job_to_totals(
@@ -78,7 +81,7 @@ def count_ended_job(
         run_s=run_s,
         requested_s=job.requested_s,
         ave2_s=_ave2_at_submission(connection, job),
-        corrections=int(corrections or 0),
+        corrections=corrections,
         end_s=end_s,
     )
     if row is None:
