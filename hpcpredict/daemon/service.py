@@ -55,7 +55,7 @@ import logging
 import operator
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from typing import Any, TypeVar, overload
 
 import numpy as np
@@ -68,7 +68,7 @@ from hpcpredict.daemon.feature_tokens import FeatureTokens
 from hpcpredict.daemon.checkpoints import CheckpointError, load_checkpoint, state_from_npz, state_to_npz
 from hpcpredict.daemon.readiness import DEFAULT_MIN_TRAINED_JOBS, Readiness, assess
 from hpcpredict.daemon.staleness import HistoryAge, NewestEnd, age_at
-from hpcpredict.daemon.events import EventKind, dump_payload, idempotency_key, request_to_json
+from hpcpredict.daemon.events import REQUEST_FIELDS, EventKind, dump_payload, idempotency_key, request_to_json
 from hpcpredict.daemon.learning import Applied, LearnRule, apply_event, observe_event
 from hpcpredict.daemon.statements import (
     COUNT_CORRECTIONS,
@@ -377,13 +377,16 @@ class PredictionService:
             return job.requested_s  # readiness.py: never act on a model that is not ready
         return clip_prediction(self._predictor.peek(job, operator.index(now_s)), job.requested_s)
 
-    def serve(self, job: JobRequest, now_s: int) -> tuple[int, str]:
+    def serve(self, job: JobRequest, now_s: int, *, readiness: Readiness | None = None) -> tuple[int, str]:
         """`peek`, and the token under which the features it used are kept for the job's
-        submission (`submitted`'s `feature_token`): PREDICT's answer, for SLURM's plugin."""
+        submission (`submitted`'s `feature_token`): PREDICT's answer, for SLURM's plugin.
+
+        `readiness`: the caller's `readiness(now_s)`, when it has one already (PREDICT answers
+        with it too): not assessed twice per request."""
         if self._broken is not None:
             self._check_usable()
         job = _whole_request(job)
-        ready = self.readiness(now_s).ready
+        ready = (self.readiness(now_s) if readiness is None else readiness).ready
         model_s, features = self._predictor.peek_features(job, operator.index(now_s))
         token = self.feature_tokens.issue(job, features)
         # readiness.py: never act on a model that is not ready (its features are kept all the same)
@@ -875,7 +878,9 @@ def _first_prediction(connection: Connection, job_id: int) -> int | None:
 
 
 def _whole_request(request: JobRequest) -> JobRequest:
-    """`request` with plain Python ints (numpy ints do not go into JSON or every driver)."""
-    return JobRequest(
-        **{field.name: operator.index(getattr(request, field.name)) for field in fields(request)}
-    )
+    """`request` with plain Python ints (numpy ints do not go into JSON or every driver); itself
+    when it has them already (every request the protocol parses: PREDICT's path)."""
+    values = [getattr(request, name) for name in REQUEST_FIELDS]
+    if all(type(value) is int for value in values):
+        return request
+    return JobRequest(*map(operator.index, values))
