@@ -27,83 +27,67 @@ load average is printed, and with ``--runs`` the median and the range of each fi
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import os
 import platform
 import signal
-import socket
 import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections import defaultdict
 from pathlib import Path
+from types import SimpleNamespace
 
 import hpcpredict
+from bench_daemon import event_stream  # this folder's benchmarks: the same stream, the same clock
+from bench_daemon_cpu import cpu_s
+from bench_service_events import job_events, send
 from hpcpredict.daemon.service import PredictionService
 from hpcpredict.daemon.store import Store
 from hpcpredict.jobs import JobRequest
-from hpcpredict.swf import read_swf
+from hpcpredict.learn.predictor import LearnedPredictor
 from hpcpredict.workload import load_workload
 
 REPO = Path(__file__).resolve().parents[1]
 SAMPLE_LOG = REPO / "swf" / "KTH-SP2-sample.swf"
 KINDS = ("submitted", "started", "ended")
-SUBMIT, START, END = 1, 2, 0  # same-instant order: ends free processors before starts
-CLOCK_TICKS_S = os.sysconf("SC_CLK_TCK")
-STREAM_JOB_IDS = 2_000_000  # the daemon's event stream numbers its jobs from here
 
 
-def job_events(log: Path, n_jobs: int) -> list[tuple[int, int, str, JobRequest, int]]:
-    """(time_s, order, kind, request, run_s) for the first `n_jobs` jobs, in time order."""
-    workload = load_workload(log)
-    waits_s = {record.job_id: record.wait_s for record in read_swf(log).records}
-    unix_start_s = workload.header.unix_start_time or 0
-    events = []
-    for job in workload.jobs[:n_jobs]:
-        request = dataclasses.replace(job.request, submit_s=unix_start_s + job.request.submit_s)
-        start_s = request.submit_s + max(0, waits_s[request.job_id])
-        events.append((request.submit_s, SUBMIT, "submitted", request, job.run_s))
-        events.append((start_s, START, "started", request, job.run_s))
-        events.append((start_s + job.run_s, END, "ended", request, job.run_s))
-    events.sort(key=lambda item: (item[0], item[1], item[3].job_id))
-    return events
+def warm_up(job: JobRequest) -> None:
+    """The learner's compiled kernels loaded before the clock starts (as `hpcpredict serve`
+    does before it opens its socket): the first prediction of a process costs ~0.2 s."""
+    scratch = LearnedPredictor()
+    scratch.predict(job, job.submit_s)
+    scratch.job_started(job, job.submit_s)
+    scratch.job_ended(job, 60, job.submit_s + 60, killed_at_limit=False)
 
 
 def measure_service(url: str, events: list[tuple[int, int, str, JobRequest, int]]) -> dict[str, float]:
     """CPU and wall µs per event, by kind and overall, through `PredictionService` in-process."""
+    warm_up(events[0][3])
     store = Store(url)
     try:
         service = PredictionService.open(store)
-        cpu_s: dict[str, float] = defaultdict(float)
+        cpu_by_kind_s: dict[str, float] = defaultdict(float)
         wall_s: dict[str, float] = defaultdict(float)
         counts: dict[str, int] = defaultdict(int)
-        for time_s, _, kind, request, run_s in events:
+        for item in events:
+            kind = item[2]
             began_cpu, began_wall = time.process_time(), time.perf_counter()
-            if kind == "submitted":
-                service.submitted(request, time_s)
-            elif kind == "started":
-                service.started(request.job_id, time_s)
-            else:
-                service.ended(request.job_id, run_s, time_s, "COMPLETED")
-            cpu_s[kind] += time.process_time() - began_cpu
+            send(service, item)
+            cpu_by_kind_s[kind] += time.process_time() - began_cpu
             wall_s[kind] += time.perf_counter() - began_wall
             counts[kind] += 1
         service.close(checkpoint=False)
     finally:
         store.close()
-    row = {f"{kind} cpu": 1e6 * cpu_s[kind] / counts[kind] for kind in KINDS}
-    row["all cpu"] = 1e6 * sum(cpu_s.values()) / len(events)
+    row = {f"{kind} cpu": 1e6 * cpu_by_kind_s[kind] / counts[kind] for kind in KINDS}
+    row["all cpu"] = 1e6 * sum(cpu_by_kind_s.values()) / len(events)
     row["all wall"] = 1e6 * sum(wall_s.values()) / len(events)
     row["events/s"] = len(events) / sum(wall_s.values())
     return row
-
-
-def process_cpu_s(pid: int) -> float:
-    """User + system seconds of process `pid` (/proc/PID/stat fields 14 and 15)."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS_S
 
 
 def measure_daemon(url: str, directory: Path, jobs: list[tuple[int, int, int, int]]) -> dict[str, float]:
@@ -121,32 +105,15 @@ def measure_daemon(url: str, directory: Path, jobs: list[tuple[int, int, int, in
                 raise SystemExit("the daemon did not start")
             time.sleep(0.05)
         time.sleep(0.5)  # the spool's first pass, warm-up
-        sent = 0
-        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as connection:
-            connection.connect(str(socket_path))
-            reader = connection.makefile("rb")
-            before_s = process_cpu_s(daemon.pid)
-            began = time.perf_counter()
-            for i, (uid, procs, requested_s, run_s) in enumerate(jobs):
-                job_id = STREAM_JOB_IDS + i
-                now_s = int(time.time())
-                for line in (
-                    f"SUBMIT job={job_id} uid={uid} procs={procs} time_limit={requested_s} submit={now_s}\n",
-                    f"START job={job_id} start={now_s}\n",
-                    f"END job={job_id} run={run_s} end={now_s + run_s} state=COMPLETED\n",
-                ):
-                    connection.sendall(line.encode())
-                    answer = reader.readline()
-                    if not answer.startswith(b"OK "):
-                        raise RuntimeError(f"unexpected answer {answer!r} to {line!r}")
-                    sent += 1
-            elapsed_s = time.perf_counter() - began
-            cpu_s = process_cpu_s(daemon.pid) - before_s
-            reader.close()
+        answers: list[tuple[int, float]] = []  # bench_daemon's event stream reports (sent, seconds) here
+        before_s = cpu_s(daemon.pid)
+        event_stream(str(socket_path), jobs, threading.Event(), SimpleNamespace(send=answers.append))
+        used_s = cpu_s(daemon.pid) - before_s
+        sent, elapsed_s = answers[0]
     finally:
         daemon.send_signal(signal.SIGTERM)
         daemon.wait(60)
-    return {"events/s": sent / elapsed_s, "daemon cpu": 1e6 * cpu_s / sent}
+    return {"events/s": sent / elapsed_s, "daemon cpu": 1e6 * used_s / sent}
 
 
 def main() -> None:

@@ -22,7 +22,6 @@ out; a checkpoint's .npz bytes hold the zip's timestamps, so its arrays are dige
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import hashlib
 import io
 import sys
@@ -33,38 +32,20 @@ import numpy as np
 from sqlalchemy import MetaData, select
 
 import hpcpredict
+from bench_service_events import job_events  # this folder's: the KTH sample's events in time order
 from hpcpredict.daemon.service import PredictionService
 from hpcpredict.daemon.store import Store
-from hpcpredict.jobs import JobRequest
-from hpcpredict.swf import read_swf
-from hpcpredict.workload import load_workload
 
 REPO = Path(__file__).resolve().parents[1]
 SAMPLE_LOG = REPO / "swf" / "KTH-SP2-sample.swf"
 WALL_CLOCK_COLUMNS = {("events", "recorded_at_s"), ("checkpoints", "created_at_s")}
 CHECKPOINT_EVERY = 50  # events: several checkpoints written inside event transactions
-SUBMIT, START, END = 1, 2, 0  # same-instant order: ends free processors before starts
-
-
-def event_stream(log: Path, n_jobs: int) -> list[tuple[int, int, int, str, JobRequest, int]]:
-    """(time_s, order, job_id, kind, request, run_s) for the first `n_jobs` jobs, in time order."""
-    workload = load_workload(log)
-    waits_s = {record.job_id: record.wait_s for record in read_swf(log).records}
-    unix_start_s = workload.header.unix_start_time or 0
-    events = []
-    for job in workload.jobs[:n_jobs]:
-        request = dataclasses.replace(job.request, submit_s=unix_start_s + job.request.submit_s)
-        start_s = request.submit_s + max(0, waits_s[request.job_id])
-        events.append((request.submit_s, SUBMIT, request.job_id, "submitted", request, job.run_s))
-        events.append((start_s, START, request.job_id, "started", request, job.run_s))
-        events.append((start_s + job.run_s, END, request.job_id, "ended", request, job.run_s))
-    events.sort(key=lambda item: item[:3])
-    return events
 
 
 def feed(service: PredictionService, log: Path, n_jobs: int) -> None:
     """Send the fixed stream (module doc) to `service`, every event twice."""
-    for time_s, _, job_id, kind, request, run_s in event_stream(log, n_jobs):
+    for time_s, _, kind, request, run_s in job_events(log, n_jobs):
+        job_id = request.job_id
         variant = job_id % 10
         for _ in range(2):  # the second is a duplicate (or a repeated prediction)
             if kind == "submitted":

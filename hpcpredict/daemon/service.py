@@ -197,29 +197,15 @@ class PredictionService:
         self._restore()
 
     @classmethod
-    def open(
-        cls,
-        store: Store,
-        predictor_factory: Callable[[], LearnedPredictor] = LearnedPredictor,
-        *,
-        checkpoint_every: int = DEFAULT_CHECKPOINT_EVERY,
-        keep_checkpoints: int = DEFAULT_KEEP_CHECKPOINTS,
-        min_trained_jobs: int = DEFAULT_MIN_TRAINED_JOBS,
-        correction: CorrectionPolicy | None = None,
-    ) -> PredictionService:
-        """Upgrade the store's schema, restore the last checkpoint, replay what follows it."""
+    def open(cls, store: Store, *args: Any, **kwargs: Any) -> PredictionService:
+        """Upgrade the store's schema, restore the last checkpoint, replay what follows it: the
+        service `PredictionService(store, *args, **kwargs)` on an up-to-date store (the
+        constructor's arguments, passed on as they are)."""
         store.upgrade()
         if user_errors.missing(store):
             logger.info("counting users' error totals of the jobs already judged")
             user_errors.rebuild(store)
-        return cls(
-            store,
-            predictor_factory,
-            checkpoint_every=checkpoint_every,
-            keep_checkpoints=keep_checkpoints,
-            min_trained_jobs=min_trained_jobs,
-            correction=correction,
-        )
+        return cls(store, *args, **kwargs)
 
     # ------------------------------------------------------------------ state
     @property

@@ -56,7 +56,7 @@ from sqlalchemy import (
 from sqlalchemy.engine import Engine
 from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column
 
-from hpcpredict.daemon.events import EventKind
+from hpcpredict.daemon.events import REQUEST_FIELDS, EventKind
 from hpcpredict.jobs import JobRequest
 
 if TYPE_CHECKING:  # Alembic is imported only by the methods that use it
@@ -152,18 +152,9 @@ def job_values(request: JobRequest, *, status: str, observed: bool) -> dict[str,
 
 
 def request_from_row(row: Any) -> JobRequest:
-    """The request of a ``jobs`` row: a `JobRow`, or a Core result row of its columns."""
-    return JobRequest(
-        job_id=row.job_id,
-        submit_s=row.submit_s,
-        procs=row.procs,
-        requested_s=row.requested_s,
-        user_id=row.user_id,
-        group_id=row.group_id,
-        executable_id=row.executable_id,
-        queue_id=row.queue_id,
-        partition_id=row.partition_id,
-    )
+    """The request of a ``jobs`` row: a `JobRow`, or a Core result row of its columns (named as
+    the request's fields)."""
+    return JobRequest(*[getattr(row, name) for name in REQUEST_FIELDS])
 
 
 class PredictionRow(Base):
