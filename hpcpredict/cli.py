@@ -731,7 +731,7 @@ def campaign(
       hpcpredict campaign sim/paper.toml --executor dask --scheduler-address tcp://head:8786
     """
     from hpcpredict.sim.campaign import execute
-    from hpcpredict.sim.campaign_store import CampaignStore
+    from hpcpredict.sim.campaign_store import StoreError, open_store
 
     if executor == "dask":
         try:
@@ -745,7 +745,10 @@ def campaign(
     if missing:
         hint = "" if logs_dir else " (give the folder holding the logs with --logs DIR)"
         raise click.ClickException(f"{campaign_file}: log not found: {', '.join(missing)}{hint}")
-    store = CampaignStore(database_url or definition.default_database_url)
+    try:
+        store = open_store(database_url or definition.default_database_url)
+    except StoreError as error:
+        raise click.ClickException(str(error)) from None
     done = store.done_keys()
     todo = [cell for cell in definition.cells if cell.key not in done]
     click.echo(
@@ -801,12 +804,13 @@ def campaign_report(
       hpcpredict campaign-report sim/censoring.toml --pair-with "learned default"
     """
     from hpcpredict.sim.campaign_report import write_campaign_report
-    from hpcpredict.sim.campaign_store import CampaignStore
+    from hpcpredict.sim.campaign_store import StoreError, open_store, store_file
 
     definition = _load_campaign(campaign_file)
     url = database_url or definition.default_database_url
-    if url == definition.default_database_url and not definition.path.with_suffix(".sqlite").is_file():
-        raise click.ClickException(f"{campaign_file}: never run (no {definition.path.with_suffix('.sqlite').name}); "
+    file = store_file(url)
+    if file is not None and not file.is_file():
+        raise click.ClickException(f"{campaign_file}: never run (no {file}); "
                                    "run `hpcpredict campaign` first")
     if out_dir is not None:
         _check_dir(out_dir, "--out")
@@ -815,7 +819,10 @@ def campaign_report(
     if unknown:
         raise click.BadParameter(f"{', '.join(unknown)}: not a label of {campaign_file}",
                                  param_hint="--pair-with")
-    store = CampaignStore(url)
+    try:
+        store = open_store(url)
+    except StoreError as error:
+        raise click.ClickException(str(error)) from None
     try:
         runs = store.frame(cell.key for cell in definition.cells)
     finally:

@@ -33,7 +33,7 @@ from hpcpredict.sim.campaign import (
     load_campaign,
     run_cell,
 )
-from hpcpredict.sim.campaign_store import CampaignStore
+from hpcpredict.sim.campaign_store import CampaignStore, open_store
 from hpcpredict.sim.runner import RunSpec
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -262,11 +262,12 @@ def fake_result(cell: Cell, ave_bsld: float) -> CellResult:
     return CellResult(key=cell.key, metrics=metrics, wall_time_s=0.5, host="node-a")
 
 
-def test_store_adds_each_key_once_and_frames_metrics(tmp_path: Path) -> None:
+@pytest.mark.parametrize("kind", ["sqlite", "jsonl"])
+def test_store_adds_each_key_once_and_frames_metrics(tmp_path: Path, kind: str) -> None:
     cells = load_campaign(SMOKE).cells
     easy, learned = cells[0], cells[-1]
-    url = db_url(tmp_path / "store.sqlite")
-    store = CampaignStore(url)
+    url = db_url(tmp_path / "store.sqlite") if kind == "sqlite" else str(tmp_path / "runs.jsonl")
+    store = open_store(url)
     try:
         assert store.done_keys() == set()
         assert store.add("smoke", easy, fake_result(easy, 136.5)) is True
@@ -276,7 +277,7 @@ def test_store_adds_each_key_once_and_frames_metrics(tmp_path: Path) -> None:
     finally:
         store.close()
 
-    reopened = CampaignStore(url)  # create_all on an existing database keeps its rows
+    reopened = open_store(url)  # an existing store keeps its rows
     try:
         assert reopened.done_keys() == {easy.key, learned.key}
         frame = reopened.frame().set_index("key")

@@ -20,6 +20,9 @@ File format (paths relative to the file, or found in the folder given by ``--log
     replicas = 10                     # optional, default 1
     shake = 60                        # optional, seconds, default 60
     seed = 0                          # optional, default 0
+    store = "results/smoke/runs.jsonl" # optional: where runs are stored (a .jsonl file relative
+                                      # to this file, or a SQLAlchemy URL); default
+                                      # sqlite:///<this file>.sqlite
     [[logs]]
     name = "KTH-SP2"
     path = "../swf/KTH-SP2-sample.swf"
@@ -114,11 +117,12 @@ class Campaign:
     replicas: int = 1
     shake_s: int = DEFAULT_SHAKE_S
     seed: int = DEFAULT_SEED
+    store: str | None = None  # the file's `store`: an absolute .jsonl path or a URL
 
     @property
     def default_database_url(self) -> str:
-        """SQLite next to the campaign file: sim/paper.toml -> sim/paper.sqlite."""
-        return f"sqlite:///{self.path.with_suffix('.sqlite')}"
+        """The file's `store`, else SQLite next to the campaign file: sim/x.toml -> sim/x.sqlite."""
+        return self.store or f"sqlite:///{self.path.with_suffix('.sqlite')}"
 
 
 def load_campaign(
@@ -139,12 +143,14 @@ def load_campaign(
         raise CampaignError(f"{path}: logs must be written [[logs]] (a list of tables)")
     if not isinstance(data.get("learned", {}), dict):
         raise CampaignError(f"{path}: learned must be written [learned] (one table)")
-    unknown = set(data) - {"name", "logs", "baselines", "learned", "replicas", "shake", "seed"}
+    unknown = set(data) - {"name", "logs", "baselines", "learned", "replicas", "shake", "seed",
+                           "store"}
     if unknown:
         raise CampaignError(f"{path}: unknown keys {sorted(unknown)}")
     replicas = _natural(path, data, "replicas", 1, minimum=1)
     shake_s = _natural(path, data, "shake", DEFAULT_SHAKE_S, minimum=0)
     seed = _natural(path, data, "seed", DEFAULT_SEED, minimum=0)
+    store = _store(path, data.get("store"))
     logs = tuple(
         _log_entry(path, index, entry, logs_dir)
         for index, entry in enumerate(data.get("logs", []))
@@ -173,7 +179,18 @@ def load_campaign(
     if len({cell.key for cell in cells}) != len(cells):
         raise CampaignError(f"{path}: two configurations are the same simulation")
     return Campaign(name=name, path=path, logs=logs, cells=cells, replicas=replicas,
-                    shake_s=shake_s, seed=seed)
+                    shake_s=shake_s, seed=seed, store=store)
+
+
+def _store(path: Path, value: object) -> str | None:
+    """The `store` key: a URL as it is, a .jsonl path made absolute (relative to the file)."""
+    if value is None:
+        return None
+    if not isinstance(value, str) or not (value.endswith(".jsonl") or "://" in value):
+        raise CampaignError(
+            f"{path}: store must be a .jsonl file or a SQLAlchemy URL, got {value!r}"
+        )
+    return value if "://" in value else str(path.parent / value)
 
 
 def _natural(path: Path, data: dict[str, Any], key: str, default: int, *, minimum: int) -> int:

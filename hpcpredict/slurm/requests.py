@@ -17,34 +17,17 @@ round trip through the socket protocol's text.
 
 from __future__ import annotations
 
-from typing import Protocol
-
 from hpcpredict.job_events import Ended, Started, Submitted
 from hpcpredict.jobs import JobRequest, label_id
+from hpcpredict.slurm.adapter import SlurmJob
 from hpcpredict.slurm.tag import PredictionTag
-
-
-class SlurmJobView(Protocol):
-    """What is read of a SLURM job here (the adapter's `SlurmJob` provides it)."""
-
-    job_id: int
-    uid: int
-    gid: int
-    state: str
-    partition: str
-    name: str
-    cpus: int
-    submit_s: int
-    start_s: int | None
-    end_s: int | None
-    time_limit_s: int | None
 
 
 class NoTimeLimitError(ValueError):
     """A job with no time limit: hpcpredict predicts fractions of a request, and there is none."""
 
 
-def job_request(job: SlurmJobView, tag: PredictionTag | None) -> JobRequest:
+def job_request(job: SlurmJob, tag: PredictionTag | None) -> JobRequest:
     """The job as its user submitted it (module doc)."""
     requested_s = tag.request_s if tag is not None else job.time_limit_s
     if not requested_s or requested_s <= 0:
@@ -62,7 +45,7 @@ def job_request(job: SlurmJobView, tag: PredictionTag | None) -> JobRequest:
     )
 
 
-def submitted(job: SlurmJobView, tag: PredictionTag | None) -> Submitted:
+def submitted(job: SlurmJob, tag: PredictionTag | None) -> Submitted:
     """The submission, with what the plugin acted on: its prediction, the limit SLURM holds (the
     lowered one), and the token of the prediction's features (all None for an unmarked job)."""
     return Submitted(
@@ -73,13 +56,13 @@ def submitted(job: SlurmJobView, tag: PredictionTag | None) -> Submitted:
     )
 
 
-def started(job: SlurmJobView) -> Started:
+def started(job: SlurmJob) -> Started:
     if job.start_s is None:
         raise ValueError(f"job {job.job_id} has not started")
     return Started(job.job_id, job.start_s)
 
 
-def ended(job: SlurmJobView, tag: PredictionTag | None) -> Ended:
+def ended(job: SlurmJob, tag: PredictionTag | None) -> Ended:
     """The end, described whole (the service may never have seen the job). A job that never
     started ran 0 s; one SLURM killed at its limit (TIMEOUT) while that limit was below the
     request in the mark was killed at a limit hpcpredict lowered (its runtime is a lower bound)."""

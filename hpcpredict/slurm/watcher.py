@@ -38,7 +38,7 @@ from typing import Protocol
 from hpcpredict.job_events import JobEvent, LimitChanged
 from hpcpredict.sim.corrections import CorrectionPolicy, IncrementalCorrection
 from hpcpredict.slurm import requests
-from hpcpredict.slurm.adapter import ENDED_STATES
+from hpcpredict.slurm.adapter import ENDED_STATES, SlurmJob
 from hpcpredict.slurm.corrector import DEFAULT_MARGIN_S, corrected_limit_s
 from hpcpredict.slurm.guard import DEFAULT_GUARD_S, GuardStatus, guard_limit_s, guard_status
 from hpcpredict.slurm.tag import parse_tag
@@ -50,16 +50,8 @@ FINAL_STATES = ENDED_STATES
 _STAGE = {None: 0, "submitted": 1, "running": 2, "ended": 3}
 
 
-class WatchedJob(requests.SlurmJobView, Protocol):
-    """What the watcher reads of a SLURM job (the adapter's `SlurmJob` provides it)."""
-
-    admin_comment: str
-    eligible_s: int | None
-    state_reason: str
-
-
 class SlurmJobs(Protocol):
-    def jobs(self) -> Sequence[WatchedJob]: ...
+    def jobs(self) -> Sequence[SlurmJob]: ...
 
     def set_time_limit(self, job_id: int, minutes: int) -> None: ...
 
@@ -147,7 +139,7 @@ class SlurmWatcher:
         return self.report
 
     # ------------------------------------------------------------------ reporting
-    def _report(self, job: WatchedJob) -> None:
+    def _report(self, job: SlurmJob) -> None:
         stage = self._stages.get(job.job_id)
         if stage is None:
             stage = _STAGE[self.job_status(job.job_id)]
@@ -179,7 +171,7 @@ class SlurmWatcher:
                 logger.info("starvation guard off: pending jobs get their lowered limits again")
         self.guard = status
 
-    def _guard(self, job: WatchedJob, now_s: int) -> None:
+    def _guard(self, job: SlurmJob, now_s: int) -> None:
         tag = parse_tag(job.admin_comment)
         if tag is None or self.guard_s is None:
             return
@@ -193,7 +185,7 @@ class SlurmWatcher:
                     job.state.lower(), job.time_limit_s, limit_s, "on" if self.guard.active else "off")
 
     # ------------------------------------------------------------------ correcting
-    def _correct(self, job: WatchedJob, now_s: int) -> None:
+    def _correct(self, job: SlurmJob, now_s: int) -> None:
         tag = parse_tag(job.admin_comment)
         if tag is None or job.start_s is None or job.time_limit_s is None:
             return  # not lowered by hpcpredict, or SLURM shows no limit: nothing to correct
