@@ -24,6 +24,10 @@ upgraded only by the Alembic migrations shipped in `hpcpredict.daemon.migrations
 (`Store.upgrade`), never by ``create_all``: a daemon started on last year's database must upgrade
 it, not half-create it.
 
+The models describe the tables (and serve the reads: the admin API, ``hpcpredict errors``); the
+event write path, a transaction per event on the daemon's hot path, writes their rows with Core
+statements built once (`hpcpredict.daemon.statements`), not ORM objects.
+
 Nothing here runs at import: an engine exists only inside a `Store` built from a URL.
 """
 
