@@ -103,7 +103,7 @@ def main() -> None:
         serve = subprocess.Popen(
             [sys.executable, "-m", "hpcpredict.cli", "serve", "--db", db, "--create-db", "--socket", socket_path, "--http", "",
              "--spool", str(cluster.dir / "jobcomp.spool"), "--slurm", "--slurm-backend", "cli",
-             "--slurm-interval", "2", "--correction-margin", str(CORRECTION_MARGIN_S)],
+             "--slurm-interval-s", "2", "--correction-margin-s", str(CORRECTION_MARGIN_S)],
             env=cluster.env, stdout=(args.out / f"{name}.serve.log").open("wb"), stderr=subprocess.STDOUT,
         )
         wait_until_answering(socket_path, serve, lambda: "")
@@ -118,12 +118,12 @@ def main() -> None:
         compare = ["hpcpredict", "replay-compare", str(output)]
         if args.mode == "lower":  # the model plans with the limits the plugin set
             compare += ["--predictor", "plugin", "--plugin-csv", str(args.out / f"{name}.csv"),
-                        "--correction-lead", str(CORRECTION_MARGIN_S)]
+                        "--correction-lead-s", str(CORRECTION_MARGIN_S)]
         if args.scheduler_parameters:
             compare += ["--slurm-params", args.scheduler_parameters]
         print("$", " ".join(compare), flush=True)
         subprocess.run(compare, env=cluster.env, check=True)
-        subprocess.run([*compare, "--json"], env=cluster.env, check=True,
+        subprocess.run([*compare, "--format", "json"], env=cluster.env, check=True,
                        stdout=(args.out / f"{name}.compare.json").open("w"))
     finally:
         if serve is not None and serve.poll() is None:

@@ -330,7 +330,7 @@ def stored_rows(db: Path) -> dict[str, tuple[float, float, str]]:
 
 
 def campaign_command(path: Path, db: Path) -> list[str]:
-    return [sys.executable, "-m", "hpcpredict.cli", "campaign", str(path), "--db", db_url(db),
+    return [sys.executable, "-m", "hpcpredict.cli", "campaign", str(path), "--store", db_url(db),
             "-j", "1"]
 
 
@@ -447,7 +447,7 @@ def row_count(db: Path) -> int:
 def test_dry_run_reports_counts_and_writes_nothing(tmp_path: Path) -> None:
     db = tmp_path / "smoke.sqlite"
     runner = CliRunner()
-    result = runner.invoke(main, ["campaign", str(SMOKE), "--db", db_url(db), "--dry-run"])
+    result = runner.invoke(main, ["campaign", str(SMOKE), "--store", db_url(db), "--dry-run"])
     assert result.exit_code == 0, result.output
     assert f"smoke: 7 runs, 0 already stored, 7 to run ({db_url(db)})" in result.stderr
     assert row_count(db) == 0
@@ -459,7 +459,7 @@ def test_dry_run_reports_counts_and_writes_nothing(tmp_path: Path) -> None:
             store.add("smoke", cell, fake_result(cell, 1.0))
     finally:
         store.close()
-    result = runner.invoke(main, ["campaign", str(SMOKE), "--db", db_url(db), "--dry-run"])
+    result = runner.invoke(main, ["campaign", str(SMOKE), "--store", db_url(db), "--dry-run"])
     assert result.exit_code == 0, result.output
     assert "smoke: 7 runs, 2 already stored, 5 to run" in result.stderr
     assert " runs in " not in result.stderr  # nothing was run
@@ -470,7 +470,7 @@ def test_missing_log_fails_clearly_before_opening_the_store(tmp_path: Path) -> N
     missing = tmp_path / "logs" / "nope.swf"
     path = write(tmp_path, '[[logs]]\npath = "logs/nope.swf"\n' + EASY)
     db = tmp_path / "never.sqlite"
-    result = CliRunner().invoke(main, ["campaign", str(path), "--db", db_url(db)])
+    result = CliRunner().invoke(main, ["campaign", str(path), "--store", db_url(db)])
     assert result.exit_code == 1
     assert "log not found" in result.output
     assert str(missing) in result.output and str(path) in result.output
@@ -481,7 +481,7 @@ def test_missing_log_fails_clearly_before_opening_the_store(tmp_path: Path) -> N
 def test_invalid_campaign_file_is_a_clean_cli_error(tmp_path: Path) -> None:
     path = write(tmp_path, LOG + '[learned]\ncorrections = ["tripling"]\n')
     db = tmp_path / "never.sqlite"
-    result = CliRunner().invoke(main, ["campaign", str(path), "--db", db_url(db), "--dry-run"])
+    result = CliRunner().invoke(main, ["campaign", str(path), "--store", db_url(db), "--dry-run"])
     assert result.exit_code == 1
     assert "Error:" in result.output and "[learned]" in result.output and "tripling" in result.output
     assert not db.exists()
@@ -499,6 +499,25 @@ def test_one_simulation_has_one_key_however_it_is_spelled(tmp_path: Path) -> Non
     (a,) = load_campaign(write(tmp_path, spelled, "a.toml")).cells
     (b,) = load_campaign(write(tmp_path, grid, "b.toml")).cells
     assert a.key == b.key
+
+
+def test_l2_is_read_under_its_old_name_lambda_with_the_same_keys_and_labels(tmp_path: Path) -> None:
+    """`l2` is the key, as the command line's --l2; files written with `lambda` keep their runs:
+    same keys, same labels (stored runs are found by key and reported by label)."""
+    head = f'[[logs]]\nname = "s"\npath = "{SAMPLE}"\n'
+    baseline = ('[[baselines]]\nlabel = "b"\nscheduler = "easy-sjbf"\npredictor = "learned"\n'
+                'correction = "incremental"\n{key} = 0.0\n')
+    grid = '[learned]\ncorrections = ["incremental"]\nschedulers = ["easy"]\n{key} = [0.0, 4e11]\n'
+    new, old = (
+        load_campaign(write(tmp_path, head + baseline.format(key=key) + grid.format(key=key), f"{key}.toml"))
+        for key in ("l2", "lambda")
+    )
+    assert [(c.key, c.label) for c in new.cells] == [(c.key, c.label) for c in old.cells]
+    assert sorted(c.spec.l2 for c in new.cells) == [0.0, 0.0, 4e11]
+    assert any("lambda=4e+11" in c.label for c in new.cells)
+    for section in (baseline.format(key="l2") + "lambda = 0.0\n", grid.format(key="l2") + "lambda = [0.0]\n"):
+        with pytest.raises(CampaignError, match="l2 and lambda are the same setting"):
+            load_campaign(write(tmp_path, head + section, "both.toml"))
 
 
 def test_the_same_simulation_twice_is_refused(tmp_path: Path) -> None:
@@ -523,7 +542,7 @@ def test_a_shared_run_is_reported_under_this_campaigns_label(tmp_path: Path) -> 
     finally:
         store.close()
     out = tmp_path / "report"
-    result = CliRunner().invoke(main, ["campaign-report", str(renamed), "--db", db_url(db), "--out", str(out)])
+    result = CliRunner().invoke(main, ["campaign-report", str(renamed), "--store", db_url(db), "--out", str(out)])
     assert result.exit_code == 0, result.output
     report = (out / "report.md").read_text()
     assert "| kth | plain EASY | 1 | 136.5 |" in report and "| EASY |" not in report

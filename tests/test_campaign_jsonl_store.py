@@ -111,7 +111,7 @@ def test_a_campaign_into_jsonl_reports_what_the_sqlite_store_reports(tmp_path: P
     again = runner.invoke(main, ["campaign", str(path), "-j", "1", "--dry-run"])
     assert "2 already stored, 0 to run" in again.output
     sqlite = f"sqlite:///{tmp_path / 'c.sqlite'}"
-    assert runner.invoke(main, ["campaign", str(path), "-j", "1", "--db", sqlite]).exit_code == 0
+    assert runner.invoke(main, ["campaign", str(path), "-j", "1", "--store", sqlite]).exit_code == 0
 
     volatile = ["finished_at", "wall_time_s", "host"]
     frames = []

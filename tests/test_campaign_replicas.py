@@ -83,10 +83,10 @@ def test_replicated_campaign_runs_resumes_and_reports_paired_wins(tmp_path: Path
     runner = CliRunner()
     path = write(tmp_path, CAMPAIGN.replace("replicas = 3", "replicas = 2"))
     db = f"sqlite:///{tmp_path / 'runs.sqlite'}"
-    first = runner.invoke(main, ["campaign", str(path), "--db", db, "-j", "2"])
+    first = runner.invoke(main, ["campaign", str(path), "--store", db, "-j", "2"])
     assert first.exit_code == 0, first.output
     path.write_text(CAMPAIGN)  # grow to 3 replicas: only replica 2 is new
-    grown = runner.invoke(main, ["campaign", str(path), "--db", db, "-j", "2"])
+    grown = runner.invoke(main, ["campaign", str(path), "--store", db, "-j", "2"])
     assert "6 already stored, 3 to run" in grown.output
     store = CampaignStore(db)
     runs = store.frame()
@@ -95,7 +95,7 @@ def test_replicated_campaign_runs_resumes_and_reports_paired_wins(tmp_path: Path
     easy = runs[runs["label"] == "EASY"].sort_values("replica")["ave_bsld"].tolist()
     assert len(set(easy)) == 3  # the replicas differ
     out = tmp_path / "report"
-    report = runner.invoke(main, ["campaign-report", str(path), "--db", db, "--out", str(out)])
+    report = runner.invoke(main, ["campaign-report", str(path), "--store", db, "--out", str(out)])
     assert report.exit_code == 0, report.output
     summary = pd.read_csv(out / "replicas.csv").set_index(["configuration", "log"])
     assert summary.loc[("EASY", "kth"), "replicas"] == 3
@@ -118,7 +118,7 @@ def test_logs_folder_finds_logs_by_file_name(tmp_path: Path) -> None:
     missing = runner.invoke(main, ["campaign", str(path), "--dry-run"])
     assert missing.exit_code != 0 and "--logs DIR" in missing.output
     found = runner.invoke(main, ["campaign", str(path), "--logs", str(folder), "--dry-run",
-                                 "--db", f"sqlite:///{tmp_path / 'x.sqlite'}"])
+                                 "--store", f"sqlite:///{tmp_path / 'x.sqlite'}"])
     assert found.exit_code == 0, found.output
     assert "9 runs" in found.output
 
@@ -182,11 +182,11 @@ def test_campaign_on_a_real_dask_scheduler_with_two_worker_processes(tmp_path: P
             assert len(client.nthreads()) == 2
         path = write(tmp_path, CAMPAIGN)
         db = f"sqlite:///{tmp_path / 'dask.sqlite'}"
-        result = CliRunner().invoke(main, ["campaign", str(path), "--db", db, "--executor", "dask",
+        result = CliRunner().invoke(main, ["campaign", str(path), "--store", db, "--executor", "dask",
                                            "--scheduler-address", address])
         assert result.exit_code == 0, result.output
         local_db = f"sqlite:///{tmp_path / 'local.sqlite'}"
-        local = CliRunner().invoke(main, ["campaign", str(path), "--db", local_db, "-j", "2"])
+        local = CliRunner().invoke(main, ["campaign", str(path), "--store", local_db, "-j", "2"])
         assert local.exit_code == 0, local.output
         frames = []
         for url in (db, local_db):

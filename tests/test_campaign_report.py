@@ -109,7 +109,7 @@ def test_pair_with_pairs_every_configuration_with_the_one_named(tmp_path: Path) 
 
 
 def test_the_report_names_runs_as_its_campaign_file_does(tmp_path: Path) -> None:
-    """Runs shared through --db keep the label of the campaign that stored them first; a report
+    """Runs shared through --store keep the label of the campaign that stored them first; a report
     relabels them from its own file, and --pair-with takes those labels."""
     from click.testing import CliRunner
 
@@ -126,13 +126,13 @@ def test_the_report_names_runs_as_its_campaign_file_does(tmp_path: Path) -> None
     second.write_text('name = "second"\n' + body.format(log=sample, easy="plain", plus="EASY++"))
     db = f"sqlite:///{tmp_path / 'shared.sqlite'}"
     runner = CliRunner()
-    assert runner.invoke(main, ["campaign", str(first), "--db", db, "-j", "1"]).exit_code == 0
+    assert runner.invoke(main, ["campaign", str(first), "--store", db, "-j", "1"]).exit_code == 0
     out = tmp_path / "report"
-    result = runner.invoke(main, ["campaign-report", str(second), "--db", db, "--out", str(out),
+    result = runner.invoke(main, ["campaign-report", str(second), "--store", db, "--out", str(out),
                                   "--pair-with", "plain"])
     assert result.exit_code == 0, result.output
     assert sorted(pd.read_csv(out / "runs.csv")["label"]) == ["EASY++", "plain"]
     assert (out / "replicas_vs_plain.csv").is_file()
-    bad = runner.invoke(main, ["campaign-report", str(second), "--db", db, "--out", str(out),
+    bad = runner.invoke(main, ["campaign-report", str(second), "--store", db, "--out", str(out),
                                "--pair-with", "EASY"])
     assert bad.exit_code == 2 and "EASY: not a label of" in bad.output

@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 
 from hpcpredict.jobs import JobRequest
 from hpcpredict.learn import LearnedPredictor
-from hpcpredict.sim.corrections import CORRECTIONS
+from hpcpredict.corrections.policies import CORRECTIONS
 from hpcpredict.sim.runner import RunSpec, run
 from hpcpredict.sim.schedulers import SCHEDULERS
 from hpcpredict.sim.simulation import simulate

@@ -33,7 +33,7 @@ def test_simulate_json_matches_the_reference_easy_on_the_sample(
     result = runner.invoke(
         main,
         ["simulate", str(sample_log), "--scheduler", "easy", "--predictor", "requested",
-         "--correction", "requested", "--json"],
+         "--correction", "requested", "--format", "json"],
     )
     assert result.exit_code == 0, result.output
     payload = json.loads(result.output)
@@ -55,7 +55,7 @@ def test_every_scheduler_predictor_pair_runs(
     result = runner.invoke(
         main,
         ["simulate", str(sample_log), "--scheduler", scheduler, "--predictor", predictor,
-         "--correction", "doubling", "--no-baseline", "--json"],
+         "--correction", "doubling", "--no-baseline", "--format", "json"],
     )
     assert result.exit_code == 0, result.output
     metrics = json.loads(result.output)["runs"][0]["metrics"]
@@ -105,7 +105,7 @@ def test_missing_machine_size_asks_for_procs(runner: CliRunner, tmp_path: Path) 
     log.write_text("1 0 0 100 4 -1 -1 4 200 -1 1 1 1 -1 -1 -1 -1 -1\n")
     result = runner.invoke(main, ["info", str(log)])
     assert result.exit_code != 0 and "--procs" in result.output
-    result = runner.invoke(main, ["info", str(log), "--procs", "8", "--json"])
+    result = runner.invoke(main, ["info", str(log), "--procs", "8", "--format", "json"])
     assert result.exit_code == 0, result.output
     assert json.loads(result.output)["machine_procs"] == 8
 
@@ -135,7 +135,7 @@ def test_predict_eval_reports_three_predictors_and_writes_plots(
     runner: CliRunner, sample_log: Path, tmp_path: Path
 ) -> None:
     plots = tmp_path / "plots"
-    result = runner.invoke(main, ["predict-eval", str(sample_log), "--plots", str(plots), "--json"])
+    result = runner.invoke(main, ["predict-eval", str(sample_log), "--plots", str(plots), "--format", "json"])
     assert result.exit_code == 0, result.output
     payload = json.loads(result.output)
     assert set(payload["predictors"]) == {"learned(eloss)", "ave2", "requested"}
@@ -163,7 +163,7 @@ def test_simulate_replicas_report_means_cis_and_paired_comparison(
     runner: CliRunner, sample_log: Path
 ) -> None:
     args = ["simulate", str(sample_log), "--replicas", "3", "--shake", "30", "--seed", "4"]
-    result = runner.invoke(main, [*args, "--json"])
+    result = runner.invoke(main, [*args, "--format", "json"])
     assert result.exit_code == 0, result.output
     payload = json.loads(result.output)
     assert (payload["replicas"], payload["shake_s"], payload["seed"]) == (3, 30, 4)
@@ -181,7 +181,7 @@ def test_simulate_replicas_report_means_cis_and_paired_comparison(
     assert comparison["ave_bsld"]["wins"] == sum(d < 0 for d in differences)
     assert set(comparison) >= {"max_wait_s", "p99_wait_s"}
     assert "worst_user_mean_bsld" in learned["replicas"][1]
-    again = runner.invoke(main, [*args, "--json"])
+    again = runner.invoke(main, [*args, "--format", "json"])
     assert json.loads(again.output)["runs"][0]["replicas"] == learned["replicas"]  # seeded
     text = runner.invoke(main, args)
     assert text.exit_code == 0, text.output

@@ -169,8 +169,8 @@ def test_history_buckets_cover_every_job_of_a_replay() -> None:
 
 
 def test_predict_eval_reports_errors_by_history(tmp_path: Path) -> None:
-    result = CliRunner().invoke(main, ["predict-eval", str(SAMPLE_LOG), "--no-plots", "--json",
-                                       "--features", "robust"])
+    result = CliRunner().invoke(main, ["predict-eval", str(SAMPLE_LOG), "--no-plots", "--format", "json",
+                                       "--feature-scaling", "robust"])
     assert result.exit_code == 0, result.output
     import json
 

@@ -179,7 +179,7 @@ def compare(*options: str) -> dict:
 
     from hpcpredict.cli import main
 
-    result = CliRunner().invoke(main, ["replay-compare", str(RECORDED), "--json", *options])
+    result = CliRunner().invoke(main, ["replay-compare", str(RECORDED), "--format", "json", *options])
     assert result.exit_code == 0, result.output
     return json.loads(result.output)
 
@@ -205,7 +205,7 @@ def test_machine_size_is_read_from_sinfo():
 
     import click
 
-    from hpcpredict.cli_replay import _machine_cpus
+    from hpcpredict.cli.replay import _machine_cpus
 
     def sinfo(output: str):
         return lambda command, timeout_s: subprocess.CompletedProcess(command, 0, output, "")
@@ -236,8 +236,8 @@ def test_record_and_lower_replays_give_the_documented_numbers(skip: int):
     lower = folder / f"KTH-SP2-{skip}-120-k60-lower.swf"
     runs = []
     for options in ([str(record)], [str(lower), "--predictor", "plugin", "--plugin-csv",
-                                    str(lower.with_suffix(".csv")), "--correction-lead", "45"]):
-        result = CliRunner().invoke(main, ["replay-compare", *options, "--json"])
+                                    str(lower.with_suffix(".csv")), "--correction-lead-s", "45"]):
+        result = CliRunner().invoke(main, ["replay-compare", *options, "--format", "json"])
         assert result.exit_code == 0, result.output
         runs.append(json.loads(result.output))
     measured = (runs[0]["slurm"]["ave_bsld"], runs[1]["slurm"]["ave_bsld"],

@@ -10,8 +10,9 @@ from hypothesis import strategies as st
 
 from hpcpredict.jobs import Job, JobRequest
 from hpcpredict.predictors import Ave2Predictor, ClairvoyantPredictor, RequestedPredictor, clip_prediction
-from hpcpredict.sim import CORRECTIONS, SCHEDULERS, compute_metrics, simulate
-from hpcpredict.sim.corrections import INCREMENTAL_STEPS_S
+from hpcpredict.corrections import CORRECTIONS
+from hpcpredict.sim import SCHEDULERS, compute_metrics, simulate
+from hpcpredict.corrections.policies import INCREMENTAL_STEPS_S
 
 
 def make_job(job_id: int, submit_s: int, procs: int, run_s: int, requested_s: int, user_id: int = 1) -> Job:

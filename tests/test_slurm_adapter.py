@@ -152,7 +152,7 @@ def test_jobcomp_records_become_a_simulable_swf(cluster: SlurmCluster, tmp_path:
     assert first.user_id == os.getuid() and swf.header.max_procs == 16
     assert swf.header.unix_start_time == min(job.submit_s for job in jobs.values())
 
-    simulated = CliRunner().invoke(main, ["simulate", str(out), "--json"])
+    simulated = CliRunner().invoke(main, ["simulate", str(out), "--format", "json"])
     assert simulated.exit_code == 0, simulated.output
 
 

@@ -11,7 +11,8 @@ from test_simulation import PREDICTORS, build_predictor, make_job, peak_usage, w
 
 from hpcpredict.cli import main
 from hpcpredict.predictors import RequestedPredictor
-from hpcpredict.sim import CORRECTIONS, SCHEDULERS, compute_metrics, simulate
+from hpcpredict.corrections import CORRECTIONS
+from hpcpredict.sim import SCHEDULERS, compute_metrics, simulate
 from hpcpredict.sim.runner import RunSpec
 from hpcpredict.sim.slurm_backfill import SlurmBackfill, SlurmParams, SlurmParamsError, simulate_slurm
 
@@ -277,13 +278,13 @@ def test_the_live_starvation_guard_gives_running_jobs_their_requests_and_plans_p
 def test_simulate_puts_the_daemons_guard_on_slurm_backfill_by_default(sample_log):
     result = CliRunner().invoke(main, [
         "simulate", str(sample_log), "--scheduler", "slurm-backfill", "--predictor", "ave2",
-        "--json",
+        "--format", "json",
     ])
     assert result.exit_code == 0, result.output
     assert '"starvation_guard_s": 86400' in result.output
     off = CliRunner().invoke(main, [
         "simulate", str(sample_log), "--scheduler", "slurm-backfill", "--predictor", "ave2",
-        "--starvation-guard", "off", "--json",
+        "--starvation-guard", "off", "--format", "json",
     ])
     assert off.exit_code == 0, off.output
     assert '"starvation_guard_s": 86400' not in off.output
@@ -291,7 +292,7 @@ def test_simulate_puts_the_daemons_guard_on_slurm_backfill_by_default(sample_log
 
 def test_the_survival_correction_hears_starts_and_ends_under_slurm_backfill(sample_log):
     from hpcpredict.predictors import Ave2Predictor
-    from hpcpredict.sim.survival import SurvivalCorrection
+    from hpcpredict.corrections.survival import SurvivalCorrection
     from hpcpredict.workload import load_workload
 
     jobs = load_workload(sample_log).jobs[:600]

@@ -5,7 +5,7 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from hpcpredict.sim.corrections import DoublingCorrection, RequestedTimeCorrection
+from hpcpredict.corrections.policies import DoublingCorrection, RequestedTimeCorrection
 from hpcpredict.slurm.corrector import corrected_limit_s, whole_minutes_s
 from hpcpredict.slurm.tag import PredictionTag, parse_tag
 

@@ -50,7 +50,7 @@ class ServeProcess:
         self.process = subprocess.Popen(
             [sys.executable, "-m", "hpcpredict.cli", "serve", "--db", self.db, "--create-db", "--min-trained-jobs", "0", "--socket", self.socket,
              "--http", "", "--spool", self.spool, "--slurm", "--slurm-backend", "cli",
-             "--slurm-interval", "2", "--correction-margin", "90", "--log-level", "info", *options],
+             "--slurm-interval-s", "2", "--correction-margin-s", "90", "--log-level", "info", *options],
             env=self.cluster.env, stdout=log, stderr=subprocess.STDOUT,
         )
         wait_until_answering(self.socket, self.process, self.log)

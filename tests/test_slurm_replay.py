@@ -115,7 +115,7 @@ def test_lower_mode_every_job_runs_under_the_limit_the_plugin_set(cluster: Slurm
     # The model fed the very limits the plugin set measures the same jobs.
     compared = subprocess.run(
         [sys.executable, "-m", "hpcpredict.cli", "replay-compare", str(output), "--predictor", "plugin",
-         "--plugin-csv", str(tmp_path / "lower.csv"), "--json"],
+         "--plugin-csv", str(tmp_path / "lower.csv"), "--format", "json"],
         capture_output=True, text=True, timeout=120,
     )
     assert compared.returncode == 0, compared.stderr
@@ -139,7 +139,7 @@ def test_record_mode_leaves_the_limits_and_the_swf_measures_like_a_simulation(cl
     assert starts == [job.wait_s for job in workload.jobs]
     assert compute_metrics(real).ave_bsld >= 1.0
     compared = subprocess.run(
-        [sys.executable, "-m", "hpcpredict.cli", "replay-compare", str(output), "--json"],
+        [sys.executable, "-m", "hpcpredict.cli", "replay-compare", str(output), "--format", "json"],
         capture_output=True, text=True, timeout=120,
     )
     assert compared.returncode == 0, compared.stderr

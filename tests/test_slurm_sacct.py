@@ -154,5 +154,5 @@ def test_accounting_becomes_a_simulable_swf(cluster: SlurmCluster, tmp_path: Pat
     assert fifth.run_s == 0 and fifth.wait_s == -1  # cancelled before it ran
     assert first.user_id == os.getuid() and swf.header.max_procs == 16
 
-    simulated = CliRunner().invoke(main, ["simulate", str(out), "--json"])
+    simulated = CliRunner().invoke(main, ["simulate", str(out), "--format", "json"])
     assert simulated.exit_code == 0, simulated.output

@@ -16,9 +16,10 @@ from hpcpredict.cli import main
 from hpcpredict.daemon.config import DaemonConfig
 from hpcpredict.jobs import JobRequest
 from hpcpredict.predictors import RequestedPredictor
-from hpcpredict.sim import CORRECTIONS, SCHEDULERS, simulate
+from hpcpredict.corrections import CORRECTIONS
+from hpcpredict.sim import SCHEDULERS, simulate
 from hpcpredict.sim.runner import RunSpec
-from hpcpredict.sim.schedulers import DEFAULT_STARVATION_GUARD_S, parse_starvation_guard
+from hpcpredict.corrections.starvation import DEFAULT_STARVATION_GUARD_S, parse_starvation_guard
 from test_simulation import PREDICTORS, build_predictor, make_job, peak_usage, workloads
 
 
@@ -138,7 +139,7 @@ def test_a_malformed_guard_is_refused(text: object) -> None:
 
 def _simulated_guard(*options: str) -> object:
     sample = Path(__file__).resolve().parent.parent / "swf" / "KTH-SP2-sample.swf"
-    result = CliRunner().invoke(main, ["simulate", str(sample), "--no-baseline", "--json", *options])
+    result = CliRunner().invoke(main, ["simulate", str(sample), "--no-baseline", "--format", "json", *options])
     assert result.exit_code == 0, result.output
     return json.loads(result.output)["runs"][0]["settings"].get("starvation_guard_s")
 

@@ -1,4 +1,4 @@
-"""Survival-based correction (hpcpredict/sim/survival.py, issue 14 idea 5): the Kaplan-Meier
+"""Survival-based correction (hpcpredict/corrections/survival.py, issue 14 idea 5): the Kaplan-Meier
 conditional quantile on hand-made distributions, its bounds (never above the request, always
 above the elapsed time), the INCREMENTAL fallback, fewer corrections in a replay, and the same
 policy in the SLURM corrector, fed by the daemon's service and surviving a restart."""
@@ -17,9 +17,9 @@ from hpcpredict.daemon.config import ConfigError, load_config
 from hpcpredict.daemon.service import PredictionService
 from hpcpredict.daemon.store import Store
 from hpcpredict.jobs import JobRequest
-from hpcpredict.sim import CORRECTIONS, SCHEDULERS, compute_metrics, simulate
-from hpcpredict.sim.corrections import make_correction
-from hpcpredict.sim.survival import (
+from hpcpredict.corrections import CORRECTIONS, make_correction
+from hpcpredict.sim import SCHEDULERS, compute_metrics, simulate
+from hpcpredict.corrections.survival import (
     RuntimeHistory,
     SurvivalCorrection,
     conditional_quantile_s,

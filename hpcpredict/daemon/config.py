@@ -48,9 +48,10 @@ from typing import Any
 from hpcpredict.daemon.paths import default_db_url, state_dir
 from hpcpredict.daemon.readiness import DEFAULT_MIN_TRAINED_JOBS
 from hpcpredict.features import FeatureContext
-from hpcpredict.sim.corrections import CORRECTION_NAMES, CorrectionPolicy, make_correction
-from hpcpredict.sim.schedulers import DEFAULT_STARVATION_GUARD_S, parse_starvation_guard
-from hpcpredict.sim.survival import DEFAULT_SURVIVAL_QUANTILE
+from hpcpredict.corrections import CORRECTION_NAMES, make_correction
+from hpcpredict.corrections.policies import CorrectionPolicy
+from hpcpredict.corrections.starvation import DEFAULT_STARVATION_GUARD_S, parse_starvation_guard
+from hpcpredict.corrections.survival import DEFAULT_SURVIVAL_QUANTILE
 from hpcpredict.learn.predictor import (
     DEFAULT_CALIBRATION_ALPHA,
     DEFAULT_CENSOR_AT_LIMIT,
@@ -124,7 +125,7 @@ class DaemonConfig:
     # back to the requests (hpcpredict/slurm/guard.py): "24h", "90m", seconds, or "off".
     starvation_guard: str | int = DEFAULT_STARVATION_GUARD_S
     # The SLURM corrector's policy (docs/method.md §8); "survival" keeps each user's recent
-    # runtimes from the events the service logs, in its checkpoint (hpcpredict/sim/survival.py).
+    # runtimes from the events the service logs, in its checkpoint (hpcpredict/corrections/survival.py).
     correction: str = "incremental"
     survival_quantile: float = DEFAULT_SURVIVAL_QUANTILE
     learner: LearnerConfig = field(default_factory=LearnerConfig)

@@ -64,7 +64,7 @@ import numpy as np
 
 from hpcpredict.daemon.events import EventKind, request_from_json
 from hpcpredict.jobs import JobRequest
-from hpcpredict.sim.corrections import CorrectionPolicy
+from hpcpredict.corrections.policies import CorrectionPolicy
 from hpcpredict.learn.predictor import LearnedPredictor
 from hpcpredict.predictors import clip_prediction
 
@@ -181,7 +181,7 @@ def observe_event(
     correction: CorrectionPolicy, kind: EventKind, payload: dict[str, Any], applied: Applied
 ) -> None:
     """Tell the correction policy a job started or ended, from the event's payload alone (so a
-    replay tells it again exactly): SURVIVAL's runtime history (hpcpredict/sim/survival.py), the
+    replay tells it again exactly): SURVIVAL's runtime history (hpcpredict/corrections/survival.py), the
     one the simulator feeds at its own events. A job killed at a limit hpcpredict lowered ran at
     least `run_s` (a lower bound); one that never ran leaves the running set and says nothing."""
     request = request_from_json(payload["job"])

@@ -97,7 +97,7 @@ from hpcpredict.job_events import Ended, JobEvent, LimitChanged, Started, Submit
 from hpcpredict.jobs import JobRequest
 from hpcpredict.learn.predictor import LearnedPredictor
 from hpcpredict.predictors import clip_prediction
-from hpcpredict.sim.corrections import CorrectionPolicy, IncrementalCorrection
+from hpcpredict.corrections.policies import CorrectionPolicy, IncrementalCorrection
 
 logger = logging.getLogger(__name__)
 _T = TypeVar("_T")

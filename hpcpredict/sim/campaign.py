@@ -37,7 +37,7 @@ File format (paths relative to the file, or found in the folder given by ``--log
     corrections = ["incremental"]
     schedulers = ["easy-sjbf"]
     eta = [5000.0]                    # optional lists; defaults: the learner's defaults
-    lambda = [4e9]
+    l2 = [4e9]                        # `lambda` in files written before the CLI said --l2
     loss_unit_s = [3600.0]
     negative = ["abs"]
     starvation_guard_s = [86400]      # optional: the starvation guard (seconds); omitted = off
@@ -235,14 +235,24 @@ def _baseline(path: Path, index: int, entry: dict[str, Any]) -> tuple[str, RunSp
     where = f"{path}: [[baselines]] entry {index + 1}"
     entry = dict(entry)
     label = entry.pop("label", None)
-    if "lambda" in entry:
-        entry["l2"] = entry.pop("lambda")
+    _rename_lambda(where, entry)
     spec = _spec(where, **entry)
     return (str(label) if label else spec.label), spec
 
 
+def _rename_lambda(where: str, entry: dict[str, Any]) -> None:
+    """`lambda`, the l2 key's name before it matched the command line's --l2, read as `l2`
+    (in place: `entry` is the caller's copy). The labels keep saying lambda=, as stored runs do."""
+    if "lambda" in entry:
+        if "l2" in entry:
+            raise CampaignError(f"{where}: l2 and lambda are the same setting (lambda its old name): give l2 only")
+        entry["l2"] = entry.pop("lambda")
+
+
 def _learned_grid(path: Path, entry: dict[str, Any]) -> Iterator[tuple[str, RunSpec]]:
     where = f"{path}: [learned]"
+    entry = dict(entry)
+    _rename_lambda(where, entry)
     losses = entry.get("losses", ["eloss"])
     if losses == "all":
         losses = [loss.name for loss in all_losses()]
@@ -256,7 +266,7 @@ def _learned_grid(path: Path, entry: dict[str, Any]) -> Iterator[tuple[str, RunS
         "correction": entry.get("corrections", [defaults.correction]),
         "scheduler": entry.get("schedulers", [defaults.scheduler]),
         "eta": entry.get("eta", [defaults.eta]),
-        "l2": entry.get("lambda", [defaults.l2]),
+        "l2": entry.get("l2", [defaults.l2]),
         "loss_unit_s": entry.get("loss_unit_s", [defaults.loss_unit_s]),
         "negative": entry.get("negative", [defaults.negative]),
         "starvation_guard_s": entry.get("starvation_guard_s", [defaults.starvation_guard_s]),
@@ -267,7 +277,7 @@ def _learned_grid(path: Path, entry: dict[str, Any]) -> Iterator[tuple[str, RunS
         "survival_quantile": entry.get("survival_quantile", [defaults.survival_quantile]),
         "calibration_alpha": entry.get("calibration_alpha", [defaults.calibration_alpha]),
     }
-    unknown = set(entry) - {"losses", "corrections", "schedulers", "eta", "lambda",
+    unknown = set(entry) - {"losses", "corrections", "schedulers", "eta", "l2",
                             "loss_unit_s", "negative", "starvation_guard_s", "censor_at_limit",
                             "feature_scaling", "per_user_experts", "slurm_params",
                             "survival_quantile", "calibration_alpha"}

@@ -32,8 +32,8 @@ from hpcpredict.predictors import (
     Predictor,
     RequestedPredictor,
 )
-from hpcpredict.sim.corrections import CORRECTION_NAMES, make_correction
-from hpcpredict.sim.survival import DEFAULT_SURVIVAL_QUANTILE
+from hpcpredict.corrections import CORRECTION_NAMES, make_correction
+from hpcpredict.corrections.survival import DEFAULT_SURVIVAL_QUANTILE
 from hpcpredict.sim.metrics import Metrics, compute_metrics
 from hpcpredict.sim.replica_stats import PairedDifference, mean_ci, paired_difference
 from hpcpredict.sim.schedulers import SCHEDULERS

@@ -27,7 +27,7 @@ import numpy as np
 from hpcpredict.instants import Instant
 from hpcpredict.jobs import Job, JobRequest
 from hpcpredict.predictors import Predictor, clip_prediction
-from hpcpredict.sim.corrections import CorrectionPolicy
+from hpcpredict.corrections.policies import CorrectionPolicy
 from hpcpredict.sim.profile import RunningProfile
 from hpcpredict.sim.schedulers import Reservation, Scheduler, WaitingQueue
 

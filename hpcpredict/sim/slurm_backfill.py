@@ -52,7 +52,7 @@ from itertools import count as counter
 from hpcpredict.instants import Instant
 from hpcpredict.jobs import Job
 from hpcpredict.predictors import Predictor, clip_prediction
-from hpcpredict.sim.corrections import CorrectionPolicy
+from hpcpredict.corrections.policies import CorrectionPolicy
 from hpcpredict.sim.profile import RunningProfile
 from hpcpredict.sim.simulation import ProgressCallback, SimulationResult, job_columns
 
@@ -284,7 +284,7 @@ def simulate_slurm(
     """Replay a cleaned log (sorted by submission) through the SLURM-like scheduler.
 
     `correction_lead_s`: corrections happen this long before the limit instead of at it, as
-    hpcpredict's corrector raises a limit `--correction-margin` seconds ahead of SLURM's check
+    hpcpredict's corrector raises a limit `--correction-margin-s` seconds ahead of SLURM's check
     (docs/admin-guide.md); the policy is asked as if the job had reached its limit. 0: at the
     predicted end, as in the EASY simulations.
 

@@ -23,7 +23,7 @@ also needs the job's user (`user_id`) and the time (`now_s`) for its running job
 
 from __future__ import annotations
 
-from hpcpredict.sim.corrections import CorrectionPolicy, IncrementalCorrection
+from hpcpredict.corrections.policies import CorrectionPolicy, IncrementalCorrection
 
 DEFAULT_MARGIN_S = 120  # > SLURM's 30 s check + a poll interval + scontrol's own latency
 _MAX_STEPS = 64

@@ -28,7 +28,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Protocol
 
-from hpcpredict.sim.schedulers import DEFAULT_STARVATION_GUARD_S
+from hpcpredict.corrections.starvation import DEFAULT_STARVATION_GUARD_S
 from hpcpredict.slurm.corrector import whole_minutes_s
 from hpcpredict.slurm.tag import PredictionTag
 

@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from hpcpredict.job_events import JobEvent, LimitChanged
-from hpcpredict.sim.corrections import CorrectionPolicy, IncrementalCorrection
+from hpcpredict.corrections.policies import CorrectionPolicy, IncrementalCorrection
 from hpcpredict.slurm import requests
 from hpcpredict.slurm.adapter import ENDED_STATES, SlurmJob
 from hpcpredict.slurm.corrector import DEFAULT_MARGIN_S, corrected_limit_s

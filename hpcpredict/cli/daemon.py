@@ -1,4 +1,4 @@
-"""``hpcpredict serve`` and ``hpcpredict train``: the daemon's commands (thin, like cli.py).
+"""The daemon's commands: ``serve``, ``train``, ``errors``, ``report`` and ``slurm-convert`` (thin).
 
 Both read the same configuration (`hpcpredict.daemon.config`): `train` must build the model with
 the learner constants `serve` will run it with, or the daemon refuses the checkpoint.
@@ -16,6 +16,8 @@ from pathlib import Path
 
 import click
 
+from hpcpredict.cli.common import check_file, load_log, progress_bar
+from hpcpredict.cli.options import deprecated_alias, format_option, lenient_option, log_argument, procs_option
 from hpcpredict.daemon.config import ConfigError, DaemonConfig, load_config, parse_host_port, parse_mode
 
 _config_option = click.option(
@@ -83,6 +85,10 @@ def _open_service(config: DaemonConfig, store=None):  # -> PredictionService (SQ
         raise click.ClickException(f"{config.db}: {error}") from None
 
 
+_INTERVAL_TYPE = click.FloatRange(min=0, min_open=True)
+_MARGIN_TYPE = click.IntRange(min=0)
+
+
 @click.command()
 @_config_option
 @_db_option
@@ -114,11 +120,13 @@ def _open_service(config: DaemonConfig, store=None):  # -> PredictionService (SQ
 @click.option("--slurm-backend", type=click.Choice(["auto", "cli", "pyslurm"]), default=None,
               help="How to talk to SLURM: its commands (cli), pyslurm when it matches the "
               "installed Slurm, or auto (pyslurm if it matches, else cli).")
-@click.option("--slurm-interval", "slurm_interval_s", type=click.FloatRange(min=0, min_open=True),
+@click.option("--slurm-interval-s", "slurm_interval_s", type=_INTERVAL_TYPE,
               default=None, help="Seconds between looks at SLURM (default 10).")
-@click.option("--correction-margin", "correction_margin_s", type=click.IntRange(min=0), default=None,
+@deprecated_alias("--slurm-interval", "--slurm-interval-s", "slurm_interval_s", type=_INTERVAL_TYPE)
+@click.option("--correction-margin-s", "correction_margin_s", type=_MARGIN_TYPE, default=None,
               help="Raise a lowered limit this many seconds before it expires (default 120; must "
               "exceed two intervals + SLURM's 30 s limit check).")
+@deprecated_alias("--correction-margin", "--correction-margin-s", "correction_margin_s", type=_MARGIN_TYPE)
 @click.option("--starvation-guard", "starvation_guard", default=None, metavar="DURATION|off",
               help="With --slurm: while a job pending for processors has waited this long (24h, "
               "90m, seconds), lowered limits go back to the requests and new jobs are not lowered, "
@@ -158,6 +166,12 @@ def serve(
     /predictions and POST /predict only with the token of --http-token-file). On start it restores
     the last checkpoint and replays the events logged after it, so a restart — even after kill -9
     — loses nothing learned.
+
+    \b
+    Examples:
+      hpcpredict serve                                   # state directory, socket, API on 127.0.0.1:8765
+      hpcpredict serve --db sqlite:///hpcpredict.db --create-db --http ''
+      hpcpredict serve --config deploy/daemon.toml --slurm --slurm-interval-s 10 --correction-margin-s 120
     """
     from hpcpredict.daemon.server import Daemon, DaemonError
 
@@ -320,12 +334,11 @@ def _locked_store(config: DaemonConfig, *, create: bool = False):  # -> (Store, 
 
 
 @click.command()
-@click.argument("log", type=click.Path(exists=True, dir_okay=False, readable=True, path_type=Path))
+@log_argument
 @_config_option
 @_db_option
-@click.option("--procs", type=click.IntRange(min=1), default=None,
-              help="Machine size, if the log's header has no MaxProcs (used by the cleaning rules).")
-@click.option("--lenient", is_flag=True, help="Skip malformed job lines instead of stopping.")
+@procs_option()
+@lenient_option
 @click.option("--replace", is_flag=True, help="Replace a model bootstrapped earlier (allowed only "
               "while the daemon has learned nothing live).")
 @click.option("--time-zone", default=None, help="The site's IANA time zone (as for serve).")
@@ -345,14 +358,18 @@ def train(
     the same learner the daemon runs, and the result is stored as the daemon's starting
     checkpoint. Times are shifted by the log's UnixStartTime, so user ids must be the site's
     Unix uids (what `hpcpredict slurm-convert` writes) for the histories to meet the live jobs.
+
+    \b
+    Examples:
+      hpcpredict train swf/KTH-SP2-sample.swf --db sqlite:///hpcpredict.db
+      hpcpredict train swf/KTH-SP2-sample.swf --config deploy/daemon.toml --replace
     """
-    from hpcpredict.cli import _bar, _load
     from hpcpredict.daemon.history_judgements import JudgingPredictor
     from hpcpredict.daemon.staleness import history_age
     from hpcpredict.learn.history import replay_history
 
     config = _config(config_path, db=db_url, time_zone=time_zone)
-    workload = _load(log, procs, lenient)
+    workload = load_log(log, procs, lenient)
     offset_s = workload.header.unix_start_time or 0
     if not offset_s:
         click.echo(f"{log}: no UnixStartTime in the header: times are taken as Unix seconds", err=True)
@@ -360,7 +377,7 @@ def train(
     try:
         predictor = config.predictor_factory()
         started = time.perf_counter()
-        with _bar(len(workload.jobs), "job", f"training on {log.name}") as update:
+        with progress_bar(len(workload.jobs), "job", f"training on {log.name}") as update:
             done = 0
 
             def progress(count: int) -> None:
@@ -435,8 +452,7 @@ def _source_label(judged, source: str) -> str:  # judged: pd.DataFrame with a "s
 @click.option("--user", "users", type=int, multiple=True, help="Only this user id (repeatable).")
 @_since_option
 @_source_option
-@click.option("--format", "output_format", type=click.Choice(["table", "json", "csv"]), default="table",
-              show_default=True)
+@format_option("csv")
 def errors(config_path: Path | None, db_url: str | None, users: tuple[int, ...], since: str | None,
            source: str, output_format: str) -> None:
     """Per-user prediction errors, from the daemon's database (running or not).
@@ -445,6 +461,12 @@ def errors(config_path: Path | None, db_url: str | None, users: tuple[int, ...],
     submission, share under-predicted, mean predicted/actual ratio, corrections, and what the
     user's own requests and AVE2 would have scored (MAE). The last row is over all users.
     Never creates or changes the database.
+
+    \b
+    Examples:
+      hpcpredict errors --db sqlite:///hpcpredict.db
+      hpcpredict errors --db sqlite:///hpcpredict.db --user 1001 --since 2026-11-01 --format csv
+      hpcpredict errors --config deploy/daemon.toml --source live --format json
     """
     import json
 
@@ -485,7 +507,13 @@ def errors(config_path: Path | None, db_url: str | None, users: tuple[int, ...],
 def report(config_path: Path | None, db_url: str | None, since: str | None, source: str,
            out_dir: Path) -> None:
     """An HTML page of the prediction errors: per-user table, ECDF of errors (hpcpredict vs
-    requests vs AVE2), per-user bars, error over time. Reads the database only."""
+    requests vs AVE2), per-user bars, error over time. Reads the database only.
+
+    \b
+    Examples:
+      hpcpredict report --db sqlite:///hpcpredict.db --out error-report
+      hpcpredict report --config deploy/daemon.toml --since 2026-11-01 --source live --out november
+    """
     from hpcpredict.daemon.errors import judged_jobs
     from hpcpredict.daemon.views import write_error_report
     from hpcpredict.outputs import OutputPathError, check_output_dir
@@ -517,8 +545,7 @@ def report(config_path: Path | None, db_url: str | None, since: str | None, sour
               default=None, help="Records of JobCompType=jobcomp/filetxt (JobCompLoc).")
 @click.option("--db", "db_url", default=None, help="The hpcpredict daemon's database: every job "
               "it recorded, with the users' original requests (use this where the plugin lowers limits).")
-@click.option("--procs", type=click.IntRange(min=1), default=None,
-              help="The machine's processors (the SWF MaxProcs). Default: the largest job's.")
+@procs_option("The machine's processors (the SWF MaxProcs). Default: the largest job's.")
 @click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path), required=True,
               help="SWF file to write (.gz compresses).")
 def slurm_convert(use_sacct: bool, starttime: str, endtime: str, jobcomp_file: Path | None,
@@ -527,8 +554,12 @@ def slurm_convert(use_sacct: bool, starttime: str, endtime: str, jobcomp_file: P
 
     One source: --sacct (accounting), --jobcomp FILE, or --db URL. User ids are Unix uids, so a
     model trained on the output meets the live users.
+
+    \b
+    Examples:
+      hpcpredict slurm-convert --sacct --starttime 2026-01-01 -o history.swf
+      hpcpredict slurm-convert --db sqlite:///hpcpredict.db --procs 128 -o history.swf.gz
     """
-    from hpcpredict.cli import _check_file
     from hpcpredict.daemon.views import ViewError
     from hpcpredict.slurm.convert import (
         ConvertError,
@@ -541,7 +572,7 @@ def slurm_convert(use_sacct: bool, starttime: str, endtime: str, jobcomp_file: P
 
     if use_sacct + (jobcomp_file is not None) + (db_url is not None) != 1:
         raise click.UsageError("give exactly one source: --sacct, --jobcomp FILE or --db URL")
-    _check_file(output, "-o/--output")
+    check_file(output, "-o/--output")
     try:
         if jobcomp_file is not None:
             source, jobs = jobcomp_file.name, list(read_jobcomp_filetxt(jobcomp_file))

@@ -5,7 +5,7 @@ times it has been corrected and how long it has run: no hidden state, so the sim
 SLURM corrector (which must be restartable) compute the same limit from the same facts. Every
 policy is capped at the user's request: a job is never killed before p~_j by a correction.
 
-The one exception is SURVIVAL (`hpcpredict.sim.survival`), which reads the user's runtime
+The one exception is SURVIVAL (`hpcpredict.corrections.survival`), which reads the user's runtime
 history: every policy therefore also hears jobs start and end (`job_started`, `job_ended`, the
 predictor's two calls; the stateless ones ignore them), and is told whose job it corrects and
 when (`user_id`, `now_s`). The simulator and the daemon's service make those calls; its state is
@@ -121,19 +121,3 @@ CORRECTIONS: dict[str, CorrectionPolicy] = {
     policy.name: policy
     for policy in (RequestedTimeCorrection(), IncrementalCorrection(), DoublingCorrection())
 }
-
-#: Every correction `simulate` and the campaigns accept: the pure ones above, and SURVIVAL.
-CORRECTION_NAMES: tuple[str, ...] = (*CORRECTIONS, "survival")
-
-
-def make_correction(name: str, *, survival_quantile: float | None = None) -> CorrectionPolicy:
-    """A policy for one run: the shared pure instance, or a fresh SURVIVAL with its own history."""
-    if name == "survival":
-        from hpcpredict.sim.survival import DEFAULT_SURVIVAL_QUANTILE, SurvivalCorrection
-
-        quantile = DEFAULT_SURVIVAL_QUANTILE if survival_quantile is None else survival_quantile
-        return SurvivalCorrection(quantile=quantile)
-    try:
-        return CORRECTIONS[name]
-    except KeyError:
-        raise ValueError(f"unknown correction {name!r}; one of {', '.join(CORRECTION_NAMES)}") from None

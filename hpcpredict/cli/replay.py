@@ -1,5 +1,5 @@
 """``hpcpredict replay-slurm`` and ``hpcpredict replay-compare``: a log on a real SLURM, and the
-simulator's slurm-backfill against what SLURM did (docs/slurm-replay.md). Thin, like cli.py."""
+simulator's slurm-backfill against what SLURM did (docs/slurm-replay.md). Thin."""
 
 from __future__ import annotations
 
@@ -10,7 +10,14 @@ from pathlib import Path
 
 import click
 
-from hpcpredict.cli_options import slurm_settings_options
+from hpcpredict.cli.common import check_file, load_log
+from hpcpredict.cli.options import (
+    correction_option,
+    deprecated_alias,
+    format_option,
+    procs_option,
+    slurm_settings_options,
+)
 from hpcpredict.slurm.adapter import Runner
 
 DEFAULT_SLURM_CONF = Path("/etc/slurm/slurm.conf")
@@ -46,8 +53,7 @@ def _machine_cpus(runner: Runner) -> int:
 @click.option("--mode", type=click.Choice(["record", "lower"]), default=None,
               help="Set the plugin's mode first (hpcpredict_slurm.conf beside slurm.conf). "
               "Default: leave it as configured.")
-@click.option("--procs", type=click.IntRange(min=1), default=None,
-              help="Processors of the machine replayed on. Default: the partition's CPUs (sinfo). "
+@procs_option("Processors of the machine replayed on. Default: the partition's CPUs (sinfo). "
               "Wider log machines have their jobs scaled down to it.")
 @click.option("--log-procs", type=click.IntRange(min=1), default=None,
               help="The log's machine size (default: its MaxProcs header).")
@@ -69,35 +75,26 @@ def replay_slurm(log: Path, job_count: int, skip: int, speedup: float, mode: str
     slurm-backfill on the same jobs.
 
     \b
-    Example (docs/slurm-replay.md):
+    Examples (docs/slurm-replay.md):
       hpcpredict replay-slurm swf/KTH-SP2-sample.swf --jobs 200 --skip 1000 --speedup 10 \\
           --mode record -o record.swf
+      hpcpredict replay-slurm swf/KTH-SP2-sample.swf --jobs 50 --mode lower -o lower.swf --csv lower.csv
     """
-    from hpcpredict.cli import _check_file, _load
+    from hpcpredict.slurm import replay as slurm_replay
     from hpcpredict.slurm.adapter import CliBackend, SlurmError, run_command
-    from hpcpredict.slurm.replay import (
-        ReplayError,
-        Scaling,
-        plan,
-        replay_swf,
-        rounding_report,
-        run_replay,
-        set_plugin_mode,
-        write_outcome_csv,
-    )
     from hpcpredict.swf import write_swf
 
-    _check_file(output, "-o/--output")
+    check_file(output, "-o/--output")
     if csv_path is not None:
-        _check_file(csv_path, "--csv")
-    workload = _load(log, log_procs, False)
+        check_file(csv_path, "--csv")
+    workload = load_log(log, log_procs, False)
     machine = procs if procs is not None else _machine_cpus(run_command)
-    scaling = Scaling(speedup, workload.machine_procs, machine)
+    scaling = slurm_replay.Scaling(speedup, workload.machine_procs, machine)
     try:
-        planned = plan(workload, jobs=job_count, skip=skip, scaling=scaling)
-    except ReplayError as error:
+        planned = slurm_replay.plan(workload, jobs=job_count, skip=skip, scaling=scaling)
+    except slurm_replay.ReplayError as error:
         raise click.ClickException(str(error)) from None
-    report = rounding_report(planned)
+    report = slurm_replay.rounding_report(planned)
     click.echo(
         f"{workload.name}: jobs {skip + 1}-{skip + len(planned)} at speedup {speedup:g} on "
         f"{machine} processors: submissions over {report['submission_span_s'] / 60:.1f} min, "
@@ -107,8 +104,8 @@ def replay_slurm(log: Path, job_count: int, skip: int, speedup: float, mode: str
     )
     if mode is not None:
         try:
-            settings = set_plugin_mode(_slurm_conf(), mode)
-        except ReplayError as error:
+            settings = slurm_replay.set_plugin_mode(_slurm_conf(), mode)
+        except slurm_replay.ReplayError as error:
             raise click.ClickException(str(error)) from None
         click.echo(f"plugin mode={mode} ({settings})")
 
@@ -116,18 +113,18 @@ def replay_slurm(log: Path, job_count: int, skip: int, speedup: float, mode: str
         click.echo(f"  submitted {submitted}/{len(planned)}, ended {ended}", err=True)
 
     try:
-        outcome = run_replay(planned, CliBackend(), poll_s=poll_s, progress=progress)
-    except (SlurmError, ReplayError) as error:
+        outcome = slurm_replay.run_replay(planned, CliBackend(), poll_s=poll_s, progress=progress)
+    except (SlurmError, slurm_replay.ReplayError) as error:
         raise click.ClickException(f"{error} (the jobs submitted were cancelled)") from None
     notes = [
         f"hpcpredict replay-slurm {log.name} --jobs {job_count} --skip {skip} --speedup {speedup:g} "
         f"--procs {machine} (plugin mode: {mode or 'as configured'})",
         "times are the replay's (log times / speedup); requests are the users' (the plugin's mark)",
     ]
-    header, records = replay_swf(outcome, machine, notes)
+    header, records = slurm_replay.replay_swf(outcome, machine, notes)
     write_swf(output, header, records)
     if csv_path is not None:
-        write_outcome_csv(csv_path, outcome)
+        slurm_replay.write_outcome_csv(csv_path, outcome)
     states: dict[str, int] = {}
     for _, job in outcome.values():
         states[job.state] = states.get(job.state, 0) + 1
@@ -146,20 +143,28 @@ def replay_slurm(log: Path, job_count: int, skip: int, speedup: float, mode: str
               "mode). plugin: the limits the plugin set in lower mode (needs --plugin-csv).")
 @click.option("--plugin-csv", type=click.Path(exists=True, dir_okay=False, path_type=Path), default=None,
               help="replay-slurm's --csv of this replay (the plugin's predictions).")
-@click.option("--correction", default="incremental", show_default=True,
-              help="The model's correction policy (as simulate).")
-@click.option("--correction-lead", "correction_lead_s", type=click.IntRange(min=0), default=0,
+@correction_option("incremental")
+@click.option("--correction-lead-s", "correction_lead_s", type=click.IntRange(min=0), default=0,
               show_default=True,
               help="With --predictor plugin: seconds before the limit at which the model corrects, "
-              "as the daemon's corrector does (its --correction-margin).")
-@click.option("--json", "as_json", is_flag=True, help="JSON instead of the table.")
+              "as the daemon's corrector does (serve's --correction-margin-s).")
+@deprecated_alias("--correction-lead", "--correction-lead-s", "correction_lead_s", type=click.IntRange(min=0))
+@format_option()
 def replay_compare(replay: Path, scheduler: str, slurm_params: str, predictor: str,
-                   plugin_csv: Path | None, correction: str, correction_lead_s: int, as_json: bool) -> None:
+                   plugin_csv: Path | None, correction: str, correction_lead_s: int, output_format: str) -> None:
     """What SLURM did in a REPLAY (replay-slurm's SWF) beside the simulator's slurm-backfill on the
     same jobs: AVEbsld and waits side by side, and per-job agreement of the start times (mean and
-    median absolute difference, Spearman rank correlation of the start order)."""
-    from hpcpredict.cli import _load
-    from hpcpredict.sim.corrections import CORRECTIONS
+    median absolute difference, Spearman rank correlation of the start order).
+
+    \b
+    Examples (replays of swf/KTH-SP2-sample.swf and KTH-SP2 recorded on a real SLURM):
+      hpcpredict replay-compare docs/slurm-replay/KTH-SP2-sample-350-200-k60-record.swf
+      hpcpredict replay-compare docs/slurm-replay/KTH-SP2-sample-350-200-k60-record.swf \\
+          --scheduler easy --format json
+      hpcpredict replay-compare docs/slurm-replay/KTH-SP2-5780-120-k60-lower.swf --predictor plugin \\
+          --plugin-csv docs/slurm-replay/KTH-SP2-5780-120-k60-lower.csv --correction-lead-s 45
+    """
+    from hpcpredict.corrections.policies import CORRECTIONS
     from hpcpredict.sim.metrics import compute_metrics, metrics_table
     from hpcpredict.sim.runner import RunSpec, run
     from hpcpredict.sim.slurm_backfill import SlurmBackfill, SlurmParams, simulate_slurm
@@ -174,7 +179,7 @@ def replay_compare(replay: Path, scheduler: str, slurm_params: str, predictor: s
             raise ValueError("--predictor plugin is for the slurm-backfill model")
     except ValueError as error:
         raise click.BadParameter(str(error)) from None
-    workload = _load(replay, None, False)
+    workload = load_log(replay, None, False)
     try:
         real = real_result(workload)
     except ReplayError as error:
@@ -194,7 +199,7 @@ def replay_compare(replay: Path, scheduler: str, slurm_params: str, predictor: s
         label = spec.label
     real_metrics, model_metrics = compute_metrics(real), compute_metrics(model)
     match = agreement(real, model)
-    if as_json:
+    if output_format == "json":
         click.echo(json.dumps({
             "replay": str(replay), "model": label, "slurm": real_metrics.to_dict(),
             "simulated": model_metrics.to_dict(), "agreement": match.to_dict(),

@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from hpcpredict.jobs import JobRequest
-from hpcpredict.sim.corrections import INCREMENTAL_STEPS_S
+from hpcpredict.corrections.policies import INCREMENTAL_STEPS_S
 
 DEFAULT_SURVIVAL_QUANTILE = 0.5
 DEFAULT_SURVIVAL_WINDOW = 50  # ended runtimes kept per user: "recent", a few weeks of a busy user

@@ -1,0 +1,105 @@
+"""What several commands do alike: a progress bar, reading a log, checking an output path.
+
+Library errors become one-line `click.ClickException`s here, at the CLI boundary, so a command
+never prints a traceback for a bad log or an unusable output path.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import click
+from tqdm import tqdm
+
+from hpcpredict.outputs import OutputPathError, check_output_dir, check_output_file
+from hpcpredict.swf import SwfFormatError
+from hpcpredict.workload import Workload, WorkloadError, load_workload
+
+
+def show_progress() -> bool:
+    """Bars only for a person watching: not in a pipe, a log file or CI."""
+    return sys.stderr.isatty() and not os.environ.get("CI")
+
+
+@contextmanager
+def progress_bar(total: int, unit: str, description: str) -> Iterator[Callable[[int], None]]:
+    """A tqdm bar on stderr fed with absolute counts; silent when stderr is not a terminal."""
+    with tqdm(
+        total=total,
+        unit=unit,
+        unit_scale=unit == "B",
+        desc=description,
+        disable=not show_progress(),
+        leave=False,
+        file=sys.stderr,
+    ) as bar:
+
+        def update(done: int) -> None:
+            bar.update(done - bar.n)
+
+        yield update
+
+
+def load_log(log: Path, procs: int | None, lenient: bool) -> Workload:
+    """The cleaned workload of `log`, read with a bar by bytes; a bad log is a one-line error."""
+    try:
+        with progress_bar(log.stat().st_size, "B", f"reading {log.name}") as update:
+            return load_workload(log, machine_procs=procs, lenient=lenient, progress=update)
+    except (SwfFormatError, WorkloadError) as error:
+        # --lenient skips a bad *line*: no help for a corrupt .gz or an empty file.
+        hint = (" (--lenient skips bad lines)"
+                if isinstance(error, SwfFormatError) and not lenient and error.skippable else "")
+        raise click.ClickException(f"{error}{hint}") from None
+
+
+def check_dir(folder: Path, option: str) -> None:
+    """An output folder checked before the long work (hpcpredict.outputs says why)."""
+    try:
+        check_output_dir(folder, what=option)
+    except OutputPathError as error:
+        raise click.ClickException(str(error)) from None
+
+
+def check_file(path: Path, option: str) -> None:
+    """An output file checked before the long work (its folder must exist already)."""
+    try:
+        check_output_file(path, what=option)
+    except OutputPathError as error:
+        raise click.ClickException(str(error)) from None
+
+
+def workload_summary(workload: Workload) -> dict[str, object]:
+    """The figures every command that reads a log reports about it (also in its JSON)."""
+    jobs = workload.jobs
+    users = {job.request.user_id for job in jobs}
+    span_s = jobs[-1].submit_s - jobs[0].submit_s if jobs else 0
+    return {
+        "log": workload.path,
+        "jobs": len(jobs),
+        "users": len(users),
+        "span_days": round(span_s / 86400, 2),
+        "max_procs_header": workload.header.max_procs,
+        "machine_procs": workload.machine_procs,
+        "skipped_lines": len(workload.skipped_lines),
+    }
+
+
+def echo_skipped(workload: Workload) -> None:
+    """Say on stderr how many lines --lenient skipped, and the first one's reason."""
+    if workload.skipped_lines:
+        first_line, reason = workload.skipped_lines[0]
+        click.echo(
+            f"skipped {len(workload.skipped_lines):,} malformed lines (--lenient); "
+            f"first: line {first_line}: {reason}",
+            err=True,
+        )
+
+
+def require_jobs(workload: Workload, log: Path) -> None:
+    """Refuse a log with no job left after cleaning, before simulating nothing."""
+    if not workload.jobs:
+        raise click.ClickException(f"{log}: no job left after cleaning (see `hpcpredict info`)")

@@ -1,0 +1,33 @@
+"""The starvation guard's default and how people write it, shared by the simulator
+(`Scheduler.starvation_guard_s`), the daemon's configuration and the live guard (`hpcpredict.slurm.guard`):
+one default, one syntax (docs/method.md §7)."""
+
+from __future__ import annotations
+
+import re
+
+# The starvation guard the daemon uses unless told otherwise (docs/results.md says how it was
+# chosen: leave-one-log-out under the max-wait bound).
+DEFAULT_STARVATION_GUARD_S = 86_400
+_DURATION = re.compile(r"(\d+)\s*(s|m|h|d)?")
+_UNIT_S = {None: 1, "s": 1, "m": 60, "h": 3600, "d": 86_400}
+
+
+def parse_starvation_guard(value: object) -> int | None:
+    """A guard as people write it: ``off`` (None), seconds (``86400``), or ``90m``, ``24h``,
+    ``2d``. Raises ValueError naming what was expected."""
+    if isinstance(value, bool):
+        raise ValueError(f"a starvation guard is a duration such as 24h, or off; got {value!r}")
+    if isinstance(value, int):
+        seconds = value
+    else:
+        text = str(value).strip().lower()
+        if text in ("off", "none", "no"):
+            return None
+        match = _DURATION.fullmatch(text)
+        if match is None:
+            raise ValueError(f"a starvation guard is a duration such as 24h, 90m, 86400 or off; got {value!r}")
+        seconds = int(match.group(1)) * _UNIT_S[match.group(2)]
+    if seconds < 0:
+        raise ValueError(f"a starvation guard is at least 0 s, got {value!r}")
+    return seconds
