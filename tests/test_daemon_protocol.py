@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from urllib.parse import quote
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -81,6 +83,16 @@ def test_any_bytes_give_a_request_or_a_protocol_error(line: bytes) -> None:
 @given(st.dictionaries(st.from_regex(r"[a-z][a-z0-9_]{0,8}", fullmatch=True), st.text(max_size=30), max_size=6))
 def test_answers_round_trip(values: dict[str, str]) -> None:
     assert parse_answer(format_ok(values)) == values
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text(max_size=30) | st.integers() | st.booleans())
+def test_answer_values_are_encoded_as_quote_encodes_them(value: str | int | bool) -> None:
+    """The shortcuts of `format_request` (ints as they are, text with nothing to encode left
+    alone) write the bytes `urllib.parse.quote` always wrote: the plugins read them."""
+    text = str(int(value)) if isinstance(value, bool) else str(value)
+    expected = quote(text, safe="!$&'()*+,;/:?@[]^_`{|}~-.") if text else ""
+    assert format_ok({"v": value}) == f"OK v={expected}\n".encode("ascii")
 
 
 def test_job_fields_become_a_request() -> None:

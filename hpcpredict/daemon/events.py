@@ -14,7 +14,7 @@ replayed is bit for bit what was applied.
 from __future__ import annotations
 
 import json
-from dataclasses import asdict
+from dataclasses import fields
 from enum import StrEnum
 from typing import Any
 
@@ -49,8 +49,14 @@ def idempotency_key(
     return f"{kind.value}:{job_id}"
 
 
+# JobRequest's fields, read once: `dataclasses.asdict` would find them and deep-copy every value
+# (a recursive walk) at each event, for a flat record of ints.
+REQUEST_FIELDS: tuple[str, ...] = tuple(field.name for field in fields(JobRequest))
+
+
 def request_to_json(request: JobRequest) -> dict[str, int]:
-    return asdict(request)
+    """The request as the event payload's ``job`` object (`dataclasses.asdict`'s result)."""
+    return {name: getattr(request, name) for name in REQUEST_FIELDS}
 
 
 def request_from_json(data: dict[str, Any]) -> JobRequest:

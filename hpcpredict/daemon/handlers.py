@@ -145,7 +145,7 @@ class Handlers:
         now_s = self._now()
         job = job_request(fields, job_id=ANONYMOUS_JOB_ID, now_s=now_s)
         readiness = self.service.readiness(now_s)
-        prediction_s, token = self.service.serve(job, now_s)
+        prediction_s, token = self.service.serve(job, now_s, readiness=readiness)
         answer: dict[str, object] = {
             "prediction": prediction_s,  # the request while not ready
             "time_limit": job.requested_s,

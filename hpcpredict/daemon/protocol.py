@@ -118,6 +118,9 @@ def format_request(verb: str, fields: Mapping[str, object]) -> bytes:
     for key, value in fields.items():
         if value is None:
             continue
+        if type(value) is int:  # the usual value: digits, nothing to encode
+            parts.append(f"{key}={value}")
+            continue
         if isinstance(value, bool):
             value = int(value)
         parts.append(f"{key}={_encode(str(value))}")
@@ -130,8 +133,14 @@ def format_error(code: str, message: str) -> bytes:
     return f"ERR {code} {flat}\n".encode("ascii", "replace")
 
 
+_SAFE = "!$&'()*+,;/:?@[]^_`{|}~-."  # left as they are; quote() also leaves letters and digits
+_NOTHING_TO_ENCODE = re.compile(r"[A-Za-z0-9%s]*" % re.escape(_SAFE))
+
+
 def _encode(value: str) -> str:
-    return quote(value, safe="!$&'()*+,;/:?@[]^_`{|}~-.") if value else ""
+    # quote() walks the value byte by byte even when it changes nothing (a token, a reason):
+    # one regular expression tells that case apart first.
+    return value if _NOTHING_TO_ENCODE.fullmatch(value) else quote(value, safe=_SAFE)
 
 
 # ---------------------------------------------------------------------------- field readers

@@ -55,30 +55,43 @@ import logging
 import operator
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from typing import Any, TypeVar, overload
 
 import numpy as np
-from sqlalchemy import delete, func, select
+from sqlalchemy import Select, delete, func, select
+from sqlalchemy.engine import Connection, Row
 from sqlalchemy.exc import DBAPIError, IntegrityError, SQLAlchemyError
-from sqlalchemy.orm import Session
 
 from hpcpredict.daemon import user_errors
 from hpcpredict.daemon.feature_tokens import FeatureTokens
 from hpcpredict.daemon.checkpoints import CheckpointError, load_checkpoint, state_from_npz, state_to_npz
 from hpcpredict.daemon.readiness import DEFAULT_MIN_TRAINED_JOBS, Readiness, assess
-from hpcpredict.daemon.staleness import HistoryAge, age_at, newest_learned_end_s
-from hpcpredict.daemon.events import EventKind, dump_payload, idempotency_key, request_to_json
+from hpcpredict.daemon.staleness import HistoryAge, NewestEnd, age_at
+from hpcpredict.daemon.events import REQUEST_FIELDS, EventKind, dump_payload, idempotency_key, request_to_json
 from hpcpredict.daemon.learning import Applied, LearnRule, apply_event, observe_event
+from hpcpredict.daemon.statements import (
+    COUNT_CORRECTIONS,
+    DELETE_CHECKPOINTS,
+    ENDING_JOB,
+    FIRST_PREDICTION,
+    INSERT_CHECKPOINT,
+    INSERT_CORRECTION,
+    INSERT_EVENT,
+    INSERT_JOB,
+    INSERT_PREDICTION,
+    SELECT_JOB,
+    STALE_CHECKPOINTS,
+    UPDATE_JOB,
+)
 from hpcpredict.daemon.store import (
     CheckpointRow,
-    CorrectionRow,
-    EventRow,
     HistoryJudgementRow,
     JobRow,
-    PredictionRow,
     Store,
+    job_values,
     now_wall_s,
+    request_from_row,
 )
 from hpcpredict.job_events import Ended, JobEvent, LimitChanged, Started, Submitted
 from hpcpredict.jobs import JobRequest
@@ -174,9 +187,6 @@ class PredictionService:
         self.event_failures = 0  # events whose transaction failed, since start
         self.failing_events = 0  # ... in a row: 0 once an event commits again
         self.rebuilds = 0  # learner rebuilt from the store since start (after a commit in doubt)
-        self._generation = 0  # +1 at every restore: keys the cache of the history's newest end
-        self._newest_end_key: tuple[int, int] | None = None
-        self._newest_end_s: float | None = None
         self._announced: tuple[object, ...] | None = None
         # Runs a function touching the learner where the learner lives (module doc); the daemon
         # replaces it with a call on its event loop.
@@ -187,29 +197,15 @@ class PredictionService:
         self._restore()
 
     @classmethod
-    def open(
-        cls,
-        store: Store,
-        predictor_factory: Callable[[], LearnedPredictor] = LearnedPredictor,
-        *,
-        checkpoint_every: int = DEFAULT_CHECKPOINT_EVERY,
-        keep_checkpoints: int = DEFAULT_KEEP_CHECKPOINTS,
-        min_trained_jobs: int = DEFAULT_MIN_TRAINED_JOBS,
-        correction: CorrectionPolicy | None = None,
-    ) -> PredictionService:
-        """Upgrade the store's schema, restore the last checkpoint, replay what follows it."""
+    def open(cls, store: Store, *args: Any, **kwargs: Any) -> PredictionService:
+        """Upgrade the store's schema, restore the last checkpoint, replay what follows it: the
+        service `PredictionService(store, *args, **kwargs)` on an up-to-date store (the
+        constructor's arguments, passed on as they are)."""
         store.upgrade()
         if user_errors.missing(store):
             logger.info("counting users' error totals of the jobs already judged")
             user_errors.rebuild(store)
-        return cls(
-            store,
-            predictor_factory,
-            checkpoint_every=checkpoint_every,
-            keep_checkpoints=keep_checkpoints,
-            min_trained_jobs=min_trained_jobs,
-            correction=correction,
-        )
+        return cls(store, *args, **kwargs)
 
     # ------------------------------------------------------------------ state
     @property
@@ -225,14 +221,10 @@ class PredictionService:
     def history_age(self, now_s: float) -> HistoryAge:
         """How old the newest job the model learned is, at `now_s` (staleness.py says why).
 
-        The newest end is recomputed (O(users)) only after the learner changed: an event or a
-        restore; PREDICT asks this at every request.
+        PREDICT asks this at every request: the newest end is kept event by event (`NewestEnd`),
+        not searched for among every user.
         """
-        key = (self._generation, self._last_seq)
-        if self._newest_end_key != key:
-            self._newest_end_s = newest_learned_end_s(self._predictor.features)
-            self._newest_end_key = key
-        return age_at(self._newest_end_s, now_s,
+        return age_at(self._newest_end.end_s, now_s,
                       extrapolates=self._predictor.feature_scaling == "raw")
 
     def readiness(self, now_s: float) -> Readiness:
@@ -319,11 +311,11 @@ class PredictionService:
             replayed += 1
             last_seq = stored.seq
         self._predictor = predictor
+        self._newest_end = NewestEnd(predictor.features)  # with its learner, one assignment later
         self._checkpoint_seq = after_seq
         self._last_seq = last_seq
         self._replayed = replayed
         self._since_checkpoint = replayed
-        self._generation += 1
         if unusable:
             # Removed, not kept: one claiming events beyond the log would be taken as valid once
             # the log grows past it, and the next checkpoint may need its sequence number.
@@ -371,13 +363,16 @@ class PredictionService:
             return job.requested_s  # readiness.py: never act on a model that is not ready
         return clip_prediction(self._predictor.peek(job, operator.index(now_s)), job.requested_s)
 
-    def serve(self, job: JobRequest, now_s: int) -> tuple[int, str]:
+    def serve(self, job: JobRequest, now_s: int, *, readiness: Readiness | None = None) -> tuple[int, str]:
         """`peek`, and the token under which the features it used are kept for the job's
-        submission (`submitted`'s `feature_token`): PREDICT's answer, for SLURM's plugin."""
+        submission (`submitted`'s `feature_token`): PREDICT's answer, for SLURM's plugin.
+
+        `readiness`: the caller's `readiness(now_s)`, when it has one already (PREDICT answers
+        with it too): not assessed twice per request."""
         if self._broken is not None:
             self._check_usable()
         job = _whole_request(job)
-        ready = self.readiness(now_s).ready
+        ready = (self.readiness(now_s) if readiness is None else readiness).ready
         model_s, features = self._predictor.peek_features(job, operator.index(now_s))
         token = self.feature_tokens.issue(job, features)
         # readiness.py: never act on a model that is not ready (its features are kept all the same)
@@ -439,29 +434,28 @@ class PredictionService:
                 operator.index(given_prediction_s), job.requested_s
             )
         try:
-            with self._transaction() as session:
-                row = session.get(JobRow, job.job_id)
+            with self._transaction() as connection:
+                row = connection.execute(SELECT_JOB, {"job_id": job.job_id}).first()
                 if row is not None:
-                    return self._repeat_prediction(session, row, job, now_s)
+                    return self._repeat_prediction(connection, row, job, now_s)
                 payload: dict[str, Any] = {"job": request_to_json(job), "now_s": now_s}
                 if feature_token is not None:
                     features = self.on_learner(lambda: self.feature_tokens.features_for(feature_token, job))
                     if features is not None:
                         payload["features"] = [float(value) for value in features]
                 seq, applied = self._ingest(
-                    session, EventKind.SUBMITTED, job.job_id, payload, now_s
+                    connection, EventKind.SUBMITTED, job.job_id, payload, now_s
                 )
-                row = JobRow.from_request(job, status="submitted", observed=True)
+                values = job_values(job, status="submitted", observed=True)
                 if limit_s is not None and limit_s != job.requested_s:
-                    row.limit_s = operator.index(limit_s)
-                session.add(row)
-                session.flush()  # the job before its prediction (foreign key)
+                    values["limit_s"] = operator.index(limit_s)
+                connection.execute(INSERT_JOB, values)  # the job before its prediction (foreign key)
                 assert applied.prediction_s is not None
                 prediction_s = (
                     applied.prediction_s if given_prediction_s is None else given_prediction_s
                 )
-                self._record_prediction(session, job.job_id, prediction_s, now_s)
-                self._after_event(session, seq)
+                self._record_prediction(connection, job.job_id, prediction_s, now_s)
+                self._after_event(connection, seq)
         except _DuplicateEvent:  # logged but no job row: only if someone deleted it by hand
             return job.requested_s
         self._committed(seq)
@@ -479,19 +473,20 @@ class PredictionService:
         job_id = operator.index(job_id)
         now_s = operator.index(now_s)
         try:
-            with self._transaction() as session:
-                row, is_new = self._job_or_new(session, job_id, request, "started")
-                if row.status == "running":
-                    return EventOutcome(False, f"job {job_id} already started: ignored")
-                if row.status == "ended":
-                    return EventOutcome(False, f"job {job_id} already ended: start ignored")
-                payload = {"job": request_to_json(row.to_request()), "now_s": now_s}
-                seq, _ = self._ingest(session, EventKind.STARTED, job_id, payload, now_s)
-                if is_new:
-                    session.add(row)
-                row.status = "running"
-                row.start_s = now_s
-                self._after_event(session, seq)
+            with self._transaction() as connection:
+                row, new = self._job_or_new(connection, job_id, request, "started")
+                if new is None:
+                    if row.status == "running":
+                        return EventOutcome(False, f"job {job_id} already started: ignored")
+                    if row.status == "ended":
+                        return EventOutcome(False, f"job {job_id} already ended: start ignored")
+                    request = request_from_row(row)
+                else:
+                    request = new
+                payload = {"job": request_to_json(request), "now_s": now_s}
+                seq, _ = self._ingest(connection, EventKind.STARTED, job_id, payload, now_s)
+                self._write_job(connection, job_id, new, status="running", start_s=now_s)
+                self._after_event(connection, seq)
         except _DuplicateEvent:
             return EventOutcome(False, f"job {job_id}: start already logged")
         self._committed(seq)
@@ -521,36 +516,40 @@ class PredictionService:
         run_s = operator.index(run_s)
         end_s = operator.index(end_s)
         try:
-            with self._transaction() as session:
-                row, is_new = self._job_or_new(session, job_id, request, "ended")
-                if row.status == "ended":
+            with self._transaction() as connection:
+                row, new = self._job_or_new(connection, job_id, request, "ended", ENDING_JOB)
+                if new is None and row.status == "ended":
                     return EventOutcome(
                         False,
                         f"job {job_id} already ended: not learned twice",
                         rule=None if row.learn_rule is None else LearnRule(row.learn_rule),
                         learned=bool(row.learned),
                     )
+                job = request_from_row(row) if new is None else new
+                first_prediction_s = None if new is not None else row.first_prediction_s
                 payload = {
-                    "job": request_to_json(row.to_request()),
+                    "job": request_to_json(job),
                     "run_s": run_s,
                     "end_s": end_s,
                     "final_state": final_state,
                     "killed_at_lowered_limit": bool(killed_at_lowered_limit),
-                    "observed": row.observed,
-                    "first_prediction_s": None if is_new else _first_prediction(session, job_id),
+                    "observed": new is None and bool(row.observed),
+                    "first_prediction_s": first_prediction_s,
                 }
-                seq, applied = self._ingest(session, EventKind.ENDED, job_id, payload, end_s)
-                if is_new:
-                    session.add(row)
-                row.status = "ended"
-                row.end_s = end_s
-                row.run_s = run_s
-                row.final_state = final_state
-                row.killed_at_lowered_limit = bool(killed_at_lowered_limit)
-                row.learned = applied.learned
-                row.learn_rule = None if applied.rule is None else applied.rule.value
-                user_errors.count_ended_job(session, row, payload["first_prediction_s"])
-                self._after_event(session, seq)
+                seq, applied = self._ingest(connection, EventKind.ENDED, job_id, payload, end_s)
+                self._write_job(
+                    connection, job_id, new,
+                    status="ended",
+                    end_s=end_s,
+                    run_s=run_s,
+                    final_state=final_state,
+                    killed_at_lowered_limit=bool(killed_at_lowered_limit),
+                    learned=applied.learned,
+                    learn_rule=None if applied.rule is None else applied.rule.value,
+                )
+                user_errors.count_ended_job(connection, job, run_s, end_s, first_prediction_s,
+                                            0 if new is not None else row.corrections)
+                self._after_event(connection, seq)
         except _DuplicateEvent:
             return EventOutcome(False, f"job {job_id}: end already logged, not learned twice")
         self._committed(seq)
@@ -567,36 +566,32 @@ class PredictionService:
         new_limit_s = operator.index(new_limit_s)
         now_s = operator.index(now_s)
         try:
-            with self._transaction() as session:
-                row, _ = self._job_or_new(session, job_id, None, "limit_changed")
+            with self._transaction() as connection:
+                row, _ = self._job_or_new(connection, job_id, None, "limit_changed")
                 if row.status == "ended":
                     return EventOutcome(False, f"job {job_id} already ended: limit change ignored")
                 old_limit_s = row.requested_s if row.limit_s is None else row.limit_s
                 if new_limit_s == old_limit_s:
                     return EventOutcome(False, f"job {job_id} already has limit {new_limit_s} s")
                 payload = {
-                    "job": request_to_json(row.to_request()),
+                    "job": request_to_json(request_from_row(row)),
                     "old_limit_s": old_limit_s,
                     "new_limit_s": new_limit_s,
                     "now_s": now_s,
                     # which change of this job's limit: the starvation guard may set a pending
                     # job's limit back to a value it had (events.idempotency_key)
-                    "change": session.scalar(
-                        select(func.count()).select_from(CorrectionRow).where(CorrectionRow.job_id == job_id)
-                    ),
+                    "change": connection.execute(COUNT_CORRECTIONS, {"job_id": job_id}).scalar(),
                 }
-                seq, _ = self._ingest(session, EventKind.LIMIT_CHANGED, job_id, payload, now_s)
-                session.add(
-                    CorrectionRow(
-                        job_id=job_id,
-                        old_limit_s=old_limit_s,
-                        new_limit_s=new_limit_s,
-                        changed_at_s=now_s,
-                        event_seq=seq,
-                    )
-                )
-                row.limit_s = new_limit_s
-                self._after_event(session, seq)
+                seq, _ = self._ingest(connection, EventKind.LIMIT_CHANGED, job_id, payload, now_s)
+                connection.execute(INSERT_CORRECTION, {
+                    "job_id": job_id,
+                    "old_limit_s": old_limit_s,
+                    "new_limit_s": new_limit_s,
+                    "changed_at_s": now_s,
+                    "event_seq": seq,
+                })
+                connection.execute(UPDATE_JOB, {"key": job_id, "limit_s": new_limit_s})
+                self._after_event(connection, seq)
         except _DuplicateEvent:
             return EventOutcome(False, f"job {job_id}: limit {new_limit_s} s already logged")
         self._committed(seq)
@@ -640,8 +635,8 @@ class PredictionService:
         self._check_usable()
         if self._last_seq == self._checkpoint_seq:
             return None
-        with self.store.session() as session, session.begin():
-            self._write_checkpoint(session, self._last_seq)
+        with self.store.engine.begin() as connection:
+            self._write_checkpoint(connection, self._last_seq)
         self._checkpoint_seq = self._last_seq
         self._since_checkpoint = 0
         return self._last_seq
@@ -652,10 +647,10 @@ class PredictionService:
         if checkpoint and self._broken is None and not self._needs_rebuild:
             self.checkpoint()
 
-    def _after_event(self, session: Session, seq: int) -> None:
+    def _after_event(self, connection: Connection, seq: int) -> None:
         """Inside the event's transaction: checkpoint if this event completes a period."""
         if self._since_checkpoint + 1 >= self.checkpoint_every:
-            self._write_checkpoint(session, seq)
+            self._write_checkpoint(connection, seq)
 
     def _committed(self, seq: int) -> None:
         """After the commit: the counters follow what is now durable."""
@@ -667,29 +662,21 @@ class PredictionService:
         else:
             self._since_checkpoint += 1
 
-    def _write_checkpoint(self, session: Session, seq: int) -> None:
-        session.add(
-            CheckpointRow(
-                created_at_s=now_wall_s(),
-                last_event_seq=seq,
-                state_npz=state_to_npz(self.on_learner(self.state_dict)),  # a copy, then compressed here
-            )
-        )
-        session.flush()
+    def _write_checkpoint(self, connection: Connection, seq: int) -> None:
+        connection.execute(INSERT_CHECKPOINT, {
+            "created_at_s": now_wall_s(),
+            "last_event_seq": seq,
+            "state_npz": state_to_npz(self.on_learner(self.state_dict)),  # a copy, then compressed here
+        })
         # The bootstrap checkpoint (event 0, `train`'s) is never pruned: with the log it is the
         # whole model, the start of a full replay when every later checkpoint is unusable.
-        stale = (
-            select(CheckpointRow.id)
-            .where(CheckpointRow.last_event_seq > 0)
-            .order_by(CheckpointRow.last_event_seq.desc())
-        )
-        stale_ids = list(session.scalars(stale.offset(self.keep_checkpoints)))
+        stale_ids = list(connection.execute(STALE_CHECKPOINTS, {"keep": self.keep_checkpoints}).scalars())
         if stale_ids:
-            session.execute(delete(CheckpointRow).where(CheckpointRow.id.in_(stale_ids)))
+            connection.execute(DELETE_CHECKPOINTS, {"ids": stale_ids})
 
     # ------------------------------------------------------------------ helpers
     @contextmanager
-    def _transaction(self) -> Iterator[Session]:
+    def _transaction(self) -> Iterator[Connection]:
         """One event's transaction. If it fails after the learner was touched, the learner is put
         back as it was (module doc): it always equals checkpoint + logged events."""
         self._check_usable()
@@ -697,10 +684,10 @@ class PredictionService:
         self._undo = None
         self._ingested_seq = None
         committing = False
-        session = self.store.session()
+        connection = self.store.engine.connect()
         try:
-            with session.begin():
-                yield session
+            with connection.begin():
+                yield connection
                 committing = True  # the body is done: what fails now is the commit itself
         except BaseException as error:
             if self._touched or isinstance(error, SQLAlchemyError):
@@ -713,7 +700,7 @@ class PredictionService:
                     self._put_learner_back()
             raise
         finally:
-            session.close()
+            connection.close()
 
     def _put_learner_back(self) -> None:
         assert self._undo is not None
@@ -769,26 +756,25 @@ class PredictionService:
 
     def _ingest(
         self,
-        session: Session,
+        connection: Connection,
         kind: EventKind,
         job_id: int,
         payload: dict[str, Any],
         occurred_at_s: int,
     ) -> tuple[int, Applied]:
         """Append the event (write-ahead), then apply it to the learner."""
-        row = EventRow(
-            kind=kind.value,
-            job_id=job_id,
-            payload_json=dump_payload(payload),
-            occurred_at_s=occurred_at_s,
-            recorded_at_s=now_wall_s(),
-            idempotency_key=idempotency_key(
+        row = {
+            "kind": kind.value,
+            "job_id": job_id,
+            "payload_json": dump_payload(payload),
+            "occurred_at_s": occurred_at_s,
+            "recorded_at_s": now_wall_s(),
+            "idempotency_key": idempotency_key(
                 kind, job_id, payload.get("new_limit_s"), payload.get("change", 0)
             ),
-        )
-        session.add(row)
+        }
         try:
-            session.flush()
+            seq = connection.execute(INSERT_EVENT, row).inserted_primary_key[0]
         except IntegrityError as error:
             # The unique key, not a lookup first: it also holds against a second writer. Only
             # that key means "sent before"; any other refusal is a failure the sender must see
@@ -796,24 +782,36 @@ class PredictionService:
             if "idempotency_key" not in str(error.orig):
                 raise
             raise _DuplicateEvent() from error
-        self._ingested_seq = row.seq
+        self._ingested_seq = seq
 
         def learn() -> Applied:  # on the learner's thread (module doc)
-            self._undo = self._predictor.savepoint(payload["job"]["user_id"], job_id)
+            user_id = payload["job"]["user_id"]
+            put_back = self._predictor.savepoint(user_id, job_id)
+            newest_end, saved_newest_end = self._newest_end, self._newest_end.saved()
+
+            def undo() -> None:
+                put_back()
+                newest_end.restore(saved_newest_end)
+
+            self._undo = undo
             self._touched = True
             applied = apply_event(self._predictor, kind, payload)
+            if kind is EventKind.ENDED:
+                newest_end.user_ended(user_id)
             observe_event(self.correction, kind, payload, applied)
             return applied
 
-        return row.seq, self.on_learner(learn)
+        return seq, self.on_learner(learn)
 
     def _job_or_new(
-        self, session: Session, job_id: int, request: JobRequest | None, event: str
-    ) -> tuple[JobRow, bool]:
-        """The job's row, or a new (not yet added) row built from `request`."""
-        row = session.get(JobRow, job_id)
+        self, connection: Connection, job_id: int, request: JobRequest | None, event: str,
+        statement: Select[Any] = SELECT_JOB,
+    ) -> tuple[Row[Any], None] | tuple[None, JobRequest]:
+        """(the job's row, by `statement`), or (None, `request`) for a job not recorded yet (its
+        row is inserted by `_write_job`)."""
+        row = connection.execute(statement, {"job_id": job_id}).first()
         if row is not None:
-            return row, False
+            return row, None
         if request is None:
             raise UnknownJobError(
                 f"{event} for job {job_id}, which was never submitted to hpcpredict: "
@@ -822,31 +820,37 @@ class PredictionService:
         request = _whole_request(request)
         if request.job_id != job_id:
             raise ValueError(f"{event} for job {job_id} with the request of job {request.job_id}")
-        return JobRow.from_request(request, status="submitted", observed=False), True
+        return None, request
 
-    def _repeat_prediction(self, session: Session, row: JobRow, job: JobRequest, now_s: int) -> int:
+    @staticmethod
+    def _write_job(connection: Connection, job_id: int, new: JobRequest | None, **columns: Any) -> None:
+        """Set `columns` of the job's row; insert the row of a job first seen now (`new`)."""
+        if new is None:
+            connection.execute(UPDATE_JOB, {"key": job_id, **columns})
+        else:
+            connection.execute(INSERT_JOB, {**job_values(new, status="submitted", observed=False), **columns})
+
+    def _repeat_prediction(self, connection: Connection, row: Row[Any], job: JobRequest, now_s: int) -> int:
         if row.observed and row.status != "ended":
             # Read-only for a job the learner holds (LearnedPredictor.predict): not an event.
-            request = row.to_request()
+            request = request_from_row(row)
             prediction_s = clip_prediction(
                 self.on_learner(lambda: self._predictor.predict(request, now_s)), job.requested_s
             )
-            self._record_prediction(session, row.job_id, prediction_s, now_s)
+            self._record_prediction(connection, row.job_id, prediction_s, now_s)
             return prediction_s
-        first = _first_prediction(session, row.job_id)
+        first = _first_prediction(connection, row.job_id)
         return clip_prediction(row.requested_s if first is None else first, job.requested_s)
 
     def _record_prediction(
-        self, session: Session, job_id: int, prediction_s: int, now_s: int
+        self, connection: Connection, job_id: int, prediction_s: int, now_s: int
     ) -> None:
-        session.add(
-            PredictionRow(
-                job_id=job_id,
-                predicted_s=prediction_s,
-                predicted_at_s=now_s,
-                model_t=self._predictor.nag.state.t,
-            )
-        )
+        connection.execute(INSERT_PREDICTION, {
+            "job_id": job_id,
+            "predicted_s": prediction_s,
+            "predicted_at_s": now_s,
+            "model_t": int(self._predictor.nag.state.t),
+        })
 
 
 def _call_here(function: Callable[[], _T]) -> _T:
@@ -854,18 +858,15 @@ def _call_here(function: Callable[[], _T]) -> _T:
     return function()
 
 
-def _first_prediction(session: Session, job_id: int) -> int | None:
+def _first_prediction(connection: Connection, job_id: int) -> int | None:
     """The prediction given at submission (what the scheduler acted on)."""
-    return session.scalar(
-        select(PredictionRow.predicted_s)
-        .where(PredictionRow.job_id == job_id)
-        .order_by(PredictionRow.id)
-        .limit(1)
-    )
+    return connection.execute(FIRST_PREDICTION, {"job_id": job_id}).scalar()
 
 
 def _whole_request(request: JobRequest) -> JobRequest:
-    """`request` with plain Python ints (numpy ints do not go into JSON or every driver)."""
-    return JobRequest(
-        **{field.name: operator.index(getattr(request, field.name)) for field in fields(request)}
-    )
+    """`request` with plain Python ints (numpy ints do not go into JSON or every driver); itself
+    when it has them already (every request the protocol parses: PREDICT's path)."""
+    values = [getattr(request, name) for name in REQUEST_FIELDS]
+    if all(type(value) is int for value in values):
+        return request
+    return JobRequest(*map(operator.index, values))

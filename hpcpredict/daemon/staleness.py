@@ -53,10 +53,62 @@ class HistoryAge:
 def newest_learned_end_s(features: FeatureState) -> float | None:
     """The end time of the newest job in the learner's user histories (None: no job yet).
 
-    O(users): the daemon keeps it between events (`PredictionService.history_age`).
+    O(users): the daemon keeps it up to date event by event instead (`NewestEnd`).
     """
     ends = [user.last_end_s for user in features.users.values() if user.last_end_s > 0]
     return max(ends) if ends else None
+
+
+class NewestEnd:
+    """`newest_learned_end_s` of a learner's histories, kept in O(1) per event.
+
+    PREDICT asks the history's age at every request (readiness.py); scanning every user after
+    each event cost a PREDICT O(users) while events flow. Only a job's end changes a user's
+    ``last_end_s`` (`UserHistory.add_completed`), and it *sets* it: an end reported late, older
+    than the user's last, lowers it. So the newest end is raised in O(1) by `user_ended`, and
+    when the user holding it goes back in time the next read scans once (rare: an out-of-order
+    end of the very user with the newest one). Equal to `newest_learned_end_s` at every read
+    (tests/test_daemon_newest_end.py).
+    """
+
+    __slots__ = ("_features", "_end_s", "_holder", "_rescan")
+
+    def __init__(self, features: FeatureState) -> None:
+        self._features = features
+        self._end_s: float | None = None
+        self._holder: int | None = None  # a user whose last end is `_end_s`
+        self._rescan = True
+
+    @property
+    def end_s(self) -> float | None:
+        if self._rescan:
+            self._scan()
+        return self._end_s
+
+    def user_ended(self, user_id: int) -> None:
+        """After a job of `user_id` ended in the histories (its ``last_end_s`` was set)."""
+        user = self._features.users.get(user_id)
+        if user is None or self._rescan:
+            return
+        end_s = user.last_end_s
+        if end_s > 0 and (self._end_s is None or end_s >= self._end_s):
+            self._end_s, self._holder = end_s, user_id
+        elif user_id == self._holder:
+            self._rescan = True  # the newest end went back in time: someone else may hold it
+
+    def saved(self) -> tuple[float | None, int | None, bool]:
+        """What `restore` puts back (the undo of an event whose transaction failed)."""
+        return self._end_s, self._holder, self._rescan
+
+    def restore(self, saved: tuple[float | None, int | None, bool]) -> None:
+        self._end_s, self._holder, self._rescan = saved
+
+    def _scan(self) -> None:
+        self._end_s, self._holder = None, None
+        for user_id, user in self._features.users.items():
+            if user.last_end_s > 0 and (self._end_s is None or user.last_end_s > self._end_s):
+                self._end_s, self._holder = user.last_end_s, user_id
+        self._rescan = False
 
 
 def age_at(

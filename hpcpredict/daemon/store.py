@@ -24,6 +24,10 @@ upgraded only by the Alembic migrations shipped in `hpcpredict.daemon.migrations
 (`Store.upgrade`), never by ``create_all``: a daemon started on last year's database must upgrade
 it, not half-create it.
 
+The models describe the tables (and serve the reads: the admin API, ``hpcpredict errors``); the
+event write path, a transaction per event on the daemon's hot path, writes their rows with Core
+statements built once (`hpcpredict.daemon.statements`), not ORM objects.
+
 Nothing here runs at import: an engine exists only inside a `Store` built from a URL.
 """
 
@@ -56,7 +60,7 @@ from sqlalchemy import (
 from sqlalchemy.engine import Engine
 from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column
 
-from hpcpredict.daemon.events import EventKind
+from hpcpredict.daemon.events import REQUEST_FIELDS, EventKind
 from hpcpredict.jobs import JobRequest
 
 if TYPE_CHECKING:  # Alembic is imported only by the methods that use it
@@ -128,32 +132,33 @@ class JobRow(Base):
 
     @classmethod
     def from_request(cls, request: JobRequest, *, status: str, observed: bool) -> JobRow:
-        return cls(
-            job_id=request.job_id,
-            user_id=request.user_id,
-            group_id=request.group_id,
-            procs=request.procs,
-            requested_s=request.requested_s,
-            executable_id=request.executable_id,
-            queue_id=request.queue_id,
-            partition_id=request.partition_id,
-            submit_s=request.submit_s,
-            status=status,
-            observed=observed,
-        )
+        return cls(**job_values(request, status=status, observed=observed))
 
     def to_request(self) -> JobRequest:
-        return JobRequest(
-            job_id=self.job_id,
-            submit_s=self.submit_s,
-            procs=self.procs,
-            requested_s=self.requested_s,
-            user_id=self.user_id,
-            group_id=self.group_id,
-            executable_id=self.executable_id,
-            queue_id=self.queue_id,
-            partition_id=self.partition_id,
-        )
+        return request_from_row(self)
+
+
+def job_values(request: JobRequest, *, status: str, observed: bool) -> dict[str, Any]:
+    """The columns of a new ``jobs`` row for `request` (what the event path inserts)."""
+    return {
+        "job_id": request.job_id,
+        "user_id": request.user_id,
+        "group_id": request.group_id,
+        "procs": request.procs,
+        "requested_s": request.requested_s,
+        "executable_id": request.executable_id,
+        "queue_id": request.queue_id,
+        "partition_id": request.partition_id,
+        "submit_s": request.submit_s,
+        "status": status,
+        "observed": observed,
+    }
+
+
+def request_from_row(row: Any) -> JobRequest:
+    """The request of a ``jobs`` row: a `JobRow`, or a Core result row of its columns (named as
+    the request's fields)."""
+    return JobRequest(*[getattr(row, name) for name in REQUEST_FIELDS])
 
 
 class PredictionRow(Base):
@@ -254,53 +259,61 @@ class UserErrorRow(Base):
     ave2_abs_error_sum_s: Mapped[int] = mapped_column(BigInteger)
     last_end_s: Mapped[int] = mapped_column(BigInteger)
 
-    @classmethod
-    def empty(cls, user_id: int) -> UserErrorRow:
-        return cls(
-            user_id=user_id,
-            jobs=0,
-            abs_error_sum_s=0,
-            under_jobs=0,
-            ratio_sum=0.0,
-            corrections=0,
-            requested_abs_error_sum_s=0,
-            ave2_abs_error_sum_s=0,
-            last_end_s=0,
-        )
 
-    def add_job(
-        self,
-        *,
-        predicted_s: int,
-        run_s: int,
-        requested_s: int,
-        ave2_s: int,
-        corrections: int,
-        end_s: int,
-    ) -> None:
-        """Count one judged job (``run_s > 0``)."""
-        self.jobs += 1
-        self.abs_error_sum_s += abs(predicted_s - run_s)
-        self.under_jobs += int(predicted_s < run_s)
-        self.ratio_sum += predicted_s / run_s
-        self.corrections += corrections
-        self.requested_abs_error_sum_s += abs(requested_s - run_s)
-        self.ave2_abs_error_sum_s += abs(ave2_s - run_s)
-        self.last_end_s = max(self.last_end_s, end_s)
+def empty_user_totals(user_id: int) -> dict[str, Any]:
+    """A ``user_errors`` row (column -> value) for a user with no judged job yet."""
+    return {
+        "user_id": user_id,
+        "jobs": 0,
+        "abs_error_sum_s": 0,
+        "under_jobs": 0,
+        "ratio_sum": 0.0,
+        "corrections": 0,
+        "requested_abs_error_sum_s": 0,
+        "ave2_abs_error_sum_s": 0,
+        "last_end_s": 0,
+    }
 
-    def summary(self) -> dict[str, float | int]:
-        """The means of `hpcpredict.daemon.errors.ERROR_COLUMNS` (all but the median)."""
-        return {
-            "user_id": self.user_id,
-            "count": self.jobs,
-            "mae_s": self.abs_error_sum_s / self.jobs,
-            "under_rate": self.under_jobs / self.jobs,
-            "mean_ratio": self.ratio_sum / self.jobs,
-            "corrections": self.corrections,
-            "requested_mae_s": self.requested_abs_error_sum_s / self.jobs,
-            "ave2_mae_s": self.ave2_abs_error_sum_s / self.jobs,
-            "last_end_s": self.last_end_s,
-        }
+
+def add_job_to_totals(
+    totals: dict[str, Any],
+    *,
+    predicted_s: int,
+    run_s: int,
+    requested_s: int,
+    ave2_s: int,
+    corrections: int,
+    end_s: int,
+) -> None:
+    """Count one judged job (``run_s > 0``) in `totals`, a ``user_errors`` row as a dict.
+
+    Plain values rather than `UserErrorRow` objects: the end's transaction reads and writes the
+    row with Core statements (service.py), the rebuild inserts them in one executemany."""
+    totals["jobs"] += 1
+    totals["abs_error_sum_s"] += abs(predicted_s - run_s)
+    totals["under_jobs"] += int(predicted_s < run_s)
+    totals["ratio_sum"] += predicted_s / run_s
+    totals["corrections"] += corrections
+    totals["requested_abs_error_sum_s"] += abs(requested_s - run_s)
+    totals["ave2_abs_error_sum_s"] += abs(ave2_s - run_s)
+    totals["last_end_s"] = max(totals["last_end_s"], end_s)
+
+
+def user_totals_summary(totals: Any) -> dict[str, float | int]:
+    """The means of `hpcpredict.daemon.errors.ERROR_COLUMNS` (all but the median) of a
+    ``user_errors`` row (anything with its columns as attributes)."""
+    jobs = totals.jobs
+    return {
+        "user_id": totals.user_id,
+        "count": jobs,
+        "mae_s": totals.abs_error_sum_s / jobs,
+        "under_rate": totals.under_jobs / jobs,
+        "mean_ratio": totals.ratio_sum / jobs,
+        "corrections": totals.corrections,
+        "requested_mae_s": totals.requested_abs_error_sum_s / jobs,
+        "ave2_mae_s": totals.ave2_abs_error_sum_s / jobs,
+        "last_end_s": totals.last_end_s,
+    }
 
 
 @dataclass(frozen=True, slots=True)

@@ -11,10 +11,27 @@ revision 0001 has judged jobs but no totals yet.
 
 from __future__ import annotations
 
-from sqlalchemy import delete, func, select
-from sqlalchemy.orm import Session
+from typing import Any
 
-from hpcpredict.daemon.store import CorrectionRow, JobRow, PredictionRow, Store, UserErrorRow
+from sqlalchemy import delete, func, select
+from sqlalchemy.engine import Connection
+
+from hpcpredict.daemon.statements import (
+    INSERT_USER_ERRORS,
+    LAST_TWO_RUNS_BEFORE,
+    SELECT_USER_ERRORS,
+    UPDATE_USER_ERRORS,
+)
+from hpcpredict.daemon.store import (
+    JobRow,
+    PredictionRow,
+    Store,
+    UserErrorRow,
+    add_job_to_totals,
+    empty_user_totals,
+    user_totals_summary,
+)
+from hpcpredict.jobs import JobRequest
 from hpcpredict.predictors import Ave2Predictor
 
 # The Prometheus gauge of each of `site_totals`' values, with its help text.
@@ -39,55 +56,54 @@ SITE_GAUGES: dict[str, tuple[str, str]] = {
 }
 
 
-def count_ended_job(session: Session, job: JobRow, first_prediction_s: int | None) -> None:
-    """Add `job`, which has just ended, to its user's totals if it is judged.
+def count_ended_job(
+    connection: Connection,
+    job: JobRequest,
+    run_s: int,
+    end_s: int,
+    first_prediction_s: int | None,
+    corrections: int,
+) -> None:
+    """Add `job`, which has just ended after `run_s` at `end_s` with `corrections` changes of its
+    limit, to its user's totals if it is judged.
 
-    Called inside the end's transaction, after `job` got its ``run_s`` and ``end_s``: the totals
-    commit or roll back with the event itself.
+    Called inside the end's transaction, after the job's row got its ``run_s`` and ``end_s``: the
+    totals commit or roll back with the event itself. Core statements (statements.py), as the
+    rest of the event's transaction.
     """
-    if first_prediction_s is None or job.run_s is None or job.run_s <= 0:
+    if first_prediction_s is None or run_s <= 0:
         return
-    assert job.end_s is not None
-    corrections = session.scalar(
-        select(func.count()).select_from(CorrectionRow).where(CorrectionRow.job_id == job.job_id)
-    )
-    totals = session.get(UserErrorRow, job.user_id)
-    if totals is None:
-        totals = UserErrorRow.empty(job.user_id)
-        session.add(totals)
-    totals.add_job(
+    row = connection.execute(SELECT_USER_ERRORS, {"user_id": job.user_id}).first()
+    totals = empty_user_totals(job.user_id) if row is None else row._asdict()
+    add_job_to_totals(
+        totals,
         predicted_s=first_prediction_s,
-        run_s=job.run_s,
+        run_s=run_s,
         requested_s=job.requested_s,
-        ave2_s=_ave2_at_submission(session, job),
-        corrections=int(corrections or 0),
-        end_s=job.end_s,
+        ave2_s=_ave2_at_submission(connection, job),
+        corrections=corrections,
+        end_s=end_s,
     )
+    if row is None:
+        connection.execute(INSERT_USER_ERRORS, totals)
+    else:
+        connection.execute(UPDATE_USER_ERRORS, {"key": totals.pop("user_id"), **totals})
 
 
-def _ave2_at_submission(session: Session, job: JobRow) -> int:
+def _ave2_at_submission(connection: Connection, job: JobRequest) -> int:
     """AVE2's prediction for `job` when it was submitted, by `Ave2Predictor` itself.
 
     Its history then: the user's jobs that had run and ended strictly before the submission
     (at the same instant a submission comes first), the last two in end order, ties by job id
     (the order of `errors._ave2_predictions`).
     """
-    last_two = session.execute(
-        select(JobRow.run_s, JobRow.end_s)
-        .where(
-            JobRow.user_id == job.user_id,
-            JobRow.end_s < job.submit_s,
-            JobRow.run_s > 0,
-            JobRow.job_id != job.job_id,
-        )
-        .order_by(JobRow.end_s.desc(), JobRow.job_id.desc())
-        .limit(2)
+    last_two = connection.execute(
+        LAST_TWO_RUNS_BEFORE, {"user_id": job.user_id, "submit_s": job.submit_s, "job_id": job.job_id}
     ).all()
-    request = job.to_request()
     ave2 = Ave2Predictor()
     for run_s, end_s in reversed(last_two):
-        ave2.job_ended(request, run_s, end_s)  # same user: only the runtime matters
-    return ave2.predict(request, job.submit_s)
+        ave2.job_ended(job, run_s, end_s)  # same user: only the runtime matters
+    return ave2.predict(job, job.submit_s)
 
 
 def rebuild(store: Store) -> int:
@@ -95,10 +111,11 @@ def rebuild(store: Store) -> int:
     from hpcpredict.daemon.errors import judged_jobs  # pandas: only for a rebuild
 
     judged = judged_jobs(store)
-    rows: dict[int, UserErrorRow] = {}
+    rows: dict[int, dict[str, Any]] = {}
     for job in judged.itertuples(index=False):
-        totals = rows.setdefault(int(job.user_id), UserErrorRow.empty(int(job.user_id)))
-        totals.add_job(
+        totals = rows.setdefault(int(job.user_id), empty_user_totals(int(job.user_id)))
+        add_job_to_totals(
+            totals,
             predicted_s=int(job.predicted_s),
             run_s=int(job.run_s),
             requested_s=int(job.requested_s),
@@ -106,9 +123,10 @@ def rebuild(store: Store) -> int:
             corrections=int(job.corrections),
             end_s=int(job.end_s),
         )
-    with store.session() as session, session.begin():
-        session.execute(delete(UserErrorRow))
-        session.add_all(rows.values())
+    with store.engine.begin() as connection:
+        connection.execute(delete(UserErrorRow))
+        if rows:
+            connection.execute(INSERT_USER_ERRORS, list(rows.values()))
     return len(rows)
 
 
@@ -127,10 +145,10 @@ def missing(store: Store) -> bool:
 
 
 def user_totals(store: Store) -> list[dict[str, float | int]]:
-    """Every user's `UserErrorRow.summary`, by user id."""
+    """Every user's `user_totals_summary`, by user id."""
     with store.session() as session:
         rows = session.scalars(select(UserErrorRow).order_by(UserErrorRow.user_id))
-        return [row.summary() for row in rows]
+        return [user_totals_summary(row) for row in rows]
 
 
 def site_totals(store: Store) -> dict[str, float]:
