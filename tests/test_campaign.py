@@ -334,6 +334,36 @@ def campaign_command(path: Path, db: Path) -> list[str]:
             "-j", "1"]
 
 
+def test_an_interrupted_campaign_says_what_it_stored_and_how_to_resume(tmp_path: Path) -> None:
+    """Ctrl-C (SIGINT to the terminal's process group) pauses a campaign: no traceback, no bare
+    "Aborted!", but how many runs this command stored and the command to go on."""
+    path = write(tmp_path, RESUME)
+    store = tmp_path / "runs.jsonl"
+    command = [sys.executable, "-m", "hpcpredict.cli", "campaign", str(path), "--store",
+               str(store), "-j", "1"]
+    process = subprocess.Popen(command, cwd=REPO_ROOT, start_new_session=True,
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 60
+        while not store.exists() or store.read_text().count("\n") < 1:
+            assert process.poll() is None, process.communicate()[1]
+            assert time.monotonic() < deadline, "no run stored within 60 s"
+            time.sleep(0.05)
+        os.killpg(process.pid, signal.SIGINT)
+        _, stderr = process.communicate(timeout=60)
+    finally:
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.communicate()
+    assert process.returncode == 130, stderr
+    match = re.search(r"interrupted: (\d+) runs stored by this command, (\d+) not run "
+                      r"\(.*runs\.jsonl\); run the same command to resume", stderr)
+    assert match, stderr
+    assert "Traceback" not in stderr and "Aborted!" not in stderr
+    kept = store.read_text().count("\n")
+    assert int(match[1]) == kept and int(match[1]) + int(match[2]) == 18
+
+
 def test_campaign_killed_mid_run_resumes_without_recomputing(tmp_path: Path) -> None:
     path = write(tmp_path, RESUME)
     cells = load_campaign(path).cells

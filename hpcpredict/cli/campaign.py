@@ -125,6 +125,20 @@ def campaign(
         try:
             execute(todo, executor=executor, jobs=jobs, scheduler_address=scheduler_address,
                     on_result=on_result)
+        except KeyboardInterrupt:
+            # Ctrl-C is how a long campaign is paused: say what is kept and how to go on, counted
+            # from the store itself (the interrupt may have come between a write and its count).
+            bar.close()
+            store.close()
+            reopened = open_store(store.url)
+            stored = len(reopened.done_keys() - done)
+            reopened.close()
+            click.echo(
+                f"interrupted: {stored:,} runs stored by this command, {len(todo) - stored:,} "
+                f"not run ({store.url}); run the same command to resume",
+                err=True,
+            )
+            raise SystemExit(130) from None
         finally:
             store.close()
     click.echo(f"{len(todo):,} runs in {time.perf_counter() - started:.0f} s", err=True)
