@@ -8,6 +8,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from scipy.linalg.blas import daxpy
 
 from hpcpredict.learn.losses import E_LOSS, AsymmetricLoss, Branch, Weight
@@ -287,3 +289,51 @@ def test_all_zero_features_change_nothing_but_t() -> None:
     assert nag.step(np.zeros(3), lambda f: 1.0) == 0.0
     np.testing.assert_array_equal(nag.state.w, np.zeros(3))
     assert nag.state.t == 1 and nag.state.n_sum == 0.0
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    n_features=st.integers(1, 24),
+    seed=st.integers(0, 2**32 - 1),
+)
+def test_the_fused_expansion_and_score_equal_expand_then_numpy_dot(n_features: int, seed: int) -> None:
+    """`QuadraticExpansion.score` (one compiled call) gives Phi and w . Phi bit for bit as
+    `expand` and numpy's dot do, and Phi as the products of `quadratic_pairs` (issue 13, item 5:
+    the prediction must not move by one ulp)."""
+    rng = np.random.default_rng(seed)
+    expansion = QuadraticExpansion(n_features)
+    x = rng.standard_normal(n_features) * 10.0 ** rng.uniform(-3, 8, n_features)
+    x[rng.uniform(size=n_features) < 0.2] = 0.0
+    w = rng.standard_normal(expansion.n_terms) * 10.0 ** rng.uniform(-12, 2, expansion.n_terms)
+    phi = np.empty(expansion.n_terms)
+    f = expansion.score(x, w, phi)
+    left, right = quadratic_pairs(n_features)
+    augmented = np.concatenate(([1.0], x))
+    np.testing.assert_array_equal(phi, augmented[left] * augmented[right])
+    np.testing.assert_array_equal(phi, expansion.expand(x))
+    assert f == float(w.dot(phi))
+
+
+def test_the_expansion_refuses_a_buffer_of_another_size() -> None:
+    expansion = QuadraticExpansion(3)
+    with pytest.raises(ValueError, match="terms"):
+        expansion.expand(np.ones(4), np.empty(expansion.n_terms))
+    with pytest.raises(ValueError, match="terms"):
+        expansion.score(np.ones(2), np.ones(expansion.n_terms), np.empty(expansion.n_terms))
+
+
+def test_the_state_adopted_by_nag_shows_what_it_learns() -> None:
+    """Nag packs w, s and G into its step's table and points the state's arrays at the rows:
+    the state object given keeps showing the learned values, and a restore starts afresh."""
+    nag = Nag(2, NagConfig(eta=1.0, l2=0.0))
+    state = NagState(w=np.array([0.5, 0.0]), s=np.array([1.0, 0.0]), g_sum=np.zeros(2),
+                     n_sum=1.0, t=1)
+    nag.state = state
+    nag.step(np.array([1.0, 2.0]), lambda f: 2.0 * (f - 4.0))
+    assert nag.state is state
+    assert state.s.tolist() == [1.0, 2.0] and state.g_sum[0] > 0.0 and state.w[1] != 0.0
+    saved = NagState.from_state(state.to_state())
+    nag.step(np.array([3.0, 1.0]), lambda f: 1.0)
+    nag.state = saved
+    np.testing.assert_array_equal(nag.state.s, [1.0, 2.0])
+    assert nag.predict(np.array([1.0, 2.0])) == float(saved.w.dot([1.0, 2.0]))

@@ -37,7 +37,15 @@ from pathlib import Path
 
 import numpy as np
 
-from hpcpredict.learn.nag_kernels import descend, rescale_and_score
+from hpcpredict.learn.nag_kernels import (
+    G_SUM_ROW,
+    INV_S_ROW,
+    S_ROW,
+    TABLE_ROWS,
+    W_ROW,
+    descend,
+    rescale_and_score,
+)
 
 ETA_REFERENCE = 5000.0  # learning rate of the reference simulator (docs/method.md §10)
 L2_REFERENCE = 4e9  # its l2 constant, added as lambda * w to the gradient (docs/method.md §10)
@@ -141,7 +149,6 @@ class Nag:
     def __init__(self, n_coords: int, config: NagConfig, state: NagState | None = None) -> None:
         self.config = config
         self.n_coords = n_coords
-        self._work = np.empty(n_coords)
         self.state = NagState.zeros(n_coords) if state is None else state
 
     @property
@@ -150,12 +157,21 @@ class Nag:
 
     @state.setter
     def state(self, state: NagState) -> None:
+        """Adopt `state`: its values move into the step's table, and its w, s and g_sum become
+        views of the table's rows (same values), so the object keeps showing what is learned."""
         if state.w.shape != (self.n_coords,):
             raise ValueError(f"state has {state.w.shape} weights, expected {self.n_coords}")
-        self._state = state
+        # One 2-D table for the compiled step (`nag_kernels`: numba's dispatch costs per array
+        # argument, and the step needs five vectors): w, s, G, 1/s and a scratch row.
+        table = np.zeros((TABLE_ROWS, self.n_coords))
+        table[W_ROW] = state.w
+        table[S_ROW] = state.s
+        table[G_SUM_ROW] = state.g_sum
         # 1/s_i (0 where s_i = 0), derived from s: recomputed identically after a restore.
-        self._inv_s = np.zeros(self.n_coords)
-        np.divide(1.0, state.s, out=self._inv_s, where=state.s > 0.0)
+        np.divide(1.0, state.s, out=table[INV_S_ROW], where=state.s > 0.0)
+        state.w, state.s, state.g_sum = table[W_ROW], table[S_ROW], table[G_SUM_ROW]
+        self._table = table
+        self._state = state
 
     def predict(self, phi: np.ndarray) -> float:
         """f = w . Phi with the current weights."""
@@ -169,17 +185,15 @@ class Nag:
         """
         state = self._state
         # 1-2. rescale coordinates seen larger than ever; t and N (Phi / s is 0 where s_i = 0,
-        # where Phi_i = 0 as well).
-        f, squared = rescale_and_score(phi, state.w, state.s, self._inv_s, self._work)
-        f = float(f)
+        # where Phi_i = 0 as well). The kernel returns Python floats.
+        f, squared = rescale_and_score(phi, self._table)
         state.t += 1
-        state.n_sum += float(squared)
+        state.n_sum += squared
         # 3-4. g = dL/df * Phi + lambda * w (module doc for the scaling); G += g^2;
         # w -= eta sqrt(t/N) g / (s sqrt(G)), only where s_i > 0 and g_i != 0.
         gradient = float(loss_gradient(f))
         if state.n_sum == 0.0:  # Phi has been 0 everywhere so far: so are w and g
             return f
         rate = -self.config.eta * (state.t / state.n_sum) ** 0.5
-        descend(phi, state.w, state.g_sum, self._inv_s, self._work, self.config.l2, gradient,
-                rate, _SQRT_G_FLOOR)
+        descend(phi, self._table, self.config.l2, gradient, rate, _SQRT_G_FLOOR)
         return f

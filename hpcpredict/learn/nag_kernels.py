@@ -55,15 +55,24 @@ def axpy(a: float, x: np.ndarray, y: np.ndarray) -> None:  # pragma: no cover - 
         y[i] = y[i] + a * x[i]
 
 
+# Rows of the table the step works on (`nag.Nag` owns it): numba's dispatch costs ~0.2 us per
+# array argument, so the step's five vectors travel as one 2-D array (docs/performance.md).
+W_ROW, S_ROW, G_SUM_ROW, INV_S_ROW, WORK_ROW = range(5)
+TABLE_ROWS = 5
+
+
 @njit(cache=True)
-def rescale_and_score(
-    phi: np.ndarray, w: np.ndarray, s: np.ndarray, inv_s: np.ndarray, work: np.ndarray
-) -> tuple[float, float]:  # pragma: no cover - compiled
+def rescale_and_score(phi: np.ndarray, table: np.ndarray) -> tuple[float, float]:  # pragma: no cover - compiled
     """Steps 1-2 of docs/method.md §5 and the prediction: returns (f = w . Phi, |Phi / s|^2).
 
-    Coordinates seen larger than ever shrink w_i by s_i^2 / Phi_i^2 and grow s_i (and 1/s_i);
-    `work` receives Phi / s (0 where s_i = 0).
+    `table` holds w, s, G, 1/s and a scratch row (the *_ROW constants). Coordinates seen larger
+    than ever shrink w_i by s_i^2 / Phi_i^2 and grow s_i (and 1/s_i); the scratch row receives
+    Phi / s (0 where s_i = 0).
     """
+    w = table[W_ROW]
+    s = table[S_ROW]
+    inv_s = table[INV_S_ROW]
+    work = table[WORK_ROW]
     for i in range(phi.shape[0]):
         size = abs(phi[i])
         if size > s[i]:
@@ -77,10 +86,7 @@ def rescale_and_score(
 @njit(cache=True)
 def descend(
     phi: np.ndarray,
-    w: np.ndarray,
-    g_sum: np.ndarray,
-    inv_s: np.ndarray,
-    grad: np.ndarray,
+    table: np.ndarray,
     l2: float,
     loss_gradient: float,
     rate: float,
@@ -88,7 +94,12 @@ def descend(
 ) -> None:  # pragma: no cover - compiled
     """Steps 3-4: g = dL/df Phi + lambda w; G += g^2; w += rate * g / (s sqrt(G)), with
     rate = -eta sqrt(t / N); sqrt(G_i) floored where G_i = 0 (there g_i = 0 and the update is 0).
+    `table` as for `rescale_and_score`; g goes through its scratch row.
     """
+    w = table[W_ROW]
+    g_sum = table[G_SUM_ROW]
+    inv_s = table[INV_S_ROW]
+    grad = table[WORK_ROW]
     n = w.shape[0]
     for i in range(n):
         grad[i] = w[i] * l2
@@ -104,13 +115,31 @@ def descend(
 
 
 @njit(cache=True)
-def quadratic_terms(
-    x: np.ndarray, left: np.ndarray, right: np.ndarray, out: np.ndarray
-) -> None:  # pragma: no cover - compiled
-    """out[k] = a[left[k]] * a[right[k]] with a = (1, x): the degree-2 expansion's products."""
-    for k in range(out.shape[0]):
-        i = left[k]
-        j = right[k]
-        a = 1.0 if i == 0 else x[i - 1]
-        b = 1.0 if j == 0 else x[j - 1]
-        out[k] = a * b
+def quadratic_terms(x: np.ndarray, out: np.ndarray) -> None:  # pragma: no cover - compiled
+    """out = Phi(x) in docs/method.md §3's order (`polynomial.quadratic_pairs`): 1, the x_i,
+    the x_i^2, then x_k x_l for k < l.
+
+    Each term is the product a * b of its pair of (1, x), written out: 1 * 1 = 1 and
+    1 * x_i = x_i exactly in IEEE arithmetic, so these are those products bit for bit, without
+    reading two index arrays (two fewer arguments to dispatch).
+    """
+    n = x.shape[0]
+    if out.shape[0] != 1 + 2 * n + n * (n - 1) // 2:
+        raise ValueError("out must hold 1 + 2n + n(n-1)/2 terms for n features")
+    out[0] = 1.0
+    for i in range(n):
+        out[1 + i] = x[i]
+        out[1 + n + i] = x[i] * x[i]
+    k = 1 + 2 * n
+    for i in range(n):
+        for j in range(i + 1, n):
+            out[k] = x[i] * x[j]
+            k += 1
+
+
+@njit(cache=True)
+def expand_and_score(x: np.ndarray, w: np.ndarray, out: np.ndarray) -> float:  # pragma: no cover - compiled
+    """Phi(x) into `out` and f = w . Phi, in one call: a prediction's two steps for one dispatch.
+    The dot product is `np.dot`, the same BLAS ddot as numpy's (module doc)."""
+    quadratic_terms(x, out)
+    return np.dot(w, out)

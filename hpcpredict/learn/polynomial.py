@@ -1,10 +1,11 @@
 """Degree-2 polynomial expansion Phi(x) of docs/method.md §3.
 
 Phi(x) = (1, x_1..x_n, x_1^2..x_n^2, x_k x_l for k < l): 1 + 2n + n(n-1)/2 terms, 231 for the
-20 features. All of them are entries of the outer product of (1, x) with itself: the expansion
-is one compiled loop over precomputed index pairs (`nag_kernels.quadratic_terms`; it runs once
-per prediction: 1.45 us a call, numba's dispatch included, against 2.2 us for the two gathers
-and a multiply in numpy it replaced).
+20 features. All of them are entries of the outer product of (1, x) with itself, in the order of
+`quadratic_pairs`: the expansion is one compiled loop (`nag_kernels.quadratic_terms`, which
+writes those products out; it runs once per prediction: 1.45 us a call, numba's dispatch
+included, against 2.2 us for the two gathers and a multiply in numpy it replaced). `score` adds
+the prediction w . Phi in the same call (docs/performance.md, "Issue 13, item 5").
 
 >>> expansion = QuadraticExpansion(2)
 >>> expansion.expand(np.array([2.0, 3.0])).tolist()
@@ -15,7 +16,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from hpcpredict.learn.nag_kernels import quadratic_terms
+from hpcpredict.learn.nag_kernels import expand_and_score, quadratic_terms
 
 
 def n_quadratic_terms(n_features: int) -> int:
@@ -39,16 +40,25 @@ def quadratic_pairs(n_features: int) -> tuple[np.ndarray, np.ndarray]:
 
 
 class QuadraticExpansion:
-    """Phi for a fixed number of features, with its own preallocated work buffer."""
+    """Phi for a fixed number of features."""
 
     def __init__(self, n_features: int) -> None:
         self.n_features = n_features
         self.n_terms = n_quadratic_terms(n_features)
-        self._left, self._right = quadratic_pairs(n_features)
 
     def expand(self, x: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
         """Phi(x) into `out` (a float64 buffer of `n_terms`, allocated if None)."""
         if out is None:
             out = np.empty(self.n_terms)
-        quadratic_terms(np.asarray(x, dtype=np.float64), self._left, self._right, out)
+        quadratic_terms(self._features(x), out)
         return out
+
+    def score(self, x: np.ndarray, w: np.ndarray, out: np.ndarray) -> float:
+        """Phi(x) into `out` (float64, `n_terms`) and f = w . Phi, as `w.dot(expand(x))` gives
+        it bit for bit (the same BLAS ddot), for one compiled call instead of two calls."""
+        return expand_and_score(self._features(x), w, out)
+
+    def _features(self, x: np.ndarray) -> np.ndarray:
+        """x as the kernels read it (float64). The kernel sizes its loops by x and refuses an
+        `out` of another number of terms, so a wrong-length x cannot write out of bounds."""
+        return np.asarray(x, dtype=np.float64)

@@ -199,8 +199,10 @@ class LearnedPredictor:
         """
         phi = self._pending_phi.get(request.job_id)
         if phi is None:
-            phi = self._observe(request, now_s, features)
-        learned_s = self._calibrated(request, self._to_seconds(self._score(phi), request.requested_s))
+            phi, f = self._observe(request, now_s, features)
+        else:
+            f = self._score(phi)
+        learned_s = self._calibrated(request, self._to_seconds(f, request.requested_s))
         if self.experts is None:
             return learned_s
         self._pending_learned_s.setdefault(request.job_id, learned_s)
@@ -338,9 +340,8 @@ class LearnedPredictor:
         already predicted or observed, from its submission features and today's weights). With
         experts `predict` may publish AVE2 or the request instead; censoring judges the model."""
         phi = self._pending_phi.get(request.job_id)
-        if phi is None:
-            phi = self._observe(request, now_s)
-        return self._to_seconds(self._score(phi), request.requested_s)
+        f = self._score(phi) if phi is not None else self._observe(request, now_s)[1]
+        return self._to_seconds(f, request.requested_s)
 
     def peek(self, request: JobRequest, now_s: int) -> int:
         """What `predict` would answer, without recording anything.
@@ -407,16 +408,23 @@ class LearnedPredictor:
         observed (with robust features, Phi clamped as for a prediction)."""
         return self._score(self._pending_phi[request.job_id])
 
-    def _observe(self, request: JobRequest, now_s: int, features: np.ndarray | None = None) -> np.ndarray:
+    def _observe(
+        self, request: JobRequest, now_s: int, features: np.ndarray | None = None
+    ) -> tuple[np.ndarray, float]:
+        """Record the submission; keep Phi(x_j) for the job's learning; return (Phi, f = its
+        score now, as `_score` gives it)."""
         if features is None:
             x = self.features.job_submitted(request, now_s, self._x)
         else:
             self.features.record_submission(request)
             x = self._x
             x[:] = features
-        x = self._scaled(x)
-        phi = self._pending_phi[request.job_id] = self._expansion.expand(x)
-        return phi
+        phi = self._pending_phi[request.job_id] = np.empty(self._expansion.n_terms)
+        if self._robust:
+            self._expansion.expand(self._scaled(x), phi)
+            return phi, self._score(phi)
+        # Expansion and dot product in one compiled call (docs/performance.md, issue 13 item 5).
+        return phi, self._expansion.score(x, self.nag.state.w, phi)
 
     def _scaled(self, x: np.ndarray) -> np.ndarray:
         """x as the model sees it: with robust features the break time is log(1 + seconds)."""
