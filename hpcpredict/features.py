@@ -44,6 +44,7 @@ from __future__ import annotations
 
 import heapq
 import math
+import struct
 from dataclasses import dataclass
 from datetime import datetime
 from zoneinfo import ZoneInfo
@@ -105,6 +106,8 @@ _TWO_PI = 2.0 * math.pi
 # A UTC offset is looked up once per bucket of this many seconds: every IANA transition since
 # 1970 falls on a multiple of 15 minutes, and a bucket holding one is never cached anyway.
 _OFFSET_BUCKET_S = 900
+# x_j as 20 native doubles, the memory layout of a C-contiguous float64 array of length 20.
+_FEATURE_LAYOUT = struct.Struct(f"{N_FEATURES}d")
 
 
 @dataclass(frozen=True, slots=True)
@@ -270,8 +273,9 @@ class FeatureState:
         """x_j for `request` submitted at `now_s`, without recording the submission.
 
         Reads only state built from events before this call, plus the request itself: nothing
-        known at the job's end can enter (docs/method.md §2). `out`, if given, is a float64 buffer of
-        length 20 that is filled and returned (the learner reuses one to avoid allocating).
+        known at the job's end can enter (docs/method.md §2). `out`, if given, is a C-contiguous
+        float64 array of length 20 that is filled and returned (the learner reuses one to avoid
+        allocating).
         """
         user = self.users.get(request.user_id)
         if user is None:
@@ -310,7 +314,11 @@ class FeatureState:
 
         if out is None:
             out = np.empty(N_FEATURES, dtype=np.float64)
-        out[:] = (
+        # struct writes the 20 doubles straight into the buffer: the same conversions as
+        # `out[:] = (...)`, in half the time (it runs once per submission; docs/performance.md).
+        _FEATURE_LAYOUT.pack_into(
+            out,
+            0,
             request.requested_s,
             last_s,
             second_s,
