@@ -14,7 +14,16 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from hpcpredict.sim.backfill_kernel import backfill_pass
+from hpcpredict.sim.backfill_kernel import (
+    PREDICTION_ROW,
+    PROCS_ROW,
+    QUEUE_ROWS,
+    REQUESTED_ROW,
+    SJBF_KEY_ROW,
+    WAITING_ROW,
+    WORK_ROW,
+    backfill_pass,
+)
 
 
 def slow_backfill(
@@ -75,16 +84,20 @@ def passes(draw):
 
 def compiled_backfill(candidates, procs, durations, predictions, waiting, head, free, horizon_s,
                       extra, shortest_first):
-    """The kernel on the arrays WaitingQueue keeps (sjbf_key = prediction << 32 | index)."""
+    """The kernel on the table WaitingQueue keeps (sjbf_key = prediction << 32 | index); the
+    durations go in the request row, as the starvation guard's do."""
     size = len(procs)
-    sjbf_key = (np.asarray(predictions, dtype=np.int64) << 32) | np.arange(size, dtype=np.int64)
-    work = np.full(size, -1, dtype=np.int64)
+    table = np.full((QUEUE_ROWS, size), -1, dtype=np.int64)
+    table[PROCS_ROW] = procs
+    table[PREDICTION_ROW] = predictions
+    table[REQUESTED_ROW] = durations
+    table[SJBF_KEY_ROW] = (np.asarray(predictions, dtype=np.int64) << 32) | np.arange(size)
+    table[WAITING_ROW] = waiting
     count, extra_left = backfill_pass(
-        np.asarray(candidates, dtype=np.int64), np.asarray(procs, dtype=np.int64),
-        np.asarray(durations, dtype=np.int64), np.asarray(waiting, dtype=bool), sjbf_key,
-        head, free, horizon_s, extra, shortest_first, work,
+        np.asarray(candidates, dtype=np.int64), table, REQUESTED_ROW,
+        head, free, horizon_s, extra, shortest_first,
     )
-    return work[:count].tolist(), extra_left
+    return table[WORK_ROW, :count].tolist(), extra_left
 
 
 @settings(max_examples=600, deadline=None)

@@ -27,36 +27,46 @@ from numba import njit
 _JOB_MASK = (1 << 32) - 1  # sjbf_key's low half: the job index
 
 
+# Rows of the waiting queue's table (`schedulers.WaitingQueue.table`: one int64 column per job
+# index). numba's dispatch costs ~0.2 us per array argument, and the pass runs at every
+# decision: one 2-D table instead of six 1-D arrays (docs/performance.md).
+PROCS_ROW, PREDICTION_ROW, REQUESTED_ROW, SJBF_KEY_ROW, WAITING_ROW, WORK_ROW = range(6)
+QUEUE_ROWS = 6
+
+
 @njit(cache=True)
 def backfill_pass(
     candidates: np.ndarray,
-    procs: np.ndarray,
-    durations: np.ndarray,
-    is_waiting: np.ndarray,
-    sjbf_key: np.ndarray,
+    table: np.ndarray,
+    duration_row: int,
     head: int,
     free: int,
     horizon_s: int,
     extra: int,
     shortest_first: bool,
-    work: np.ndarray,
 ) -> tuple[int, int]:  # pragma: no cover - compiled
     """Backfill around the head's reservation.
 
     `candidates`: job indices in submission order, stale (no longer waiting) ones included;
-    `procs`, `durations`, `is_waiting`, `sjbf_key`: per job index; `durations` are what "ends by
-    the shadow time" is judged on (predictions, or requests under the starvation guard), and a
-    job ends by the shadow time when its duration is at most `horizon_s` (shadow - now).
+    `table`: per job index, the rows named by the *_ROW constants (processors, prediction,
+    request, SJBF key, waiting 1 / 0, and scratch space); `duration_row` is the row that "ends
+    by the shadow time" is judged on (predictions, or requests under the starvation guard), and
+    a job ends by the shadow time when its duration is at most `horizon_s` (shadow - now).
     Returns (how many jobs to start, extra processors left at the shadow time); the jobs to
-    start, in start order, are `work[:count]` (`work` is scratch space at least as long as
-    `candidates`, so that a pass allocates nothing).
+    start, in start order, are `table[WORK_ROW, :count]` (the scratch row is as long as the
+    table, so that a pass allocates nothing).
     """
+    procs = table[PROCS_ROW]
+    durations = table[duration_row]
+    sjbf_key = table[SJBF_KEY_ROW]
+    is_waiting = table[WAITING_ROW]
+    work = table[WORK_ROW]
     # The jobs eligible at the outset, in submission order, or their keys for SJBF ...
     size = 0
     for position in range(candidates.shape[0]):
         job = candidates[position]
         need = procs[job]
-        if (is_waiting[job] and job != head and need <= free
+        if (is_waiting[job] != 0 and job != head and need <= free
                 and (durations[job] <= horizon_s or need <= extra)):
             work[size] = sjbf_key[job] if shortest_first else job
             size += 1

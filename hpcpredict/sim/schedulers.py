@@ -24,7 +24,16 @@ from typing import NamedTuple
 
 import numpy as np
 
-from hpcpredict.sim.backfill_kernel import backfill_pass
+from hpcpredict.sim.backfill_kernel import (
+    PREDICTION_ROW,
+    PROCS_ROW,
+    QUEUE_ROWS,
+    REQUESTED_ROW,
+    SJBF_KEY_ROW,
+    WAITING_ROW,
+    WORK_ROW,
+    backfill_pass,
+)
 from hpcpredict.sim.profile import RunningProfile
 
 _NO_KEY = np.iinfo(np.int64).max
@@ -44,8 +53,8 @@ class WaitingQueue:
     """
 
     __slots__ = (
-        "procs", "prediction_s", "sjbf_key", "is_waiting", "_order", "_size", "count", "_head",
-        "procs_list", "prediction_list", "waiting_list", "requested_s", "requested_list",
+        "table", "procs", "prediction_s", "sjbf_key", "is_waiting", "_order", "_size", "count",
+        "_head", "procs_list", "prediction_list", "waiting_list", "requested_s", "requested_list",
         "submit_list", "work",
     )
 
@@ -56,14 +65,21 @@ class WaitingQueue:
         submit_s: list[int] | None = None,
     ) -> None:
         size = len(procs)
-        self.procs = procs
+        # Per job index, one int64 table for the compiled backfilling pass (one array to
+        # dispatch instead of six, `backfill_kernel`); the named attributes are its rows.
+        self.table = np.zeros((QUEUE_ROWS, size), dtype=np.int64)
+        self.procs = self.table[PROCS_ROW]
+        self.procs[:] = procs
         # Requested times and submit times, read only by the starvation guard.
-        self.requested_s = requested_s if requested_s is not None else np.zeros(size, np.int64)
+        self.requested_s = self.table[REQUESTED_ROW]
+        if requested_s is not None:
+            self.requested_s[:] = requested_s
         self.requested_list: list[int] = self.requested_s.tolist()
         self.submit_list: list[int] = submit_s if submit_s is not None else [0] * size
-        self.prediction_s = np.zeros(size, dtype=np.int64)
-        self.sjbf_key = np.full(size, _NO_KEY, dtype=np.int64)
-        self.is_waiting = np.zeros(size, dtype=bool)
+        self.prediction_s = self.table[PREDICTION_ROW]
+        self.sjbf_key = self.table[SJBF_KEY_ROW]
+        self.sjbf_key[:] = _NO_KEY
+        self.is_waiting = self.table[WAITING_ROW]  # 1 while waiting, else 0
         self._order = np.empty(max(16, min(size, 1024)), dtype=np.int64)  # indices, ascending
         self._size = 0  # used length of _order, stale entries included
         self.count = 0
@@ -75,10 +91,10 @@ class WaitingQueue:
         # numpy array from Python costs about ten times a list's, and the head's start, the
         # guard and a lone new submission (Scheduler.consider_new_job) read single elements;
         # the arrays are for the compiled backfilling pass.
-        self.procs_list: list[int] = procs.tolist()
+        self.procs_list: list[int] = self.procs.tolist()
         self.prediction_list: list[int] = [0] * size
         self.waiting_list: list[bool] = [False] * size
-        self.work = np.empty(size, dtype=np.int64)  # the backfilling pass's scratch space
+        self.work = self.table[WORK_ROW]  # the backfilling pass's scratch space
 
     def __len__(self) -> int:
         return self.count
@@ -94,13 +110,13 @@ class WaitingQueue:
         self._size += 1
         self.prediction_s[job] = prediction_s
         self.sjbf_key[job] = (prediction_s << 32) | job
-        self.is_waiting[job] = True
+        self.is_waiting[job] = 1
         self.prediction_list[job] = prediction_s
         self.waiting_list[job] = True
         self.count += 1
 
     def remove(self, job: int) -> None:
-        self.is_waiting[job] = False
+        self.is_waiting[job] = 0
         self.waiting_list[job] = False
         self.count -= 1
 
@@ -122,7 +138,7 @@ class WaitingQueue:
 
     def _compact(self) -> None:
         order = self._order[: self._size]
-        kept = order[self.is_waiting[order]]
+        kept = order[self.is_waiting[order] != 0]
         self._order[: len(kept)] = kept
         self._size = len(kept)
 
@@ -217,16 +233,13 @@ class Scheduler:
         """
         count, extra = backfill_pass(
             waiting.candidates(),
-            waiting.procs,
-            waiting.requested_s if guarded else waiting.prediction_s,
-            waiting.is_waiting,
-            waiting.sjbf_key,
+            waiting.table,
+            REQUESTED_ROW if guarded else PREDICTION_ROW,
             head,
             free,
             shadow_s - now_s,
             extra,
             self.backfill_order == "shortest_prediction",
-            waiting.work,
         )
         if count:
             for job in waiting.work[:count].tolist():
