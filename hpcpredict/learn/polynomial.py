@@ -55,8 +55,9 @@ class QuadraticExpansion:
 
     def score(self, x: np.ndarray, w: np.ndarray, out: np.ndarray) -> float:
         """Phi(x) into `out` (float64, `n_terms`) and f = w . Phi, as `w.dot(expand(x))` gives
-        it bit for bit (the same BLAS ddot), for one compiled call instead of two calls."""
-        return expand_and_score(self._features(x), w, out)
+        it bit for bit (the same BLAS ddot), for one compiled call instead of two calls. `x`
+        must be a float64 array already (the prediction's hot path: no conversion)."""
+        return expand_and_score(x, w, out)
 
     def _features(self, x: np.ndarray) -> np.ndarray:
         """x as the kernels read it (float64). The kernel sizes its loops by x and refuses an

@@ -202,7 +202,9 @@ class LearnedPredictor:
             phi, f = self._observe(request, now_s, features)
         else:
             f = self._score(phi)
-        learned_s = self._calibrated(request, self._to_seconds(f, request.requested_s))
+        learned_s = self._to_seconds(f, request.requested_s)
+        if self.calibration is not None:
+            learned_s = self._calibrated(request, learned_s)
         if self.experts is None:
             return learned_s
         self._pending_learned_s.setdefault(request.job_id, learned_s)
@@ -226,8 +228,11 @@ class LearnedPredictor:
             if killed:
                 self.learn_lower_bound(request, run_s, end_s)
                 return
-        self._judge_calibration(request, min(run_s, request.requested_s))
-        self._judge_experts(request, min(run_s, request.requested_s), censored=False)
+        # (the two checks here save two calls per learned job when the options are off)
+        if self.calibration is not None:
+            self._judge_calibration(request, min(run_s, request.requested_s))
+        if self.experts is not None:
+            self._judge_experts(request, min(run_s, request.requested_s), censored=False)
         phi = self._pending_phi.pop(request.job_id, None)
         if phi is None and self.learn_unseen:
             phi = self._expansion.expand(self._scaled(
