@@ -303,3 +303,23 @@ def test_easy_agrees_with_a_naive_implementation(workload, scheduler, predictor)
     result = run(jobs, scheduler, build_predictor(predictor, jobs), "requested", machine)
     expected = naive_easy(jobs, machine, result.initial_prediction_s, SCHEDULERS[scheduler].backfill_order)
     assert result.start_s == expected
+
+
+@settings(max_examples=500, deadline=None)
+@given(
+    value=st.one_of(
+        st.floats(allow_nan=True, allow_infinity=False),
+        st.integers(-10**6, 10**6),
+        st.floats(-5.0, 50.0),
+    ),
+    requested_s=st.integers(0, 10**6),
+)
+def test_clip_prediction_is_max_one_min_int_request(value, requested_s) -> None:
+    """`clip_prediction` spells max(1, min(int(value), requested_s)) as comparisons (it runs
+    twice per job): the same answer, of the same type, NaN giving the request."""
+    if value != value:
+        expected = max(1, requested_s)
+    else:
+        expected = max(1, min(int(value), requested_s))
+    got = clip_prediction(value, requested_s)
+    assert got == expected and type(got) is type(expected)

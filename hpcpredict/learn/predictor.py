@@ -448,8 +448,11 @@ class LearnedPredictor:
     def _to_seconds(self, f: float, requested_s: int) -> int:
         if f < 0.0:
             f = -f if self._abs_negative else 1.0
-        # min() first: clip_prediction's int() cannot take an infinity; NaN passes through.
-        return clip_prediction(min(f, requested_s), requested_s)
+        # Capped first: clip_prediction's int() cannot take an infinity; NaN passes through
+        # (min(f, requested_s), as a comparison).
+        if requested_s < f:
+            f = requested_s
+        return clip_prediction(f, requested_s)
 
     # ------------------------------------------------------------------ hyperparameters
     def hyperparameters(self) -> dict[str, Any]:
