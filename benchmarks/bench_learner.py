@@ -70,6 +70,7 @@ def main() -> None:
     request = jobs[len(jobs) // 2].request
     x = np.empty(N_FEATURES)
     phi = predictor._expansion.expand(predictor.features.compute(request, request.submit_s, x))
+    phi_out = np.empty_like(phi)
     gradient = predictor._loss.gradient
     # The step on a copy of the trained model (the steps move it a little: the cost does not).
     state = predictor.nag.state
@@ -79,6 +80,8 @@ def main() -> None:
         "features (FeatureState.compute)": lambda: predictor.features.compute(request, request.submit_s, x),
         "expansion (QuadraticExpansion.expand)": lambda: predictor._expansion.expand(x),
         "dot product (w . Phi)": lambda: float(predictor.nag.state.w.dot(phi)),
+        "expansion and dot in one call (QuadraticExpansion.score)":
+            lambda: predictor._expansion.score(x, predictor.nag.state.w, phi_out),
         "NAG step (Nag.step)": lambda: nag.step(phi, lambda f: gradient(f, 100.0, 4.0)),
     }
     calls = 20_000

@@ -52,9 +52,9 @@ predictions (94% of them on KTH-SP2). In hours an error of one hour costs the sa
 one hour being the fifth step of the incremental correction; neighbouring units (30 min, 2 h)
 give close results.
 
-Speed: one job costs one feature computation, one expansion (two numpy calls), two dot products
-and the NAG step (about fifteen numpy calls on 231 floats, no allocation): about 25 µs per job
-(docs/performance.md).
+Speed: one job costs one feature computation, one compiled call for the expansion and the dot
+product, and the NAG step (two compiled loops on 231 floats, no allocation): about 11 µs per job
+in all (docs/performance.md, "Issue 13, item 5").
 
 >>> from hpcpredict.jobs import JobRequest
 >>> predictor = LearnedPredictor("eloss", eta=5000.0, l2=0.0)
