@@ -123,3 +123,20 @@ def test_a_job_past_the_shadow_time_takes_the_extra_processors():
                 extra=3, shortest_first=False)
     assert compiled_backfill(**case) == ([1, 3], 0)
     assert slow_backfill(**case) == ([1, 3], 0)
+
+
+def test_a_copied_waiting_queue_keeps_its_rows_in_its_own_table():
+    """The named arrays are views of the table the pass reads; pickle and deepcopy rebind them."""
+    import copy
+    import pickle
+
+    from hpcpredict.sim.schedulers import WaitingQueue
+
+    queue = WaitingQueue(np.array([4, 2, 1], dtype=np.int64), np.array([9, 8, 7], dtype=np.int64))
+    queue.add(0, 5)
+    for twin in (copy.deepcopy(queue), pickle.loads(pickle.dumps(queue))):
+        twin.add(1, 3)
+        assert twin.table[PREDICTION_ROW].tolist() == [5, 3, 0]
+        assert twin.prediction_s.base is twin.table and twin.is_waiting.tolist() == [1, 1, 0]
+        assert twin.requested_s.tolist() == [9, 8, 7] and twin.procs.tolist() == [4, 2, 1]
+    assert queue.table[PREDICTION_ROW].tolist() == [5, 0, 0]

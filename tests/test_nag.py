@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import copy
 import math
+import pickle
 from collections.abc import Callable
 from pathlib import Path
 
@@ -337,3 +339,22 @@ def test_the_state_adopted_by_nag_shows_what_it_learns() -> None:
     nag.state = saved
     np.testing.assert_array_equal(nag.state.s, [1.0, 2.0])
     assert nag.predict(np.array([1.0, 2.0])) == float(saved.w.dot([1.0, 2.0]))
+
+
+@pytest.mark.parametrize("duplicate", [lambda nag: pickle.loads(pickle.dumps(nag)), copy.deepcopy])
+def test_a_pickled_or_deep_copied_nag_learns_on_as_the_original(duplicate) -> None:
+    """The state's arrays are views of the step's table; a copy must not split them (the step
+    would update the table while predictions read stale weights)."""
+    rng = np.random.default_rng(5)
+    expansion = QuadraticExpansion(3)
+    nag = Nag(expansion.n_terms, NagConfig(eta=1.0, l2=0.0))
+    stream = [(expansion.expand(rng.uniform(0.0, 5.0, 3)), rng.uniform(1.0, 9.0)) for _ in range(20)]
+    for phi, target in stream[:10]:
+        nag.step(phi, lambda f: 2.0 * (f - target))
+    twin = duplicate(nag)
+    for phi, target in stream[10:]:
+        for model in (nag, twin):
+            model.step(phi, lambda f: 2.0 * (f - target))
+        assert twin.predict(phi) == nag.predict(phi)
+    np.testing.assert_array_equal(twin.state.w, nag.state.w)
+    assert twin.state.w.base is not nag.state.w.base

@@ -173,6 +173,17 @@ class Nag:
         self._table = table
         self._state = state
 
+    def __getstate__(self) -> dict[str, object]:
+        """Pickle and deepcopy keep no view: the state's arrays would come back as copies apart
+        from the table, and the step would update one while predictions read the other. The
+        copy adopts the state afresh instead (`state`'s setter rebuilds the table)."""
+        return {"config": self.config, "n_coords": self.n_coords, "state": self._state}
+
+    def __setstate__(self, saved: dict[str, object]) -> None:
+        self.config = saved["config"]
+        self.n_coords = saved["n_coords"]
+        self.state = saved["state"]
+
     def predict(self, phi: np.ndarray) -> float:
         """f = w . Phi with the current weights."""
         return float(self._state.w.dot(phi))

@@ -37,6 +37,8 @@ from hpcpredict.sim.backfill_kernel import (
 from hpcpredict.sim.profile import RunningProfile
 
 _NO_KEY = np.iinfo(np.int64).max
+# WaitingQueue's attributes that are views of its table (rebound after a copy).
+_ROW_VIEWS = frozenset({"procs", "prediction_s", "requested_s", "sjbf_key", "is_waiting", "work"})
 
 
 class WaitingQueue:
@@ -68,18 +70,14 @@ class WaitingQueue:
         # Per job index, one int64 table for the compiled backfilling pass (one array to
         # dispatch instead of six, `backfill_kernel`); the named attributes are its rows.
         self.table = np.zeros((QUEUE_ROWS, size), dtype=np.int64)
-        self.procs = self.table[PROCS_ROW]
+        self._bind_rows()
         self.procs[:] = procs
         # Requested times and submit times, read only by the starvation guard.
-        self.requested_s = self.table[REQUESTED_ROW]
         if requested_s is not None:
             self.requested_s[:] = requested_s
         self.requested_list: list[int] = self.requested_s.tolist()
         self.submit_list: list[int] = submit_s if submit_s is not None else [0] * size
-        self.prediction_s = self.table[PREDICTION_ROW]
-        self.sjbf_key = self.table[SJBF_KEY_ROW]
         self.sjbf_key[:] = _NO_KEY
-        self.is_waiting = self.table[WAITING_ROW]  # 1 while waiting, else 0
         self._order = np.empty(max(16, min(size, 1024)), dtype=np.int64)  # indices, ascending
         self._size = 0  # used length of _order, stale entries included
         self.count = 0
@@ -94,7 +92,27 @@ class WaitingQueue:
         self.procs_list: list[int] = self.procs.tolist()
         self.prediction_list: list[int] = [0] * size
         self.waiting_list: list[bool] = [False] * size
-        self.work = self.table[WORK_ROW]  # the backfilling pass's scratch space
+
+    def _bind_rows(self) -> None:
+        """The named arrays as views of the table's rows (is_waiting: 1 while waiting, else 0;
+        work: the backfilling pass's scratch space)."""
+        table = self.table
+        self.procs = table[PROCS_ROW]
+        self.prediction_s = table[PREDICTION_ROW]
+        self.requested_s = table[REQUESTED_ROW]
+        self.sjbf_key = table[SJBF_KEY_ROW]
+        self.is_waiting = table[WAITING_ROW]
+        self.work = table[WORK_ROW]
+
+    def __getstate__(self) -> dict[str, object]:
+        """Pickle and deepcopy would turn the row views into copies apart from the table (the
+        pass would read stale rows): the copy binds its rows to its own table again."""
+        return {name: getattr(self, name) for name in self.__slots__ if name not in _ROW_VIEWS}
+
+    def __setstate__(self, saved: dict[str, object]) -> None:
+        for name, value in saved.items():
+            setattr(self, name, value)
+        self._bind_rows()
 
     def __len__(self) -> int:
         return self.count
