@@ -12,15 +12,15 @@ does: events are committed one at a time in the order they were handed over, so 
 the commit order and the learning order are one order (service.py: the model equals its
 checkpoint plus the committed events replayed in log order).
 
-Hand-offs (issue 17, item 8): a socket event costs the loop and the writer a wake-up each way,
-and those wake-ups (the self-pipe write of ``call_soon_threadsafe``, a future's condition) were a
-large share of the daemon's CPU per event (docs/performance.md). So a socket event is a plain job in the queue (`run_soon`),
-not a future, and its answer comes back through a `LoopInbox`: the writer appends it and wakes
-the loop only if the loop has not been woken for answers already, so answers that pile up while
-the loop is busy (with PREDICTs, or a burst of events from many clients) are delivered with one
-wake-up, and none waits for another event's commit.
+Hand-offs (issue 17, item 8): a socket event is a plain job in the queue (`run_soon`), not a
+future with a done callback, and its answer comes back through a `LoopInbox`: the writer
+appends it and wakes the loop only if the loop has not been woken for answers already, so
+answers that pile up while the loop is busy (with PREDICTs, or a burst of events from many
+clients) are delivered with one wake-up, and none waits for another event's commit. The
+hand-offs are about a tenth of an event's CPU in the daemon; its SQL is most of the rest
+(docs/performance.md).
 
-Backpressure: the queue is bounded. `submit` refuses a task past `max_backlog` with
+Backpressure: the queue is bounded. `submit` and `run_soon` refuse a job past `max_backlog` with
 `WriterBusyError` (the socket answers ``ERR busy``; jobcomp.lua spools such reports and the
 daemon ingests them later, the plugin fails open), rather than letting the backlog, and the wait
 of every client behind it, grow without limit. Threads that may wait (the SLURM watcher) pass
