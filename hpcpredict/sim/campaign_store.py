@@ -18,6 +18,7 @@ added on open (their rows are replica 0, the log itself), so old results stay us
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import time
@@ -240,8 +241,6 @@ class JsonLinesStore:
         return True
 
     def _open_for_writing(self) -> None:
-        import fcntl
-
         self.path.parent.mkdir(parents=True, exist_ok=True)
         handle = open(self.path, "ab")  # noqa: SIM115 - kept open until close()
         try:
