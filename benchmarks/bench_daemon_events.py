@@ -16,7 +16,8 @@ Two measurements per backend and run, each on a fresh store:
 * ``daemon`` — a real ``hpcpredict serve`` on that backend, and one client sending SUBMIT, START
   and END for `--daemon-jobs` new jobs, each request when the previous one is acknowledged (the
   event stream of bench_daemon.py): events acknowledged per second, and the daemon process's CPU
-  (user + system, /proc) per event. The model is untrained: PREDICT would answer the requests,
+  (user + system, /proc) per event, split into the event loop's thread and the others (the store
+  writer). The model is untrained: PREDICT would answer the requests,
   but an event's learning step costs the same.
 
 PostgreSQL is a throwaway cluster on loopback (tests/pg_server.py; durability off, as in the test
@@ -42,7 +43,7 @@ from types import SimpleNamespace
 
 import hpcpredict
 from bench_daemon import event_stream  # this folder's benchmarks: the same stream, the same clock
-from bench_daemon_cpu import cpu_s
+from bench_daemon_cpu import CLOCK_TICKS_S, cpu_s
 from bench_service_events import job_events, send
 from hpcpredict.daemon.service import PredictionService
 from hpcpredict.daemon.store import Store
@@ -107,13 +108,23 @@ def measure_daemon(url: str, directory: Path, jobs: list[tuple[int, int, int, in
         time.sleep(0.5)  # the spool's first pass, warm-up
         answers: list[tuple[int, float]] = []  # bench_daemon's event stream reports (sent, seconds) here
         before_s = cpu_s(daemon.pid)
+        loop_before_s = thread_cpu_s(daemon.pid, daemon.pid)  # the main thread runs the event loop
         event_stream(str(socket_path), jobs, threading.Event(), SimpleNamespace(send=answers.append))
         used_s = cpu_s(daemon.pid) - before_s
+        loop_s = thread_cpu_s(daemon.pid, daemon.pid) - loop_before_s
         sent, elapsed_s = answers[0]
     finally:
         daemon.send_signal(signal.SIGTERM)
         daemon.wait(60)
-    return {"events/s": sent / elapsed_s, "daemon cpu": 1e6 * used_s / sent}
+    return {"events/s": sent / elapsed_s, "daemon cpu": 1e6 * used_s / sent,
+            "loop cpu": 1e6 * loop_s / sent, "other threads cpu": 1e6 * (used_s - loop_s) / sent}
+
+
+def thread_cpu_s(pid: int, tid: int) -> float:
+    """User + system seconds of thread `tid` of process `pid` (the daemon's event loop is its main
+    thread; the rest is the store writer's, bar a few idle helpers)."""
+    fields = Path(f"/proc/{pid}/task/{tid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS_S
 
 
 def main() -> None:

@@ -49,6 +49,10 @@ class Ended:
 
     `final_state` is the scheduler's word (SLURM: COMPLETED, TIMEOUT, ...);
     `killed_at_lowered_limit` says it was killed at a limit hpcpredict lowered below the request.
+    `given_prediction_s` and `feature_token` are what the job's mark says of its prediction (as in
+    `Submitted`): used only when the service never saw the submission (a job whose whole life
+    fell between two looks of the watcher, reported first by jobcomp.lua), whose submission is
+    then recorded from them before the end, so that it learns from its prediction's features.
     """
 
     job_id: int
@@ -57,6 +61,8 @@ class Ended:
     final_state: str = "COMPLETED"
     killed_at_lowered_limit: bool = False
     request: JobRequest | None = None
+    given_prediction_s: int | None = None
+    feature_token: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

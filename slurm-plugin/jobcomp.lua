@@ -8,7 +8,9 @@ The report is one END line of the daemon's protocol (docs/protocol.md) carrying 
 so the daemon can learn from jobs it never saw submitted. The time limit reported is the user's
 original request when job_submit.lua marked the job (admin_comment), and the job is flagged
 lowered_kill=1 when SLURM killed it at a limit below that request (its runtime is then only a
-lower bound: hpcpredict/daemon/learning.py decides what is learned from it).
+lower bound: hpcpredict/daemon/learning.py decides what is learned from it). The mark's
+prediction and token go with it: for a job whose submission the daemon never saw, they let it
+record the submission as the plugin's PREDICT served it.
 
 Needs hpcpredict_common.lua beside it. Settings: hpcpredict_slurm.conf beside this script (the
 same file as job_submit.lua's; see hpcpredict_common.lua):
@@ -53,6 +55,18 @@ local function report_line(job)
 		STATE_NAMES[state_code] or tostring(state_code), lowered_kill)
 	if requested > 0 then
 		line = line .. string.format(" time_limit=%d", requested)
+	end
+	-- what the mark says of the prediction: the daemon uses them only for a job whose submission
+	-- it never saw (its whole life between two looks of the watcher), so that the job learns from
+	-- the features its prediction was computed from (docs/protocol.md, END)
+	local predicted = tonumber(comment:match("hpcpredict:request_s=%d+,prediction_s=(%d+)"))
+	if predicted and predicted > 0 and predicted <= requested then -- never above the request
+		line = line .. string.format(" predicted=%d", predicted)
+	end
+	local token = comment:match("hpcpredict:[^ ]*,token=([0-9a-f%-]+)")
+	local prefix, counter = (token or ""):match("^([0-9a-f]+)%-([0-9a-f]+)$") -- as PREDICT gives them
+	if prefix and #prefix <= 16 and #counter <= 16 then
+		line = line .. " token=" .. token
 	end
 	if number(job.group_id) then
 		line = line .. string.format(" gid=%d", job.group_id)

@@ -98,3 +98,16 @@ def test_a_campaigns_store_was_called_db(command: str, tmp_path: Path) -> None:
     assert store.removeprefix("sqlite:///") in new.stderr
     assert store.removeprefix("sqlite:///") in old.stderr
     assert new.exit_code == (0 if command == "campaign" else 1)
+
+
+def test_replay_slurms_poll_is_now_poll_s(tmp_path: Path) -> None:
+    """Refused beside its new name and range-checked under its old one, both before any SLURM
+    command runs; hidden from --help."""
+    runner = CliRunner()
+    log = REPO_ROOT / "swf" / "KTH-SP2-sample.swf"
+    both = runner.invoke(main, ["replay-slurm", str(log), "--poll-s", "2", "--poll", "3", "-o", str(tmp_path / "o.swf")])
+    assert both.exit_code == 2 and "--poll is the old name of --poll-s: give only --poll-s" in both.output
+    too_fast = runner.invoke(main, ["replay-slurm", str(log), "--poll", "0.1", "-o", str(tmp_path / "o.swf")])
+    assert too_fast.exit_code == 2 and "--poll" in too_fast.output
+    text = runner.invoke(main, ["replay-slurm", "--help"]).output
+    assert "--poll-s" in text and "--poll " not in text

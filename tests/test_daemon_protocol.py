@@ -136,6 +136,19 @@ def test_bad_job_fields(fields: dict[str, str], code: str) -> None:
     assert caught.value.code == code
 
 
+def test_end_carries_the_marks_prediction_and_token_and_refuses_a_bad_token() -> None:
+    from hpcpredict.daemon.protocol import ended_event
+
+    fields = {"job": "7", "uid": "1000", "procs": "4", "time_limit": "3600", "run": "85", "end": "990"}
+    assert ended_event(fields, now_s=1_000).feature_token is None
+    event = ended_event(fields | {"predicted": "540", "token": "0123abcd-1f"}, now_s=1_000)
+    assert (event.given_prediction_s, event.feature_token) == (540, "0123abcd-1f")
+    for token in ("0123ABCD-1f", "a-b-c", "x" * 10):
+        with pytest.raises(ProtocolError) as caught:
+            ended_event(fields | {"token": token}, now_s=1_000)
+        assert caught.value.code == "bad_request"
+
+
 def test_the_largest_accepted_values_pass() -> None:
     from hpcpredict.daemon.protocol import INT32_MAX, MAX_DURATION_S
 

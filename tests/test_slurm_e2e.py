@@ -200,6 +200,29 @@ def test_a_job_learns_from_the_features_its_prediction_was_computed_from(
     assert payload["job"]["procs"] == 3 and payload["job"]["requested_s"] == 45 * 60
 
 
+def test_a_job_first_reported_by_jobcomp_learns_from_its_prediction_s_features(
+    cluster: SlurmCluster, daemon: ServeProcess
+) -> None:
+    """With the watcher looking only every ten minutes, a short job's first report is jobcomp.lua's
+    END; it carries the mark's prediction and token, and the daemon records the submission from
+    them (the features PREDICT computed) before the end, instead of learning an unseen job."""
+    daemon.stop()
+    daemon.start("--slurm-interval-s", "600", "--correction-margin-s", "1300")
+    try:
+        job_id = cluster.sbatch("--time=40", "-n", "2", script="sleep 1")
+        tag = parse_tag(cluster.job_fields(job_id)["AdminComment"])
+        assert tag is not None and tag.token is not None, tag
+        row = wait_for(lambda: (lambda r: r if r is not None and r.status == "ended" else None)(
+            stored_job(daemon, job_id)), 60, "jobcomp's END", cluster)
+        payload = submitted_payload(daemon, job_id)
+    finally:
+        daemon.stop()
+        daemon.start()
+    assert payload is not None and "features" in payload, payload
+    assert payload["features"][0] == 40 * 60 and payload["features"][7] == 2.0
+    assert row.learn_rule != "unseen", row.learn_rule
+
+
 def submitted_payload(serve: ServeProcess, job_id: int) -> dict | None:
     store = serve.store()
     try:

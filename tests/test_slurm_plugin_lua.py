@@ -161,6 +161,51 @@ def test_the_mark_carries_a_token_that_gives_the_submission_its_predicted_featur
     assert payload["features"][1] == 0.0 != recomputed[1]  # the last runtime, unknown when predicted
 
 
+def test_a_job_first_reported_by_jobcomp_learns_from_its_prediction_s_features(
+    plugin_dir: Path, daemon: Running
+) -> None:
+    """A job whose whole life fell between two looks of the watcher is first reported by
+    jobcomp.lua: its END carries the mark's prediction and token, and the daemon records the
+    submission from them before the end: the features PREDICT used (not ones recomputed at the
+    end, after the user's other job changed them) and the prediction SLURM acted on."""
+    mark = str(submit(plugin_dir)["admin_comment"])
+    tag = parse_tag(mark)
+    assert tag is not None and tag.token is not None
+    served = daemon.service.feature_tokens.features_for(tag.token, JobRequest(0, 0, 4, 3600, 1000))
+    assert served is not None
+    with daemon.client() as client:  # the same user's job runs and ends in between
+        client.request("END", job=7, uid=1000, procs=2, time_limit=600, submit=900, start=900, end=990)
+    run_lua(plugin_dir, "jobcomp.lua", "comp", **finished(job_id=60, admin_comment=mark))
+    assert daemon.service.job_status(60) == "ended"
+    with daemon.service.store.session() as session:
+        from hpcpredict.daemon.store import EventRow, PredictionRow
+
+        events = session.execute(select(EventRow.kind, EventRow.payload_json)
+                                 .where(EventRow.job_id == 60).order_by(EventRow.seq)).all()
+        predicted = session.scalars(select(PredictionRow.predicted_s).where(PredictionRow.job_id == 60)).all()
+    assert [kind for kind, _ in events] == ["submitted", "ended"]
+    assert json.loads(events[0].payload_json)["features"] == [float(value) for value in served]
+    assert predicted == [tag.prediction_s]
+
+
+def test_jobcomp_leaves_out_a_token_or_prediction_the_daemon_would_refuse(plugin_dir: Path) -> None:
+    """The END line must never be refused for its mark (a refused report is dropped, not
+    spooled): a token not shaped as PREDICT gives them, or a prediction above the request,
+    is left out."""
+    settings(plugin_dir, socket=plugin_dir / "none.sock", spool=plugin_dir / "jobcomp.spool")
+    marks = {
+        61: "hpcpredict:request_s=3600,prediction_s=540,mode=lower,procs=4,token=0123abcd-1f",
+        62: "hpcpredict:request_s=3600,prediction_s=9000,mode=lower,procs=4,token=0123abcd-1f-2",
+        63: "hpcpredict:request_s=3600,prediction_s=540,mode=lower,procs=4,token=" + "a" * 17 + "-1",
+    }
+    for job_id, mark in marks.items():
+        run_lua(plugin_dir, "jobcomp.lua", "comp", **finished(job_id=job_id, admin_comment=mark))
+    lines = (plugin_dir / "jobcomp.spool").read_text().splitlines()
+    assert " predicted=540 token=0123abcd-1f " in lines[0] + " "
+    assert "predicted=" not in lines[1] and "token=" not in lines[1]
+    assert " predicted=540" in lines[2] and "token=" not in lines[2]
+
+
 def test_both_scripts_and_the_watcher_count_the_processors_the_prediction_was_made_for(
     plugin_dir: Path, daemon: Running
 ) -> None:

@@ -68,7 +68,7 @@ def replay(cluster: SlurmCluster, mode: str, jobs: int, tmp_path: Path) -> tuple
     done = subprocess.run(
         [sys.executable, "-m", "hpcpredict.cli", "replay-slurm", str(SAMPLE), "--jobs", str(jobs),
          "--skip", str(SKIP), "--speedup", str(SPEEDUP), "--mode", mode, "--procs", str(NODES),
-         "--poll", "1", "-o", str(output), "--csv", str(table)],
+         "--poll-s", "1", "-o", str(output), "--csv", str(table)],
         env=cluster.env, capture_output=True, text=True, timeout=600,
     )
     assert done.returncode == 0, done.stdout + done.stderr + cluster.log_tail()

@@ -133,6 +133,25 @@ def test_the_mark_gives_the_submission_its_token_its_processors_and_the_users_re
     assert service.feature_tokens.counts.taken == 1
 
 
+def test_a_job_first_seen_ended_is_submitted_from_its_mark_before_its_end(
+    service: PredictionService,
+) -> None:
+    """Its whole life fell between two polls: the watcher's END carries the mark's prediction
+    and token, so the submission is recorded first, with PREDICT's features and the prediction
+    SLURM acted on, and the job is learned as a seen job (not ``unseen``)."""
+    _, token = service.serve(JobRequest(-1, 900, 4, 3600, 1000), 900)
+    mark = PredictionTag(3600, 540, "lower", 4, token).format()
+    slurm, clock = ScriptedSlurm(), Clock(1_000)
+    slurm.jobs_by_id[9] = Job(9, state="COMPLETED", submit_s=900, start_s=905, end_s=990, admin_comment=mark)
+    watcher_for(service, slurm, clock).poll()
+    with service.store.session() as session:
+        kinds = session.scalars(select(EventRow.kind).where(EventRow.job_id == 9).order_by(EventRow.seq)).all()
+        row = session.get(JobRow, 9)
+    assert kinds == ["submitted", "ended"]
+    assert row.learn_rule != "unseen" and row.run_s == 85
+    assert service.feature_tokens.counts.taken == 1
+
+
 def test_jobs_without_the_mark_are_reported_but_never_corrected(service: PredictionService) -> None:
     slurm, clock = ScriptedSlurm(), Clock(5_000)
     slurm.jobs_by_id[3] = Job(3, state="RUNNING", start_s=4_500, time_limit_s=600, admin_comment="")

@@ -41,6 +41,9 @@ def _machine_cpus(runner: Runner) -> int:
     return max(totals)
 
 
+_POLL_TYPE = click.FloatRange(min=0.2)
+
+
 @click.command("replay-slurm")
 @click.argument("log", type=click.Path(exists=True, dir_okay=False, path_type=Path))
 @click.option("--jobs", "job_count", type=click.IntRange(min=1), default=50, show_default=True,
@@ -61,8 +64,9 @@ def _machine_cpus(runner: Runner) -> int:
               help="SWF file for what SLURM did (measure it with replay-compare or simulate).")
 @click.option("--csv", "csv_path", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="Also one CSV line per job: log and SLURM ids, limits, the plugin's prediction.")
-@click.option("--poll", "poll_s", type=click.FloatRange(min=0.2), default=5.0, show_default=True,
+@click.option("--poll-s", "poll_s", type=_POLL_TYPE, default=5.0, show_default=True,
               help="Seconds between two readings of squeue --json (keep it below MinJobAge).")
+@deprecated_alias("--poll", "--poll-s", "poll_s", type=_POLL_TYPE)
 def replay_slurm(log: Path, job_count: int, skip: int, speedup: float, mode: str | None,
                  procs: int | None, log_procs: int | None, output: Path, csv_path: Path | None,
                  poll_s: float) -> None:

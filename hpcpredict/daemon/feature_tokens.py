@@ -5,7 +5,8 @@ the job (SUBMIT) seconds later, when the learner may already have seen other job
 Recomputing the features then would make a job learn from other features than the ones its
 prediction (the limit SLURM planned with) was computed from; the simulator never allows that.
 So PREDICT keeps its feature vector here under a fresh token, answers the token, the plugin
-writes it into the job's mark (``admin_comment``), and the SUBMIT that carries it takes the
+writes it into the job's mark (``admin_comment``), and the SUBMIT that carries it (or the END
+of a job never submitted to the daemon, which the service records as submitted first) takes the
 vector back (`features_for`), for the job's request only (same user, processors and request: a token
 copied onto another job gives nothing).
 

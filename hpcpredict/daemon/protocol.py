@@ -55,7 +55,7 @@ VERB_KEYS: dict[str, frozenset[str]] = {
     "PREDICT": JOB_KEYS,
     "SUBMIT": JOB_KEYS | {"job", "predicted", "limit", "token"},
     "START": JOB_KEYS | {"job", "start"},
-    "END": JOB_KEYS | {"job", "run", "start", "end", "state", "lowered_kill"},
+    "END": JOB_KEYS | {"job", "run", "start", "end", "state", "lowered_kill", "predicted", "token"},
     "LIMIT": frozenset({"job", "time_limit", "at"}),
 }
 
@@ -229,14 +229,11 @@ def has_request(fields: Mapping[str, object]) -> bool:
 # ---------------------------------------------------------------------------- typed events
 def submitted_event(fields: Mapping[str, object], *, now_s: int) -> Submitted:
     """SUBMIT's fields as the typed event the service records."""
-    token = fields.get("token")
-    if token not in (None, "") and not (isinstance(token, str) and TOKEN.fullmatch(token)):
-        raise ProtocolError("bad_request", f"token: expected a token PREDICT gave, got {str(token)[:40]!r}")
     return Submitted(
         job_request(fields, job_id=get_int(fields, "job", minimum=0), now_s=now_s),
         given_prediction_s=_optional_int(fields, "predicted"),
         limit_s=_optional_int(fields, "limit"),
-        feature_token=token or None,  # type: ignore[arg-type]
+        feature_token=_optional_token(fields),
     )
 
 
@@ -255,7 +252,9 @@ def ended_event(fields: Mapping[str, object], *, now_s: int) -> Ended:
     else:
         run_s = get_int(fields, "run", minimum=0)
     return Ended(job_id, run_s, end_s, get_state(fields), get_flag(fields, "lowered_kill"),
-                 _optional_request(fields, job_id, now_s))
+                 _optional_request(fields, job_id, now_s),
+                 given_prediction_s=_optional_int(fields, "predicted"),
+                 feature_token=_optional_token(fields))
 
 
 def limit_event(fields: Mapping[str, object], *, now_s: int) -> LimitChanged:
@@ -277,7 +276,7 @@ def check_event(event: JobEvent) -> None:
     elif isinstance(event, Started):
         values |= {"start": event.start_s}
     elif isinstance(event, Ended):
-        values |= {"run": event.run_s, "end": event.end_s}
+        values |= {"run": event.run_s, "end": event.end_s, "predicted": event.given_prediction_s}
         get_state({"state": event.final_state})
     elif isinstance(event, LimitChanged):
         values |= {"time_limit": event.new_limit_s, "at": event.at_s}
@@ -288,6 +287,16 @@ def check_event(event: JobEvent) -> None:
 
 def _optional_int(fields: Mapping[str, object], key: str) -> int | None:
     return None if fields.get(key) in (None, "") else get_int(fields, key, minimum=1)
+
+
+def _optional_token(fields: Mapping[str, object]) -> str | None:
+    """``token``, as PREDICT gives them (`TOKEN`), or None when absent or empty."""
+    token = fields.get("token")
+    if token in (None, ""):
+        return None
+    if not (isinstance(token, str) and TOKEN.fullmatch(token)):
+        raise ProtocolError("bad_request", f"token: expected a token PREDICT gave, got {str(token)[:40]!r}")
+    return token
 
 
 def _optional_request(fields: Mapping[str, object], job_id: int, now_s: int) -> JobRequest | None:

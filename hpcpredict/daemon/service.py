@@ -395,7 +395,9 @@ class PredictionService:
             return self.started(event.job_id, event.start_s, request=event.request)
         if isinstance(event, Ended):
             return self.ended(event.job_id, event.run_s, event.end_s, event.final_state,
-                              event.killed_at_lowered_limit, request=event.request)
+                              event.killed_at_lowered_limit, request=event.request,
+                              given_prediction_s=event.given_prediction_s,
+                              feature_token=event.feature_token)
         if isinstance(event, LimitChanged):
             return self.limit_changed(event.job_id, event.new_limit_s, event.at_s)
         raise TypeError(f"not a job event: {event!r}")
@@ -501,6 +503,8 @@ class PredictionService:
         killed_at_lowered_limit: bool = False,
         *,
         request: JobRequest | None = None,
+        given_prediction_s: int | None = None,
+        feature_token: str | None = None,
     ) -> EventOutcome:
         """A job ended after `run_s` seconds: learn from it, exactly once.
 
@@ -510,11 +514,24 @@ class PredictionService:
         `hpcpredict.daemon.learning` decides whether it is trained on (the outcome's ``rule``
         says which rule applied, ``learned`` whether the learner took a step). A second `ended`
         for the same job is a no-op and says so. A job never seen is recorded from `request`
-        (without one: `UnknownJobError`) and learned through the learner's ``learn_unseen``.
+        (without one: `UnknownJobError`) and learned through the learner's ``learn_unseen``,
+        unless the end carries what the plugin's mark says of its prediction
+        (`given_prediction_s`, `feature_token`): its submission is then recorded first from
+        them, as SUBMIT would have (`submitted`), so that it learns from the features its
+        prediction was computed from and its first prediction is the one SLURM acted on. Two
+        transactions: if the end's fails, the job is left submitted and the end, sent again
+        (jobcomp.lua spools it), finds it.
         """
         job_id = operator.index(job_id)
         run_s = operator.index(run_s)
         end_s = operator.index(end_s)
+        if (
+            request is not None
+            and (feature_token is not None or given_prediction_s is not None)
+            and self.job_status(job_id) is None
+        ):
+            self.submitted(request, request.submit_s, given_prediction_s=given_prediction_s,
+                           feature_token=feature_token)
         try:
             with self._transaction() as connection:
                 row, new = self._job_or_new(connection, job_id, request, "ended", ENDING_JOB)

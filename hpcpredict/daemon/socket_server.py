@@ -11,9 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import collections
-import concurrent.futures
-import contextlib
-import functools
 import grp
 import os
 import socket
@@ -25,8 +22,8 @@ from typing import Any
 from hpcpredict.daemon.config import DaemonConfig, DaemonError
 from hpcpredict.daemon.handlers import EVENT_VERBS, Handlers
 from hpcpredict.daemon.paths import state_dir
-from hpcpredict.daemon.protocol import MAX_LINE_BYTES, format_error
-from hpcpredict.daemon.writer import StoreWriter, WriterBusyError, WriterStoppedError
+from hpcpredict.daemon.protocol import MAX_LINE_BYTES, Request, format_error
+from hpcpredict.daemon.writer import LoopInbox, StoreWriter, WriterBusyError, WriterStoppedError
 
 IDLE_TIMEOUT_S = 60.0  # a socket client silent this long is disconnected
 # Events of one connection waiting for the writer; past it the connection is not read until they
@@ -42,9 +39,10 @@ async def start_socket(
     clear_stale_socket(path)
     socket_folder(path)
     loop = asyncio.get_running_loop()
+    inbox = LoopInbox(loop)  # the events' answers, back from the writer (one for every connection)
     previous = os.umask(0o177)  # private from the first instant; chmod below widens it
     try:
-        server = await loop.create_unix_server(lambda: LineProtocol(handlers, writer, loop), path=str(path))
+        server = await loop.create_unix_server(lambda: LineProtocol(handlers, writer, loop, inbox), path=str(path))
     finally:
         os.umask(previous)
     os.chmod(path, config.socket_mode)
@@ -66,20 +64,26 @@ class LineProtocol(asyncio.Protocol):
     for `IDLE_TIMEOUT_S` is disconnected, and a line over `MAX_LINE_BYTES` is answered
     ``too_long`` and the connection closed (it cannot be resynchronised).
 
-    PING and PREDICT are answered here, on the loop. An event is handed to the store writer and
-    answered when it has committed; answers wait in `pending` so that they leave in the order of
-    their requests. Past `MAX_EVENTS_IN_FLIGHT` events waiting, the connection is not read until
-    they drain; past the writer's backlog, an event is answered ``ERR busy`` at once.
+    PING and PREDICT are answered here, on the loop. An event is handed to the store writer as a
+    plain job and answered when it has committed (the answer comes back through the
+    `LoopInbox`, with the other answers ready by then); answers wait in `pending` so that they
+    leave in the order of their requests. Past `MAX_EVENTS_IN_FLIGHT` events waiting, the
+    connection is not read until they drain; past the writer's backlog, an event is answered
+    ``ERR busy`` at once.
     """
 
-    def __init__(self, handlers: Handlers, writer: StoreWriter, loop: asyncio.AbstractEventLoop) -> None:
+    def __init__(
+        self, handlers: Handlers, writer: StoreWriter, loop: asyncio.AbstractEventLoop, inbox: LoopInbox
+    ) -> None:
         self.handlers = handlers
         self.writer = writer
         self.loop = loop
+        self.inbox = inbox
         self.buffer = bytearray()
         self.transport: asyncio.Transport | None = None
         self.idle: asyncio.TimerHandle | None = None
-        # Answers not written yet, in request order: [future or None, answer or None, verb, began].
+        # Answers not written yet, in request order: [answer, or None while its event is being
+        # committed; verb; began].
         self.pending: collections.deque[list[Any]] = collections.deque()
         self.in_flight = 0  # events handed to the writer, not answered yet
         self.paused_by_client = False  # the client does not read its answers (pause_writing)
@@ -128,46 +132,49 @@ class LineProtocol(asyncio.Protocol):
             self.handlers.metrics.observe(request.verb, outcome, time.perf_counter() - began)
             self._reply(answer)
             return
+        entry: list[Any] = [None, request.verb, began]
         try:
-            future = self.writer.submit(functools.partial(self.handlers.answer, request))
+            self.writer.run_soon(lambda: self._commit(request, entry))
         except (WriterBusyError, WriterStoppedError) as error:
             code = "busy" if isinstance(error, WriterBusyError) else "unavailable"
             self.handlers.metrics.observe(request.verb, code, time.perf_counter() - began)
             self._reply(format_error(code, str(error)))
             return
-        self.pending.append([future, None, request.verb, began])
+        self.pending.append(entry)
         self.in_flight += 1
         if self.in_flight >= MAX_EVENTS_IN_FLIGHT and not self.paused_by_events:
             self.paused_by_events = True
             self._update_reading()
-        future.add_done_callback(self._event_done)
 
     def _reply(self, answer: bytes) -> None:
         assert self.transport is not None
         if self.pending:  # behind an event's answer
-            self.pending.append([None, answer, "", 0.0])
+            self.pending.append([answer, "", 0.0])
         else:
             self.transport.write(answer)
 
-    def _event_done(self, future: concurrent.futures.Future[Any]) -> None:
-        """On the writer's thread: wake the loop to write what is ready."""
-        with contextlib.suppress(RuntimeError):  # the loop is closed: nobody to answer
-            self.loop.call_soon_threadsafe(self._flush)
+    def _commit(self, request: Request, entry: list[Any]) -> None:
+        """On the writer's thread: record the event (its answer once committed; never raises)
+        and hand the answer to the loop."""
+        self.inbox.put(self._event_answered, entry, self.handlers.answer(request))
+
+    def _event_answered(self, entry: list[Any], answered: tuple[bytes, str]) -> None:
+        """On the loop: an event's answer is ready; write what is ready, in order."""
+        answer, outcome = answered
+        entry[0] = answer
+        self.handlers.metrics.observe(entry[1], outcome, time.perf_counter() - entry[2])
+        self.in_flight -= 1
+        self._flush()
 
     def _flush(self) -> None:
-        """Write the answers at the head of `pending` that are ready, in order."""
+        """Write the answers at the head of `pending` that are ready, in order (one write: an
+        event's answer and the PREDICT answers queued behind it leave together)."""
         assert self.transport is not None
-        while self.pending:
-            future, answer, verb, began = self.pending[0]
-            if future is not None:
-                if not future.done():
-                    break
-                answer, outcome = future.result()  # Handlers.answer never raises
-                self.handlers.metrics.observe(verb, outcome, time.perf_counter() - began)
-                self.in_flight -= 1
-            self.pending.popleft()
-            if not self.transport.is_closing():
-                self.transport.write(answer)
+        ready = []
+        while self.pending and self.pending[0][0] is not None:
+            ready.append(self.pending.popleft()[0])
+        if ready and not self.transport.is_closing():
+            self.transport.write(b"".join(ready))
         if self.paused_by_events and self.in_flight <= MAX_EVENTS_IN_FLIGHT // 2:
             self.paused_by_events = False
             self._update_reading()

@@ -80,4 +80,6 @@ def ended(job: SlurmJob, tag: PredictionTag | None) -> Ended:
         final_state=job.state,
         killed_at_lowered_limit=lowered_kill,
         request=job_request(job, tag),
+        given_prediction_s=None if tag is None else tag.prediction_s,
+        feature_token=None if tag is None else tag.token,
     )

@@ -6,7 +6,9 @@ through the adapter) and, for every job the plugin marked (``admin_comment``, `t
 * reports what the service has not seen yet — SUBMITTED (with the prediction the plugin gave,
   so the one recorded is the one SLURM acted on, and the token of the features it was computed
   from, so the job learns from those), STARTED, and ENDED for jobs SLURM still shows finished
-  (``jobcomp.lua`` reports every end as well; the service learns each job once), as typed
+  (``jobcomp.lua`` reports every end as well; the service learns each job once; an END of a job
+  the service never saw carries the mark's prediction and token, and the service records the
+  submission from them first), as typed
   events (`requests.py` builds them from SLURM's view);
 * corrects: a running job within `margin_s` of a limit below its request gets the limit the
   correction policy gives (`corrector.py`; INCREMENTAL by default, SURVIVAL with ``correction =
