@@ -341,7 +341,10 @@ def test_an_interrupted_campaign_says_what_it_stored_and_how_to_resume(tmp_path:
     store = tmp_path / "runs.jsonl"
     command = [sys.executable, "-m", "hpcpredict.cli", "campaign", str(path), "--store",
                str(store), "-j", "1"]
+    # A shell without job control starts background commands with SIGINT ignored, and Python
+    # then keeps it ignored: give the campaign the default disposition a terminal's would have.
     process = subprocess.Popen(command, cwd=REPO_ROOT, start_new_session=True,
+                               preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         deadline = time.monotonic() + 60
