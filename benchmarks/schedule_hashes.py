@@ -6,7 +6,7 @@ printed lines (the first line names the hpcpredict package that ran, so a compar
 silently run the same code twice). From a checkout that is not the installed package, run it as
 a module so that the checkout's own code is imported:
 
-    cd /path/to/checkout && python -m benchmarks.schedule_hashes --swf-dir /work/shared/swf
+    cd /path/to/checkout && python -m benchmarks.schedule_hashes --swf-dir ../shared/swf
     python benchmarks/schedule_hashes.py --extra             # also the guard, SURVIVAL, ...
 
 A job's schedule is (start, end, limit, corrections): the start time, the true end (start +
