@@ -143,6 +143,15 @@ class _DuplicateEvent(Exception):
     """Raised inside a transaction when the log already holds the event's idempotency key."""
 
 
+class _SubmitFirst(Exception):
+    """Raised inside `ended`'s transaction, before it writes anything, for a job never seen
+    whose end carries its mark's prediction: its submission is recorded first."""
+
+    def __init__(self, request: JobRequest) -> None:
+        super().__init__(request.job_id)
+        self.request = request
+
+
 class PredictionService:
     """Predictions at submission, learning at completion, with a store that survives restarts.
 
@@ -518,23 +527,20 @@ class PredictionService:
         unless the end carries what the plugin's mark says of its prediction
         (`given_prediction_s`, `feature_token`): its submission is then recorded first from
         them, as SUBMIT would have (`submitted`), so that it learns from the features its
-        prediction was computed from and its first prediction is the one SLURM acted on. Two
-        transactions: if the end's fails, the job is left submitted and the end, sent again
-        (jobcomp.lua spools it), finds it.
+        prediction was computed from and its first prediction is the one SLURM acted on. The
+        end's transaction finds the job unknown before writing anything (`_SubmitFirst`), so an
+        end of a known job reads nothing more; then the submission and the end commit each in
+        its own transaction: if the end's fails, the job is left submitted and the end, sent
+        again (jobcomp.lua spools it), finds it.
         """
         job_id = operator.index(job_id)
         run_s = operator.index(run_s)
         end_s = operator.index(end_s)
-        if (
-            request is not None
-            and (feature_token is not None or given_prediction_s is not None)
-            and self.job_status(job_id) is None
-        ):
-            self.submitted(request, request.submit_s, given_prediction_s=given_prediction_s,
-                           feature_token=feature_token)
         try:
             with self._transaction() as connection:
                 row, new = self._job_or_new(connection, job_id, request, "ended", ENDING_JOB)
+                if new is not None and (feature_token is not None or given_prediction_s is not None):
+                    raise _SubmitFirst(new)  # nothing written yet: the transaction rolls back
                 if new is None and row.status == "ended":
                     return EventOutcome(
                         False,
@@ -569,6 +575,10 @@ class PredictionService:
                 self._after_event(connection, seq)
         except _DuplicateEvent:
             return EventOutcome(False, f"job {job_id}: end already logged, not learned twice")
+        except _SubmitFirst as never_seen:
+            self.submitted(never_seen.request, never_seen.request.submit_s,
+                           given_prediction_s=given_prediction_s, feature_token=feature_token)
+            return self.ended(job_id, run_s, end_s, final_state, killed_at_lowered_limit, request=request)
         self._committed(seq)
         return EventOutcome(True, "ended", seq, applied.rule, applied.learned)
 
