@@ -37,8 +37,12 @@ from hpcpredict.sim.backfill_kernel import (
 from hpcpredict.sim.profile import RunningProfile
 
 _NO_KEY = np.iinfo(np.int64).max
-# WaitingQueue's attributes that are views of its table (rebound after a copy).
-_ROW_VIEWS = frozenset({"procs", "prediction_s", "requested_s", "sjbf_key", "is_waiting", "work"})
+# WaitingQueue's attributes that are views of its table's rows (rebound after a copy):
+# is_waiting is 1 while waiting, else 0; work is the backfilling pass's scratch space.
+_ROW_VIEWS = {
+    "procs": PROCS_ROW, "prediction_s": PREDICTION_ROW, "requested_s": REQUESTED_ROW,
+    "sjbf_key": SJBF_KEY_ROW, "is_waiting": WAITING_ROW, "work": WORK_ROW,
+}
 
 
 class WaitingQueue:
@@ -94,15 +98,9 @@ class WaitingQueue:
         self.waiting_list: list[bool] = [False] * size
 
     def _bind_rows(self) -> None:
-        """The named arrays as views of the table's rows (is_waiting: 1 while waiting, else 0;
-        work: the backfilling pass's scratch space)."""
-        table = self.table
-        self.procs = table[PROCS_ROW]
-        self.prediction_s = table[PREDICTION_ROW]
-        self.requested_s = table[REQUESTED_ROW]
-        self.sjbf_key = table[SJBF_KEY_ROW]
-        self.is_waiting = table[WAITING_ROW]
-        self.work = table[WORK_ROW]
+        """The named arrays (`_ROW_VIEWS`) as views of the table's rows."""
+        for name, row in _ROW_VIEWS.items():
+            setattr(self, name, self.table[row])
 
     def __getstate__(self) -> dict[str, object]:
         """Pickle and deepcopy would turn the row views into copies apart from the table (the
