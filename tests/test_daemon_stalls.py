@@ -195,6 +195,9 @@ def test_a_full_backlog_answers_busy_at_once_and_predict_still_answers(config: D
     gate = threading.Event()
     try:
         blocker = running.daemon.writer.submit(gate.wait)  # the writer is stuck (a slow disk)
+        # Taken off the queue before the events come: else it holds a place of the backlog, the
+        # third event is refused, and the backlog never reads 3 (a race on a loaded machine).
+        wait_for(lambda: running.daemon.writer.backlog == 0 and blocker.running(), "the writer to block")
         with DaemonClient(config.socket, timeout_s=30) as queued:
             queued_socket = queued._socket
             for job_id in (1, 2, 3):  # three events fill the backlog: sent, not answered yet
