@@ -217,6 +217,38 @@ def test_fast_path_takes_the_same_decisions_as_exhaustive_passes(workload, sched
     assert fast.corrections == slow.corrections
 
 
+@pytest.mark.parametrize("scheduler", ["easy", "easy-sjbf"])
+@pytest.mark.parametrize("correction", ["incremental", "doubling"])
+def test_a_reservation_kept_after_corrections_takes_the_same_decisions(scheduler, correction, monkeypatch):
+    """`Simulation._still_valid` (a submission after corrections decides in O(1) when the
+    head's shadow time did not move) against full passes, on a workload long and under-predicted
+    enough to take that path often, in both of its outcomes."""
+    from hpcpredict.sim.simulation import Simulation
+
+    rng = random.Random(13)
+    jobs, submit = [], 0
+    for job_id in range(1, 1501):
+        submit += rng.randint(0, 40)
+        run_s = rng.randint(1, 600)
+        jobs.append(make_job(job_id, submit, rng.randint(1, 16), run_s, run_s + rng.randint(0, 900),
+                             rng.randint(1, 5)))
+    outcomes = {"kept": 0, "recomputed in full": 0}
+    still_valid = Simulation._still_valid
+
+    def counted(self, reservation):
+        kept = still_valid(self, reservation)
+        outcomes["kept" if kept is not None else "recomputed in full"] += 1
+        return kept
+
+    monkeypatch.setattr(Simulation, "_still_valid", counted)
+    fast = run(jobs, scheduler, NoisyPredictor(3), correction, 16)
+    slow = run(jobs, scheduler, NoisyPredictor(3), correction, 16, exhaustive=True)
+    assert fast.start_s == slow.start_s
+    assert fast.corrections == slow.corrections
+    assert fast.first_reserved_start_s == slow.first_reserved_start_s
+    assert outcomes["kept"] > 50 and outcomes["recomputed in full"] > 50, outcomes
+
+
 # A deliberately naive EASY, written straight from docs/method.md §7 with plain lists, to check the
 # compiled backfilling pass and, for REQUESTED, the lazy corrections (this one pushes
 # prediction-over events, as the simulator once did). Same event order: prediction-over,
