@@ -93,10 +93,12 @@ def compiled_backfill(candidates, procs, durations, predictions, waiting, head, 
     table[REQUESTED_ROW] = durations
     table[SJBF_KEY_ROW] = (np.asarray(predictions, dtype=np.int64) << 32) | np.arange(size)
     table[WAITING_ROW] = waiting
-    count, extra_left = backfill_pass(
-        np.asarray(candidates, dtype=np.int64), table, REQUESTED_ROW,
-        head, free, horizon_s, extra, shortest_first,
+    listed = np.asarray(candidates, dtype=np.int64)
+    count, extra_left, kept = backfill_pass(
+        listed, table, REQUESTED_ROW, head, free, horizon_s, extra, shortest_first,
     )
+    # The pass also drops the stale candidates, keeping the others in submission order.
+    assert listed[:kept].tolist() == [job for job in candidates if waiting[job]]
     return table[WORK_ROW, :count].tolist(), extra_left
 
 

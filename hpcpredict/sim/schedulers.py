@@ -51,11 +51,13 @@ class WaitingQueue:
     Job indices are assigned in submission order and jobs are submitted in index order, so the
     index is the FCFS order and the tie-breaker of every other order (the reference's stable sort
     of a list kept in submission order). `sjbf_key` packs (prediction, index) in one int64 for
-    shortest-prediction-first order. Removal only clears `is_waiting`; the compact list of
-    candidates is rebuilt when more than a fifth of it is stale (and at least 4 entries), so each
-    job costs O(1) amortised. Every backfilling pass scans the list, stale entries included: with
-    up to half of it stale (the first threshold) the scans cost more than the rebuilds
-    (SDSC-BLUE learned replay 7.9-8.1 -> 7.2 s, CEA-Curie 12.2 -> 10.7 s CPU, same schedules).
+    shortest-prediction-first order. Removal only clears `is_waiting`; each backfilling pass
+    drops the stale entries of the compact list of candidates as it reads them
+    (`keep_candidates`), and the list is rebuilt here when more than a fifth of it is stale (and
+    at least 4 entries) all the same, so each job costs O(1) amortised. With up to half of it
+    stale (the first threshold) the scans cost more than the rebuilds (SDSC-BLUE learned replay
+    7.9-8.1 -> 7.2 s, CEA-Curie 12.2 -> 10.7 s CPU, same schedules); since the pass compacts,
+    the rebuild here is rare (docs/performance.md, "Issue 13, item 5, round 3").
     """
 
     __slots__ = (
@@ -152,6 +154,11 @@ class WaitingQueue:
             self._compact()
         return self._order[: self._size]
 
+    def keep_candidates(self, kept: int) -> None:
+        """The backfilling pass moved the `kept` candidates still waiting to the front of
+        `candidates()`, in order: the rest of the list is stale."""
+        self._size = kept
+
     def _compact(self) -> None:
         order = self._order[: self._size]
         kept = order[self.is_waiting[order] != 0]
@@ -247,7 +254,7 @@ class Scheduler:
         reservation is guarded. The pass is compiled (`backfill_kernel.backfill_pass`): it
         chooses the jobs, then they start here, in its order.
         """
-        count, extra = backfill_pass(
+        count, extra, kept = backfill_pass(
             waiting.candidates(),
             waiting.table,
             REQUESTED_ROW if guarded else PREDICTION_ROW,
@@ -257,6 +264,7 @@ class Scheduler:
             extra,
             self.backfill_order == "shortest_prediction",
         )
+        waiting.keep_candidates(kept)  # the pass dropped the stale candidates as it read them
         if count:
             for job in waiting.work[:count].tolist():
                 start(job, True)
