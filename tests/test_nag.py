@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import dataclasses
 import math
 import pickle
 from collections.abc import Callable
@@ -358,3 +359,75 @@ def test_a_pickled_or_deep_copied_nag_learns_on_as_the_original(duplicate) -> No
         assert twin.predict(phi) == nag.predict(phi)
     np.testing.assert_array_equal(twin.state.w, nag.state.w)
     assert twin.state.w.base is not nag.state.w.base
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    loss_index=st.integers(0, 19),
+    unit_s=st.sampled_from([1.0, 1800.0, 3600.0]),
+    l2=st.sampled_from([0.0, 1e-3, L2_REFERENCE]),
+    eta=st.sampled_from([1.0, ETA_REFERENCE]),
+    n_features=st.integers(3, 20),
+    seed=st.integers(0, 2**32 - 1),
+)
+def test_the_one_call_step_equals_the_step_with_the_python_gradient(
+    loss_index: int, unit_s: float, l2: float, eta: float, n_features: int, seed: int
+) -> None:
+    """`Nag.step_on_loss` (the loss gradient and the rate computed inside one compiled call,
+    docs/performance.md "Issue 13, item 5, round 3") against `Nag.step` with
+    `AsymmetricLoss.gradient` in Python: f, w, s, G, N and t bit for bit, for every loss, both
+    branches, runtimes and processor counts below 1 (the clamp) and weights under the floor."""
+    from hpcpredict.learn.losses import all_losses
+    from hpcpredict.learn.nag import step_constants
+
+    loss = dataclasses.replace(all_losses()[loss_index], unit_s=unit_s)
+    rng = np.random.default_rng(seed)
+    expansion = QuadraticExpansion(n_features)
+    config = NagConfig(eta=eta, l2=l2)
+    fused, stepped = Nag(expansion.n_terms, config), Nag(expansion.n_terms, config)
+    constants = step_constants(loss, config)
+    x = _feature_stream(rng, 60, n_features)
+    runtimes_s = np.concatenate(([0.5, 1.0], 10.0 ** rng.uniform(0, 6, len(x) - 2)))
+    procs = np.concatenate(([0.0, 3.0], rng.integers(1, 80_000, len(x) - 2).astype(float)))
+    for xi, p, q in zip(x, runtimes_s, procs):
+        phi = expansion.expand(xi)
+        p, q = float(p), float(q)
+        f_fused = fused.step_on_loss(phi, constants, p, q)
+        f_stepped = stepped.step(phi, lambda f: loss.gradient(f, p, q))
+        assert f_fused == f_stepped or (f_fused != f_fused and f_stepped != f_stepped)
+    for name in ("w", "s", "g_sum"):
+        np.testing.assert_array_equal(getattr(fused.state, name), getattr(stepped.state, name))
+    assert fused.state.n_sum == stepped.state.n_sum and fused.state.t == stepped.state.t
+
+
+@settings(max_examples=500, deadline=None)
+@given(
+    loss_index=st.integers(0, 19),
+    unit_s=st.sampled_from([1.0, 3600.0]),
+    f=st.floats(-1e12, 1e12),
+    p=st.floats(0.0, 1e9),
+    q=st.floats(0.0, 1e6),
+)
+def test_the_compiled_loss_gradient_is_the_python_one(loss_index, unit_s, f, p, q) -> None:
+    """`nag_kernels.loss_gradient` against `AsymmetricLoss.gradient`, bit for bit (its logs are
+    the C library's `log`, the one `math.log` calls)."""
+    from hpcpredict.learn.losses import all_losses
+    from hpcpredict.learn.nag import step_constants
+    from hpcpredict.learn.nag_kernels import loss_gradient
+
+    loss = dataclasses.replace(all_losses()[loss_index], unit_s=unit_s)
+    constants = step_constants(loss, NagConfig())
+    assert loss_gradient(f, p, q, constants) == loss.gradient(f, p, q)
+
+
+def test_the_rate_calls_the_pow_python_calls() -> None:
+    """The one-call step's rate is `(t / N) ** 0.5` as Python computes it (C `pow`), not a
+    square root: over many t / N the two differ somewhere unless pow rounds as sqrt does, so
+    compare with Python's own power directly."""
+    from hpcpredict.learn.nag_kernels import _libm_pow
+    from numba import njit
+
+    power = njit(lambda base, exponent: _libm_pow(base, exponent))
+    rng = np.random.default_rng(5)
+    for base in np.concatenate((10.0 ** rng.uniform(-12, 12, 2000), [0.0, 1.0, 2.0])):
+        assert power(float(base), 0.5) == float(base) ** 0.5

@@ -37,6 +37,8 @@ from pathlib import Path
 
 import numpy as np
 
+from hpcpredict.learn import nag_kernels as kernels
+from hpcpredict.learn.losses import AsymmetricLoss, Branch, Weight
 from hpcpredict.learn.nag_kernels import (
     G_SUM_ROW,
     INV_S_ROW,
@@ -44,6 +46,7 @@ from hpcpredict.learn.nag_kernels import (
     TABLE_ROWS,
     W_ROW,
     descend,
+    learn_step,
     rescale_and_score,
 )
 
@@ -208,3 +211,36 @@ class Nag:
         rate = -self.config.eta * (state.t / state.n_sum) ** 0.5
         descend(phi, self._table, self.config.l2, gradient, rate, _SQRT_G_FLOOR)
         return f
+
+    def step_on_loss(self, phi: np.ndarray, constants: np.ndarray, p: float, q: float) -> float:
+        """`step(phi, lambda f: loss.gradient(f, p, q))` bit for bit, in one compiled call:
+        `constants` is `step_constants(loss, config)` for this optimiser's config."""
+        state = self._state
+        state.t += 1
+        f, state.n_sum = learn_step(phi, self._table, constants, state.t, state.n_sum, p, q)
+        return f
+
+
+_WEIGHT_CODES = {
+    Weight.CONSTANT: kernels.CONSTANT_WEIGHT,
+    Weight.SHORT_WIDE: kernels.SHORT_WIDE,
+    Weight.LONG_NARROW: kernels.LONG_NARROW,
+    Weight.SMALL_AREA: kernels.SMALL_AREA,
+    Weight.LARGE_AREA: kernels.LARGE_AREA,
+}
+
+
+def step_constants(loss: AsymmetricLoss, config: NagConfig) -> np.ndarray:
+    """What `Nag.step_on_loss` needs of the loss and the hyperparameters, as the one float64
+    array `nag_kernels.learn_step` takes (one array to dispatch instead of nine numbers)."""
+    constants = np.zeros(kernels.STEP_CONSTANTS)
+    constants[kernels.ETA_AT] = config.eta
+    constants[kernels.L2_AT] = config.l2
+    constants[kernels.SQRT_G_FLOOR_AT] = _SQRT_G_FLOOR
+    constants[kernels.HALF_AT] = 0.5
+    constants[kernels.OVER_SQUARE_AT] = loss.over is Branch.SQUARE
+    constants[kernels.UNDER_SQUARE_AT] = loss.under is Branch.SQUARE
+    constants[kernels.WEIGHT_AT] = _WEIGHT_CODES[loss.weight]
+    constants[kernels.WEIGHT_FLOOR_AT] = loss.weight_floor
+    constants[kernels.INV_UNIT_AT] = 1.0 / loss.unit_s
+    return constants

@@ -17,8 +17,10 @@ deterministic for every machine, as checkpoints need.
 
 from __future__ import annotations
 
+import ctypes
 import math
 
+import llvmlite.binding as llvm_binding
 import numpy as np
 from llvmlite import ir
 from numba import njit, types
@@ -143,3 +145,83 @@ def expand_and_score(x: np.ndarray, w: np.ndarray, out: np.ndarray) -> float:  #
     The dot product is `np.dot`, the same BLAS ddot as numpy's (module doc)."""
     quadratic_terms(x, out)
     return np.dot(w, out)
+
+
+# ---------------------------------------------------------------------------------------------
+# The whole step for one of the asymmetric losses (`losses.AsymmetricLoss`), in one call.
+#
+# Why: `Nag.step` calls the two kernels above with the loss's gradient, a Python call, between
+# them; per learned job that was two dispatches and ~1 us of Python (docs/performance.md,
+# "Issue 13, item 5, round 3"). `learn_step` does steps 1-4 with the gradient in between.
+#
+# Why it is bit for bit `Nag.step(phi, lambda f: loss.gradient(f, p, q))`: the same kernels for
+# steps 1-2 and 3-4; the gradient written as `AsymmetricLoss.gradient` writes it, operation for
+# operation; and the two transcendental calls, the weight's logarithm and the rate's
+# ``(t / N) ** 0.5``, call the very C functions CPython's `math.log` and float ``**`` call for a
+# positive finite argument: the process's default ``log`` and ``pow`` (glibc's
+# ``@GLIBC_2.29`` versions, which CPython links to), bound under names of our own. Not
+# `math.log` / ``** 0.5``: LLVM turns its ``pow`` intrinsic with a constant exponent 0.5 into
+# ``sqrt``, which need not round as ``pow`` does, and numba binds ``log`` and ``pow`` to glibc's
+# older symbol versions (error-handling wrappers around the same code, but not the functions
+# CPython calls). Under a name LLVM does not know as a library function, a call is left as it
+# is written.
+
+
+def _c_function(name: str, signature: types.Signature) -> types.ExternalFunction:
+    """The process's C function `name` (as CPython resolves it), callable from compiled code."""
+    symbol = f"hpcpredict_c_{name}"
+    address = ctypes.cast(getattr(ctypes.CDLL(None), name), ctypes.c_void_p).value
+    llvm_binding.add_symbol(symbol, address)  # before any kernel is compiled or loaded
+    return types.ExternalFunction(symbol, signature)
+
+
+_libm_log = _c_function("log", types.float64(types.float64))
+_libm_pow = _c_function("pow", types.float64(types.float64, types.float64))
+
+# Entries of the constants array `learn_step` takes (`nag.step_constants` builds it).
+(ETA_AT, L2_AT, SQRT_G_FLOOR_AT, HALF_AT, OVER_SQUARE_AT, UNDER_SQUARE_AT, WEIGHT_AT,
+ WEIGHT_FLOOR_AT, INV_UNIT_AT) = range(9)
+STEP_CONSTANTS = 9
+# `WEIGHT_AT` codes, in the order of `losses.Weight`.
+CONSTANT_WEIGHT, SHORT_WIDE, LONG_NARROW, SMALL_AREA, LARGE_AREA = range(5)
+
+
+@njit(cache=True)
+def loss_gradient(f: float, p: float, q: float, constants: np.ndarray) -> float:  # pragma: no cover - compiled
+    """`losses.AsymmetricLoss.gradient(f, p, q)` of the loss described in `constants`."""
+    # The weight's p and q are clamped to at least 1; the branches read p as it is.
+    p1 = p if p > 1.0 else 1.0
+    q1 = q if q > 1.0 else 1.0
+    weight = constants[WEIGHT_AT]
+    if weight == CONSTANT_WEIGHT:
+        gamma = 1.0
+    elif weight == SHORT_WIDE:
+        gamma = 5.0 + _libm_log(q1 / p1)
+    elif weight == LONG_NARROW:
+        gamma = 5.0 + _libm_log(p1 / q1)
+    elif weight == SMALL_AREA:
+        gamma = 11.0 - _libm_log(q1 * p1)
+    else:
+        gamma = _libm_log(q1 * p1)
+    floor = constants[WEIGHT_FLOOR_AT]
+    gamma = gamma if gamma > floor else floor
+    if f >= p:
+        return gamma * (2.0 * (f - p) * constants[INV_UNIT_AT] if constants[OVER_SQUARE_AT] != 0.0 else 1.0)
+    return -gamma * (2.0 * (p - f) * constants[INV_UNIT_AT] if constants[UNDER_SQUARE_AT] != 0.0 else 1.0)
+
+
+@njit(cache=True)
+def learn_step(
+    phi: np.ndarray, table: np.ndarray, constants: np.ndarray, t: int, n_sum: float, p: float,
+    q: float,
+) -> tuple[float, float]:  # pragma: no cover - compiled
+    """`nag.Nag.step` on the loss of (f, true runtime p, processors q) described in `constants`,
+    with t already counted: returns (f, the new N). Same operations, same order (above)."""
+    f, squared = rescale_and_score(phi, table)
+    n_sum = n_sum + squared
+    gradient = loss_gradient(f, p, q, constants)
+    if n_sum == 0.0:  # Phi has been 0 everywhere so far: so are w and g
+        return f, n_sum
+    rate = -constants[ETA_AT] * _libm_pow(t / n_sum, constants[HALF_AT])
+    descend(phi, table, constants[L2_AT], gradient, rate, constants[SQRT_G_FLOOR_AT])
+    return f, n_sum

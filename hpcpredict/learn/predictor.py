@@ -53,8 +53,9 @@ one hour being the fifth step of the incremental correction; neighbouring units 
 give close results.
 
 Speed: one job costs one feature computation, one compiled call for the expansion and the dot
-product, and the NAG step (two compiled loops on 231 floats, no allocation): about 11 µs per job
-in all (docs/performance.md, "Issue 13, item 5").
+product, and one for the NAG step with its loss gradient (two loops on 231 floats, no
+allocation): about 11 µs per job in all before that last call was one (docs/performance.md,
+"Issue 13, item 5" and its round 3).
 
 >>> from hpcpredict.jobs import JobRequest
 >>> predictor = LearnedPredictor("eloss", eta=5000.0, l2=0.0)
@@ -96,6 +97,7 @@ from hpcpredict.learn.nag import (
     NagConfig,
     NagState,
     save_npz_atomic,
+    step_constants,
 )
 from hpcpredict.learn.polynomial import QuadraticExpansion
 from hpcpredict.predictors import clip_prediction
@@ -167,6 +169,8 @@ class LearnedPredictor:
         self._expansion = QuadraticExpansion(N_FEATURES)
         self.features = FeatureState(context)
         self.nag = Nag(self._expansion.n_terms, NagConfig(eta=eta, l2=l2))
+        # The loss and NAG's constants for the one-call step (`Nag.step_on_loss`).
+        self._step_constants = step_constants(self._loss, self.nag.config)
         self._abs_negative = negative == "abs"
         # Phi(x_j) as submitted, for each job predicted (or observed) and not yet ended.
         self._pending_phi: dict[int, np.ndarray] = {}
@@ -238,10 +242,8 @@ class LearnedPredictor:
             phi = self._expansion.expand(self._scaled(
                 self.features.late_submission(request, end_s, self._x)))
         if phi is not None:
-            gradient = self._loss.gradient
-            run = float(run_s)
-            procs = float(request.procs)
-            self.nag.step(phi, lambda f: gradient(f, run, procs))
+            # = nag.step(phi, lambda f: self._loss.gradient(f, run_s, procs)), bit for bit
+            self.nag.step_on_loss(phi, self._step_constants, float(run_s), float(request.procs))
         self.features.job_ended(request, run_s, end_s)
 
     def learn_lower_bound(self, request: JobRequest, run_s: int, end_s: int) -> bool:
