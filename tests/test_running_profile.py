@@ -68,3 +68,30 @@ def test_reservation_free_now_and_ending_by_follow_their_definitions(total, now_
         assert profile.reservation(needed, now_s) == reservation_by_definition(
             listed, total, needed, now_s
         )
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    total=st.integers(1, 200),
+    by_s=st.integers(0, 40),
+    jobs=running_jobs,
+    postponed=st.lists(st.tuples(st.integers(0, 39), st.integers(0, 60)), max_size=12),
+)
+def test_postponing_the_first_jobs_at_once_is_moving_them_one_by_one(total, by_s, jobs, postponed):
+    """`postpone_first` (the corrections before an event in one pass) leaves the profile as
+    `move` job by job does, whatever the new ends (before, at or after `by_s`)."""
+    at_once, one_by_one = RunningProfile(total), RunningProfile(total)
+    for job, (end_s, procs, _) in enumerate(jobs):
+        if at_once.used_procs + procs > total:
+            break
+        at_once.add(job, 0, end_s, procs, checked=False)
+        one_by_one.add(job, 0, end_s, procs, checked=False)
+    ending = at_once.ending_by(by_s)
+    old_ends = dict((job, end_s) for end_s, job in ending)
+    new_ends = {job: old_ends[job] + delay for job, delay in postponed if job in old_ends}
+    at_once.postpone_first(len(ending), new_ends)
+    for job, new_end_s in new_ends.items():
+        one_by_one.move(job, old_ends[job], new_end_s)
+    assert at_once.ends() == one_by_one.ends()
+    assert at_once.ending_by(10**6) == one_by_one.ending_by(10**6)
+    assert at_once.used_procs == one_by_one.used_procs

@@ -355,3 +355,13 @@ def test_clip_prediction_is_max_one_min_int_request(value, requested_s) -> None:
         expected = max(1, min(int(value), requested_s))
     got = clip_prediction(value, requested_s)
     assert got == expected and type(got) is type(expected)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.integers(1, 10**7), st.integers(1, 10**7), st.integers(0, 15))
+def test_incremental_is_min_of_initial_plus_step_and_request(requested_s, initial_s, done) -> None:
+    """The comparison form of INCREMENTAL (round 3 of docs/performance.md's issue 13, item 5)
+    against the formula it replaced."""
+    expected = (requested_s if done >= len(INCREMENTAL_STEPS_S)
+                else min(initial_s + INCREMENTAL_STEPS_S[done], requested_s))
+    assert CORRECTIONS["incremental"].corrected_prediction_s(requested_s, initial_s, done, 0) == expected

@@ -280,8 +280,9 @@ class Simulation:
         prediction_s, run_s, corrected_prediction_s = (
             self.prediction_s, self.run_s, self.correction.corrected_prediction_s
         )
-        corrected = False
-        for end_s, index in self.profile.ending_by(now_s):
+        new_ends: dict[int, int] = {}
+        ending = self.profile.ending_by(now_s)
+        for end_s, index in ending:
             job_run_s = run_s[index]
             if prediction_s[index] >= job_run_s:
                 continue
@@ -300,10 +301,10 @@ class Simulation:
                 if new_prediction >= job_run_s or at_s > now_s:
                     break
             self.corrections[index] = corrections
-            self.profile.move(index, end_s, at_s)
+            new_ends[index] = at_s
             prediction_s[index] = new_prediction
-            corrected = True
-        if corrected:
+        if new_ends:
+            self.profile.postpone_first(len(ending), new_ends)
             # The plan changed: the next submission checks the reservation again (`_still_valid`).
             self.plan_moved = True
 
