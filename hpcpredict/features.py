@@ -351,9 +351,14 @@ class FeatureState:
     def job_submitted(
         self, request: JobRequest, now_s: float, out: np.ndarray | None = None
     ) -> np.ndarray:
-        """The submission event: x_j as of `now_s`, then the submission is recorded."""
+        """The submission event: x_j as of `now_s`, then the submission is recorded (as
+        `record_submission` does, written out: this runs once per submission)."""
         x = self.compute(request, now_s, out)
-        self.record_submission(request)
+        user = self.users.get(request.user_id)
+        if user is None:
+            user = self.users[request.user_id] = UserHistory()
+        user.n_submitted += 1
+        user.sum_submitted_procs += request.procs
         return x
 
     def late_submission(

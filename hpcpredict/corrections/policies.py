@@ -15,7 +15,7 @@ in the daemon's checkpoint, so the SLURM corrector stays restartable.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Protocol
+from typing import ClassVar, Protocol
 
 import numpy as np
 
@@ -59,7 +59,10 @@ class CorrectionPolicy(Protocol):
 
 
 class _Stateless:
-    """The pure policies hear starts and ends and ignore them."""
+    """The pure policies hear starts and ends and ignore them (`ignores_jobs`: the simulator
+    does not call them, two calls per job saved)."""
+
+    ignores_jobs: ClassVar[bool] = True
 
     def job_started(self, request: JobRequest, now_s: int) -> None:
         pass

@@ -175,6 +175,8 @@ class Nag:
         state.w, state.s, state.g_sum = table[W_ROW], table[S_ROW], table[G_SUM_ROW]
         self._table = table
         self._state = state
+        # w as a plain attribute: read at every prediction, where the property costs a call.
+        self.weights = state.w
 
     def __getstate__(self) -> dict[str, object]:
         """Pickle and deepcopy keep no view: the state's arrays would come back as copies apart

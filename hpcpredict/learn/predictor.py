@@ -99,6 +99,7 @@ from hpcpredict.learn.nag import (
     save_npz_atomic,
     step_constants,
 )
+from hpcpredict.learn.nag_kernels import expand_and_score
 from hpcpredict.learn.polynomial import QuadraticExpansion
 from hpcpredict.predictors import clip_prediction
 
@@ -430,8 +431,9 @@ class LearnedPredictor:
         if self._robust:
             self._expansion.expand(self._scaled(x), phi)
             return phi, self._score(phi)
-        # Expansion and dot product in one compiled call (docs/performance.md, issue 13 item 5).
-        return phi, self._expansion.score(x, self.nag.state.w, phi)
+        # Expansion and dot product in one compiled call (docs/performance.md, issue 13 item 5),
+        # called directly: `QuadraticExpansion.score` without its own call (round 3).
+        return phi, expand_and_score(x, self.nag.weights, phi)
 
     def _scaled(self, x: np.ndarray) -> np.ndarray:
         """x as the model sees it: with robust features the break time is log(1 + seconds)."""

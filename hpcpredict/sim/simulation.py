@@ -104,6 +104,8 @@ class Simulation:
         self.scheduler = scheduler
         self.predictor = predictor
         self.correction = correction
+        # A pure policy (`policies._Stateless`) ignores starts and ends: not called for them.
+        self.correction_hears_jobs = not getattr(correction, "ignores_jobs", False)
         self.decide_on_correction = decide_on_correction
         self.exhaustive = exhaustive
         count = len(jobs)
@@ -251,7 +253,8 @@ class Simulation:
     def _termination(self, index: int) -> None:
         now_s, request, run_s = self.now_s, self.requests[index], self.run_s[index]
         self.predictor.job_ended(request, run_s, now_s)
-        self.correction.job_ended(request, run_s, now_s)
+        if self.correction_hears_jobs:
+            self.correction.job_ended(request, run_s, now_s)
         start_s = self.start_s[index]
         self.profile.remove(index, start_s + self.prediction_s[index])
         if self.by_request is not None:
@@ -365,7 +368,8 @@ class Simulation:
             self.by_request.add(index, now_s, now_s + self.requested_s[index], procs, checked=False)
             self.unpinned_running.add(index)
         self.predictor.job_started(request, now_s)
-        self.correction.job_started(request, now_s)
+        if self.correction_hears_jobs:
+            self.correction.job_started(request, now_s)
         heappush(self.events, (now_s + run_s, next(self.sequence), index))
 
     def _remember(self, reservation: Reservation | None) -> None:
