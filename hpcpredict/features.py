@@ -378,11 +378,16 @@ class FeatureState:
 
     def job_started(self, request: JobRequest, now_s: float) -> None:
         """The job joins its user's running set (features 11-15)."""
-        self._user(request.user_id).add_running(request.job_id, float(request.procs), now_s)
+        user = self.users.get(request.user_id)  # `_user` written out: once per start
+        if user is None:
+            user = self.users[request.user_id] = UserHistory()
+        user.add_running(request.job_id, float(request.procs), now_s)
 
     def job_ended(self, request: JobRequest, run_s: float, end_s: float) -> None:
         """The job leaves the running set and becomes the user's last completed job."""
-        user = self._user(request.user_id)
+        user = self.users.get(request.user_id)  # `_user` written out: once per end
+        if user is None:
+            user = self.users[request.user_id] = UserHistory()
         user.remove_running(request.job_id)
         user.add_completed(float(run_s), float(end_s))
 

@@ -141,4 +141,20 @@ def test_a_copied_waiting_queue_keeps_its_rows_in_its_own_table():
         assert twin.table[PREDICTION_ROW].tolist() == [5, 3, 0]
         assert twin.prediction_s.base is twin.table and twin.is_waiting.tolist() == [1, 1, 0]
         assert twin.requested_s.tolist() == [9, 8, 7] and twin.procs.tolist() == [4, 2, 1]
+        assert twin.candidates().tolist() == [0, 1]  # written through the twin's own views
     assert queue.table[PREDICTION_ROW].tolist() == [5, 0, 0]
+    assert queue.candidates().tolist() == [0]
+
+
+def test_a_waiting_queue_grows_its_candidate_list_and_keeps_writing_to_it():
+    """Past its first capacity (16 here) the candidate list is reallocated; `add` writes
+    through a memoryview, which must follow the new list."""
+    from hpcpredict.sim.schedulers import WaitingQueue
+
+    queue = WaitingQueue(np.ones(40, dtype=np.int64))
+    for job in range(40):
+        queue.add(job, job + 1)
+    assert queue.candidates().tolist() == list(range(40))
+    assert queue.prediction_s.tolist() == list(range(1, 41))
+    queue.remove(3)
+    assert queue.is_waiting[3] == 0 and len(queue) == 39

@@ -43,7 +43,8 @@ class RunningProfile:
         by requested end): there a job whose termination is pending at `now_s` still looks busy,
         and the first view has already checked the allocation.
         """
-        if checked:
+        # (free_now only when the processors not held do not suffice: it can only add to them)
+        if checked and procs > self.total_procs - self.used_procs:
             free = self.free_now(now_s)
             if procs > free:
                 raise AssertionError(f"over-allocation at {now_s}: job {job} needs {procs}, {free} free")

@@ -43,6 +43,8 @@ _ROW_VIEWS = {
     "procs": PROCS_ROW, "prediction_s": PREDICTION_ROW, "requested_s": REQUESTED_ROW,
     "sjbf_key": SJBF_KEY_ROW, "is_waiting": WAITING_ROW, "work": WORK_ROW,
 }
+# Memoryviews of three of those rows and of the candidate list, rebuilt with them (never pickled).
+_MEMORY_VIEWS = ("_prediction_view", "_key_view", "_waiting_view", "_order_view")
 
 
 class WaitingQueue:
@@ -63,7 +65,7 @@ class WaitingQueue:
     __slots__ = (
         "table", "procs", "prediction_s", "sjbf_key", "is_waiting", "_order", "_size", "count",
         "_head", "procs_list", "prediction_list", "waiting_list", "requested_s", "requested_list",
-        "submit_list", "work",
+        "submit_list", "work", "_last_added", *_MEMORY_VIEWS,
     )
 
     def __init__(
@@ -86,6 +88,8 @@ class WaitingQueue:
         self.sjbf_key[:] = _NO_KEY
         self._order = np.empty(max(16, min(size, 1024)), dtype=np.int64)  # indices, ascending
         self._size = 0  # used length of _order, stale entries included
+        self._last_added = -1  # the last job added (jobs come in index order)
+        self._bind_order()
         self.count = 0
         # Lowest job index that may still be waiting. Jobs arrive in index order, so the head
         # (the lowest waiting index) only ever moves forward: a cursor finds it in O(1)
@@ -100,41 +104,54 @@ class WaitingQueue:
         self.waiting_list: list[bool] = [False] * size
 
     def _bind_rows(self) -> None:
-        """The named arrays (`_ROW_VIEWS`) as views of the table's rows."""
+        """The named arrays (`_ROW_VIEWS`) as views of the table's rows, and the memoryviews
+        `add` and `remove` write through (`_MEMORY_VIEWS`)."""
         for name, row in _ROW_VIEWS.items():
             setattr(self, name, self.table[row])
+        self._prediction_view = memoryview(self.prediction_s)
+        self._key_view = memoryview(self.sjbf_key)
+        self._waiting_view = memoryview(self.is_waiting)
+
+    def _bind_order(self) -> None:
+        self._order_view = memoryview(self._order)
 
     def __getstate__(self) -> dict[str, object]:
         """Pickle and deepcopy would turn the row views into copies apart from the table (the
         pass would read stale rows): the copy binds its rows to its own table again."""
-        return {name: getattr(self, name) for name in self.__slots__ if name not in _ROW_VIEWS}
+        return {name: getattr(self, name) for name in self.__slots__
+                if name not in _ROW_VIEWS and name not in _MEMORY_VIEWS}
 
     def __setstate__(self, saved: dict[str, object]) -> None:
         for name, value in saved.items():
             setattr(self, name, value)
         self._bind_rows()
+        self._bind_order()
 
     def __len__(self) -> int:
         return self.count
 
     def add(self, job: int, prediction_s: int) -> None:
-        if self._size and job <= self._order[self._size - 1]:
+        # The arrays are written through memoryviews: an element written from Python costs
+        # about half what numpy's item assignment costs (once per submission and per start).
+        if job <= self._last_added:
             raise AssertionError(f"job {job} submitted out of order")
+        self._last_added = job
         if self._size == len(self._order):
             self._compact()
             if self._size == len(self._order):
                 self._order = np.concatenate([self._order, np.empty_like(self._order)])
-        self._order[self._size] = job
+                self._bind_order()
+        self._order_view[self._size] = job
         self._size += 1
-        self.prediction_s[job] = prediction_s
-        self.sjbf_key[job] = (prediction_s << 32) | job
-        self.is_waiting[job] = 1
+        self._prediction_view[job] = prediction_s
+        self._key_view[job] = (prediction_s << 32) | job
+        self._waiting_view[job] = 1
         self.prediction_list[job] = prediction_s
         self.waiting_list[job] = True
         self.count += 1
 
     def remove(self, job: int) -> None:
-        self.is_waiting[job] = 0
+        self._waiting_view[job] = 0
         self.waiting_list[job] = False
         self.count -= 1
 
@@ -226,7 +243,7 @@ class Scheduler:
         if self.backfill_order is None or waiting.count == 0:
             return None
         head = waiting.head()
-        guarded = self.guard_due(now_s, waiting, head)
+        guarded = self.starvation_guard_s is not None and self.guard_due(now_s, waiting, head)
         if guarded:
             if requested_profile is None:
                 raise ValueError("the starvation guard needs the running jobs by requested end")
