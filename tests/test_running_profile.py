@@ -75,23 +75,24 @@ def test_reservation_free_now_and_ending_by_follow_their_definitions(total, now_
     total=st.integers(1, 200),
     by_s=st.integers(0, 40),
     jobs=running_jobs,
-    postponed=st.lists(st.tuples(st.integers(0, 39), st.integers(0, 60)), max_size=12),
+    postponed=st.dictionaries(st.integers(0, 39), st.integers(0, 60), max_size=12),
 )
-def test_postponing_the_first_jobs_at_once_is_moving_them_one_by_one(total, by_s, jobs, postponed):
-    """`postpone_first` (the corrections before an event in one pass) leaves the profile as
-    `move` job by job does, whatever the new ends (before, at or after `by_s`)."""
-    at_once, one_by_one = RunningProfile(total), RunningProfile(total)
+def test_postponing_jobs_by_position_is_moving_them_one_by_one(total, by_s, jobs, postponed):
+    """`postpone` (the corrections before an event, by position) leaves the profile as `move`
+    job by job does, whatever the new ends (before, at or after `by_s`)."""
+    by_position, one_by_one = RunningProfile(total), RunningProfile(total)
     for job, (end_s, procs, _) in enumerate(jobs):
-        if at_once.used_procs + procs > total:
+        if by_position.used_procs + procs > total:
             break
-        at_once.add(job, 0, end_s, procs, checked=False)
+        by_position.add(job, 0, end_s, procs, checked=False)
         one_by_one.add(job, 0, end_s, procs, checked=False)
-    ending = at_once.ending_by(by_s)
-    old_ends = dict((job, end_s) for end_s, job in ending)
-    new_ends = {job: old_ends[job] + delay for job, delay in postponed if job in old_ends}
-    at_once.postpone_first(len(ending), new_ends)
-    for job, new_end_s in new_ends.items():
-        one_by_one.move(job, old_ends[job], new_end_s)
-    assert at_once.ends() == one_by_one.ends()
-    assert at_once.ending_by(10**6) == one_by_one.ending_by(10**6)
-    assert at_once.used_procs == one_by_one.used_procs
+    moves = []
+    for position, (end_s, job) in enumerate(by_position.ending_by(by_s)):
+        if job in postponed:
+            moves.append((position, end_s + postponed[job]))
+            one_by_one.move(job, end_s, end_s + postponed[job])
+    if moves:
+        by_position.postpone(moves)
+    assert by_position.ends() == one_by_one.ends()
+    assert by_position.ending_by(10**6) == one_by_one.ending_by(10**6)
+    assert by_position.used_procs == one_by_one.used_procs

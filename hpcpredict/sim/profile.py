@@ -61,22 +61,27 @@ class RunningProfile:
         self._delete(job, old_end_s)
         insort(self._by_end, (new_end_s, job, self._procs[job]))
 
-    def postpone_first(self, first: int, new_ends: dict[int, int]) -> None:
-        """Move each job of `new_ends` (job -> new predicted end) to its new end, in one pass.
+    def postpone(self, moves: list[tuple[int, int]]) -> None:
+        """Move jobs to new predicted ends: `moves` holds (position, new end) by increasing
+        position, positions in the order `ending_by` lists the jobs (the first entries).
 
-        The jobs must be among the `first` entries by predicted end (those `ending_by` listed).
-        The entries kept stay sorted, and each moved one is inserted in order, so the list is
-        what `move` job by job gives (entries are distinct: one per job): one slice assignment
-        instead of a search and a deletion per job, for the corrections before every event
-        (`Simulation._correct_until`: 486 k on a SDSC-BLUE learned replay).
+        The corrections before an event (`Simulation._correct_until`, 486 k job corrections on
+        a SDSC-BLUE learned replay) know where their jobs are: each entry is taken out by its
+        position, with no search (`move` bisects for it), then put back in order. The result
+        is what `move` job by job gives (entries are distinct: one per job).
         """
         by_end = self._by_end
-        front = by_end[:first]
-        by_end[:first] = [entry for entry in front if entry[1] not in new_ends]
-        for _, job, procs in front:
-            new_end_s = new_ends.get(job)
-            if new_end_s is not None:
-                insort(by_end, (new_end_s, job, procs))
+        if len(moves) == 1:
+            position, new_end_s = moves[0]
+            _, job, procs = by_end.pop(position)
+            insort(by_end, (new_end_s, job, procs))
+            return
+        moved = []
+        for position, new_end_s in reversed(moves):  # from the back: positions stay valid
+            _, job, procs = by_end.pop(position)
+            moved.append((new_end_s, job, procs))
+        for entry in moved:
+            insort(by_end, entry)
 
     def _delete(self, job: int, predicted_end_s: int) -> None:
         by_end = self._by_end

@@ -283,9 +283,8 @@ class Simulation:
         prediction_s, run_s, corrected_prediction_s = (
             self.prediction_s, self.run_s, self.correction.corrected_prediction_s
         )
-        new_ends: dict[int, int] = {}
-        ending = self.profile.ending_by(now_s)
-        for end_s, index in ending:
+        moves: list[tuple[int, int]] = []  # (position in the profile, new predicted end)
+        for position, (end_s, index) in enumerate(self.profile.ending_by(now_s)):
             job_run_s = run_s[index]
             if prediction_s[index] >= job_run_s:
                 continue
@@ -304,10 +303,10 @@ class Simulation:
                 if new_prediction >= job_run_s or at_s > now_s:
                     break
             self.corrections[index] = corrections
-            new_ends[index] = at_s
+            moves.append((position, at_s))
             prediction_s[index] = new_prediction
-        if new_ends:
-            self.profile.postpone_first(len(ending), new_ends)
+        if moves:
+            self.profile.postpone(moves)
             # The plan changed: the next submission checks the reservation again (`_still_valid`).
             self.plan_moved = True
 
