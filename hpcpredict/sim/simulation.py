@@ -212,18 +212,20 @@ class Simulation:
             self.predictor.predict(self.requests[index], now_s), self.requested_s[index]
         )
         self.prediction_s[index] = self.initial_prediction_s[index] = predicted
-        queue_was_empty = len(waiting) == 0
+        queue_was_empty = waiting.count == 0
         waiting.add(index, predicted)
+        scheduler = self.scheduler
         if (
             not self.exhaustive
             and not queue_was_empty
             and reservation is not None
             and not self.profile.ends_by(now_s)
             # the head just became due for the guard: its reservation changes rule
-            and (reservation.guarded or not self.scheduler.guard_due(now_s, waiting, reservation.head))
+            and (reservation.guarded or scheduler.starvation_guard_s is None
+                 or not scheduler.guard_due(now_s, waiting, reservation.head))
             and (not self.plan_moved or (reservation := self._still_valid(reservation)) is not None)
         ):
-            self._remember(self.scheduler.consider_new_job(
+            self._remember(scheduler.consider_new_job(
                 now_s, waiting, self.profile, reservation, index, self._start
             ))
         else:
