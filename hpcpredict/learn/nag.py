@@ -37,9 +37,23 @@ from pathlib import Path
 
 import numpy as np
 
-from hpcpredict.learn import nag_kernels as kernels
 from hpcpredict.learn.losses import AsymmetricLoss, Branch, Weight
 from hpcpredict.learn.nag_kernels import (
+    CONSTANT_WEIGHT,
+    ETA_AT,
+    HALF_AT,
+    INV_UNIT_AT,
+    L2_AT,
+    LARGE_AREA,
+    LONG_NARROW,
+    OVER_SQUARE_AT,
+    SHORT_WIDE,
+    SMALL_AREA,
+    SQRT_G_FLOOR_AT,
+    STEP_CONSTANTS,
+    UNDER_SQUARE_AT,
+    WEIGHT_AT,
+    WEIGHT_FLOOR_AT,
     G_SUM_ROW,
     INV_S_ROW,
     S_ROW,
@@ -224,25 +238,25 @@ class Nag:
 
 
 _WEIGHT_CODES = {
-    Weight.CONSTANT: kernels.CONSTANT_WEIGHT,
-    Weight.SHORT_WIDE: kernels.SHORT_WIDE,
-    Weight.LONG_NARROW: kernels.LONG_NARROW,
-    Weight.SMALL_AREA: kernels.SMALL_AREA,
-    Weight.LARGE_AREA: kernels.LARGE_AREA,
+    Weight.CONSTANT: CONSTANT_WEIGHT,
+    Weight.SHORT_WIDE: SHORT_WIDE,
+    Weight.LONG_NARROW: LONG_NARROW,
+    Weight.SMALL_AREA: SMALL_AREA,
+    Weight.LARGE_AREA: LARGE_AREA,
 }
 
 
 def step_constants(loss: AsymmetricLoss, config: NagConfig) -> np.ndarray:
     """What `Nag.step_on_loss` needs of the loss and the hyperparameters, as the one float64
     array `nag_kernels.learn_step` takes (one array to dispatch instead of nine numbers)."""
-    constants = np.zeros(kernels.STEP_CONSTANTS)
-    constants[kernels.ETA_AT] = config.eta
-    constants[kernels.L2_AT] = config.l2
-    constants[kernels.SQRT_G_FLOOR_AT] = _SQRT_G_FLOOR
-    constants[kernels.HALF_AT] = 0.5
-    constants[kernels.OVER_SQUARE_AT] = loss.over is Branch.SQUARE
-    constants[kernels.UNDER_SQUARE_AT] = loss.under is Branch.SQUARE
-    constants[kernels.WEIGHT_AT] = _WEIGHT_CODES[loss.weight]
-    constants[kernels.WEIGHT_FLOOR_AT] = loss.weight_floor
-    constants[kernels.INV_UNIT_AT] = 1.0 / loss.unit_s
+    constants = np.zeros(STEP_CONSTANTS)
+    constants[ETA_AT] = config.eta
+    constants[L2_AT] = config.l2
+    constants[SQRT_G_FLOOR_AT] = _SQRT_G_FLOOR
+    constants[HALF_AT] = 0.5
+    constants[OVER_SQUARE_AT] = loss.over is Branch.SQUARE
+    constants[UNDER_SQUARE_AT] = loss.under is Branch.SQUARE
+    constants[WEIGHT_AT] = _WEIGHT_CODES[loss.weight]
+    constants[WEIGHT_FLOOR_AT] = loss.weight_floor
+    constants[INV_UNIT_AT] = 1.0 / loss.unit_s
     return constants
