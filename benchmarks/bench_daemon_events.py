@@ -97,7 +97,8 @@ def measure_daemon(url: str, directory: Path, jobs: list[tuple[int, int, int, in
     daemon = subprocess.Popen(
         [sys.executable, "-m", "hpcpredict.cli", "serve", "--db", url, "--create-db",
          "--socket", str(socket_path), "--http", "", "--spool", str(directory / "jobcomp.spool"),
-         "--log-level", "warning"]
+         "--log-level", "warning"],
+        cwd=directory,  # not the checkout: `python -m` puts its working directory first on sys.path
     )
     try:
         deadline = time.monotonic() + 60
