@@ -113,6 +113,7 @@ def event_stream(socket_path: str, jobs: list[tuple[int, int, int, int]], stop, 
     k is sent at k / events_per_s seconds after the start (or at its acknowledgement of the one
     before, if that is later): a fixed offered rate, as a cluster's events arrive."""
     sent = 0
+    acknowledged_at = []  # perf_counter (CLOCK_MONOTONIC: comparable across processes)
     began = time.perf_counter()
     with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as connection:
         connection.connect(socket_path)
@@ -136,8 +137,9 @@ def event_stream(socket_path: str, jobs: list[tuple[int, int, int, int]], stop, 
                 if not answer.startswith(b"OK "):
                     raise RuntimeError(f"unexpected answer {answer!r} to {line!r}")
                 sent += 1
+                acknowledged_at.append(time.perf_counter())
         reader.close()
-    out.send((sent, time.perf_counter() - began))
+    out.send((sent, time.perf_counter() - began, np.array(acknowledged_at)))
 
 
 def admin_reads(url: str, token: str, stop, out) -> None:
@@ -185,6 +187,7 @@ def run_mode(socket_path: str, requests: list[bytes], clients: int, per_client: 
         "p99_ms": 1e3 * float(np.percentile(latencies, 99)),
         "max_ms": 1e3 * float(latencies.max()),
         "over_timeout": int((latencies > PLUGIN_TIMEOUT_S).sum()),
+        "window": (began, began + elapsed),  # perf_counter: when the PREDICTs ran
         # where the two cores went: the daemon's whole process (loaded runs: events and the HTTP
         # front included; the read worker is another process) and the PREDICT clients
         "daemon_us": 1e6 * daemon_cpu_s / len(latencies),
@@ -215,8 +218,12 @@ def run_loaded(socket_path: str, http_url: str, token: str, requests: list[bytes
     stop.set()
     notes = []
     if stream:
-        events, stream_s = stream_pipe.recv()
-        notes.append(f"event stream {events:,} events in {stream_s:.1f} s ({events / stream_s:,.0f}/s acknowledged)")
+        events, stream_s, acknowledged_at = stream_pipe.recv()
+        # the stream starts a second before the PREDICTs: its rate while they ran is the one to read
+        start, end = row["window"]
+        during = int(((acknowledged_at >= start) & (acknowledged_at <= end)).sum())
+        notes.append(f"event stream {events:,} events in {stream_s:.1f} s ({events / stream_s:,.0f}/s acknowledged; "
+                     f"{during / (end - start):,.0f}/s while the PREDICTs ran)")
     if admin:
         durations = reads_pipe.recv()
         if isinstance(durations, Exception):
