@@ -190,3 +190,37 @@ def test_out_of_file_descriptors_pauses_accepting_then_serves_the_waiting_client
 )
 def test_one_line_takes_exactly_one_complete_line_within_the_limit(data: bytes, line: bytes | None) -> None:
     assert one_line(data) == line
+
+
+def test_a_burst_of_connections_leaves_the_loop_to_its_other_work_between_batches(running: Running) -> None:
+    """At most ACCEPT_BATCH connections are served per turn of the loop, so that an event's
+    read, learning step and answer (a turn each) are not held behind a storm of PREDICTs."""
+    loop = running.daemon._loop
+    assert loop is not None
+    metrics = running.daemon.handlers.metrics
+    seen: list[int] = []
+    done = threading.Event()
+
+    def record(turns_left: int) -> None:  # one call per turn of the loop
+        seen.append(metrics.answered_at_accept)
+        if turns_left:
+            loop.call_soon(record, turns_left - 1)
+        else:
+            done.set()
+
+    burst = 3 * socket_server.ACCEPT_BATCH + 1
+    with loop_held(running):
+        clients = []
+        for _ in range(burst):
+            client = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            client.settimeout(10)
+            client.connect(running.config.socket)
+            client.sendall(b"PING\n")
+            client.shutdown(socket.SHUT_WR)
+            clients.append(client)
+        loop.call_soon_threadsafe(record, 6)
+    assert done.wait(10)
+    assert all(read_all(client).startswith(b"OK version=1") for client in clients)
+    served_per_turn = [after - before for before, after in zip(seen, seen[1:])]
+    assert max(served_per_turn) <= socket_server.ACCEPT_BATCH
+    assert sum(served_per_turn) == burst  # all served within the turns recorded
