@@ -5,6 +5,7 @@ everything else still goes through `LineProtocol`, with what was read first."""
 from __future__ import annotations
 
 import errno
+import logging
 import socket
 import threading
 from collections.abc import Iterator
@@ -224,3 +225,16 @@ def test_a_burst_of_connections_leaves_the_loop_to_its_other_work_between_batche
     served_per_turn = [after - before for before, after in zip(seen, seen[1:])]
     assert max(served_per_turn) <= socket_server.ACCEPT_BATCH
     assert sum(served_per_turn) == burst  # all served within the turns recorded
+
+
+def test_a_client_gone_before_its_answer_costs_nothing_but_its_connection(
+    running: Running, caplog: pytest.LogCaptureFixture
+) -> None:
+    with loop_held(running):
+        client = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        client.connect(running.config.socket)
+        client.sendall(b"PREDICT uid=1000 procs=8 time_limit=3600\n")
+        client.close()  # sent, half-closed and gone: the answer meets a closed socket
+    with running.client() as daemon:
+        assert daemon.request("PING")["version"] == "1"
+    assert not [record for record in caplog.records if record.levelno >= logging.ERROR]

@@ -81,7 +81,8 @@ async def start_socket(path: Path, config: DaemonConfig, handlers: Handlers, wri
 
 
 def send_now(connection: socket.socket, data: bytes) -> int:
-    """Bytes of `data` the kernel took at once (0 if none) from a non-blocking socket."""
+    """Bytes of `data` the kernel took at once (0 if none) from a non-blocking socket; OSError
+    when the connection is broken."""
     try:
         return connection.send(data)
     except (BlockingIOError, InterruptedError):
@@ -185,7 +186,11 @@ class SocketServer:
             return False
         else:
             answer = answer_and_count(self.handlers, request, began)
-        sent = send_now(connection, answer)
+        try:
+            sent = send_now(connection, answer)
+        except OSError:  # the client is gone already (EPIPE, ECONNRESET): nobody to answer
+            connection.close()
+            return True
         if sent == len(answer):
             self.handlers.metrics.answered_at_accept += 1
             connection.close()
