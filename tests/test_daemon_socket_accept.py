@@ -8,6 +8,7 @@ import errno
 import logging
 import socket
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -114,7 +115,10 @@ def test_anything_else_is_served_by_a_line_protocol_from_the_bytes_already_read(
     running: Running, payload: bytes, half_close: bool, answers: list[bytes] | None
 ) -> None:
     client = sent_before_accept(running, payload, half_close=half_close)
-    if answers is None:  # finish the line now, over the transport the connection was handed
+    if answers is None:  # finish the line once the daemon has read its start (and handed it over)
+        deadline = time.monotonic() + 10
+        while running.daemon.handlers.metrics.connections < 1 and time.monotonic() < deadline:
+            time.sleep(0.001)
         client.sendall(b"cs=8 time_limit=3600\n")
         client.shutdown(socket.SHUT_WR)
         answers = [b"OK prediction="]

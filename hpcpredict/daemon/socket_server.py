@@ -154,8 +154,8 @@ class SocketServer:
                     return
                 continue  # this one connection failed (ECONNABORTED...): the next may not
             connection.setblocking(False)
-            self.handlers.metrics.connections += 1
             self._first_read(connection)
+            self.handlers.metrics.connections += 1  # counted once its first read is done
 
     def _first_read(self, connection: socket.socket) -> None:
         began = time.perf_counter()
