@@ -115,12 +115,15 @@ def main() -> None:
     try:
         recent = directory / "recent.swf"
         recent.write_text(ending_a_day_ago(args.log, workload))
+        # from the scratch directory: `python -m` puts its working directory first on sys.path,
+        # so from a checkout it would run that checkout's code whatever PYTHONPATH says
         subprocess.run([sys.executable, "-m", "hpcpredict.cli", "train", str(recent), "--db", db], check=True,
-                       stdout=subprocess.DEVNULL)
+                       stdout=subprocess.DEVNULL, cwd=directory)
         daemon = subprocess.Popen(
             [sys.executable, "-m", "hpcpredict.cli", "serve", "--db", db, "--socket", socket_path,
              "--http", f"127.0.0.1:{args.port}", *auth, "--spool", str(directory / "jobcomp.spool"),
-             "--log-level", "warning"]
+             "--log-level", "warning"],
+            cwd=directory,
         )
         wait_for_http(url, daemon)
         report_jobs(socket_path, workload, args.live_jobs)

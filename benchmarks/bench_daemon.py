@@ -13,7 +13,9 @@ daemon not ready (docs/daemon.md), and PREDICT would then answer the requests wi
 the model, which is not what is measured here.
 
 * ``persistent`` — one connection per client, requests back to back (a tool, the corrector);
-* ``per-request`` — connect, ask, close, as the SLURM plugin does at every ``sbatch``;
+* ``per-request`` — connect, send one PREDICT, half-close, read the answer, close, as the SLURM
+  plugin does at every ``sbatch`` (``--no-half-close``: without the half-close, as the plugin
+  did before; the daemon then serves the connection with a transport instead of at accept);
 * ``per-request, loaded`` (issue 17) — the same, while an *event stream* (one client sending
   SUBMIT, START and END for new jobs as fast as they are acknowledged) and a *heavy admin read*
   (``GET /errors`` in a loop, over every live job the store holds) run against the same daemon.
@@ -36,6 +38,10 @@ the admin reads' duration.
 
 Latency is the client's round trip (connect included in per-request mode), measured in the
 client, so it includes the client's own Python overhead: an upper bound on the daemon's share.
+The clients and the daemon share the machine's cores, so each row also gives the CPU time the
+daemon's process (all its threads; in loaded runs its events and HTTP front too, not the read
+worker's process) and the PREDICT clients spent per PREDICT: the daemon's figure is the steady
+one on a shared machine, and the two say which side limits the throughput.
 The goal (issues 6 and 17): p99 < 2 ms and >= 5,000 predictions/s in connect-ask-close mode on
 this machine, with events and admin reads flowing, and no PREDICT over 300 ms.
 """
@@ -60,7 +66,7 @@ from pathlib import Path
 
 import numpy as np
 
-import hpcpredict
+from bench_daemon_cpu import cpu_s  # this folder's benchmarks
 from hpcpredict.workload import load_workload
 
 REPO = Path(__file__).resolve().parents[1]
@@ -70,31 +76,33 @@ PRELOADED_JOB_IDS = 1_000_000  # live jobs given to the store before the benchma
 STREAM_JOB_IDS = 2_000_000  # the event stream's jobs start here
 
 
-def client(socket_path: str, lines: list[bytes], per_request: bool, start_at: float, out) -> None:
+def client(socket_path: str, lines: list[bytes], per_request: bool, start_at: float, out,
+           half_close: bool = True) -> None:
     while time.time() < start_at:  # all clients start together
         time.sleep(0.0005)
     latencies = np.empty(len(lines))
     connection = None
-    reader = None
+    cpu_began = time.process_time()
     for i, line in enumerate(lines):
         began = time.perf_counter()
         if connection is None:
             connection = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
             connection.connect(socket_path)
-            reader = connection.makefile("rb")
         connection.sendall(line)
-        answer = reader.readline()
+        if per_request and half_close:  # one request, then the half-close, as the plugin does
+            connection.shutdown(socket.SHUT_WR)
+        answer = connection.recv(4096)
+        while not answer.endswith(b"\n"):
+            answer += connection.recv(4096)
         if per_request:
-            reader.close()
             connection.close()
             connection = None
         latencies[i] = time.perf_counter() - began
         if not answer.startswith(b"OK prediction="):
             raise RuntimeError(f"unexpected answer {answer!r} to {line!r}")
     if connection is not None:
-        reader.close()
         connection.close()
-    out.send((latencies, time.perf_counter()))
+    out.send((latencies, time.perf_counter(), time.process_time() - cpu_began))
 
 
 def event_stream(socket_path: str, jobs: list[tuple[int, int, int, int]], stop, out,
@@ -105,6 +113,7 @@ def event_stream(socket_path: str, jobs: list[tuple[int, int, int, int]], stop, 
     k is sent at k / events_per_s seconds after the start (or at its acknowledgement of the one
     before, if that is later): a fixed offered rate, as a cluster's events arrive."""
     sent = 0
+    acknowledged_at = []  # perf_counter (CLOCK_MONOTONIC: comparable across processes)
     began = time.perf_counter()
     with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as connection:
         connection.connect(socket_path)
@@ -128,8 +137,9 @@ def event_stream(socket_path: str, jobs: list[tuple[int, int, int, int]], stop, 
                 if not answer.startswith(b"OK "):
                     raise RuntimeError(f"unexpected answer {answer!r} to {line!r}")
                 sent += 1
+                acknowledged_at.append(time.perf_counter())
         reader.close()
-    out.send((sent, time.perf_counter() - began))
+    out.send((sent, time.perf_counter() - began, np.array(acknowledged_at)))
 
 
 def admin_reads(url: str, token: str, stop, out) -> None:
@@ -150,18 +160,20 @@ def admin_reads(url: str, token: str, stop, out) -> None:
 
 
 def run_mode(socket_path: str, requests: list[bytes], clients: int, per_client: int, per_request: bool,
-             label: str | None = None) -> dict:
+             label: str | None = None, daemon_pid: int | None = None, half_close: bool = True) -> dict:
     start_at = time.time() + 0.5
     pipes, processes = [], []
     for c in range(clients):
         lines = [requests[(c * per_client + i) % len(requests)] for i in range(per_client)]
         parent, child = multiprocessing.Pipe(duplex=False)
-        process = multiprocessing.Process(target=client, args=(socket_path, lines, per_request, start_at, child))
+        process = multiprocessing.Process(target=client, args=(socket_path, lines, per_request, start_at, child, half_close))
         process.start()
         pipes.append(parent)
         processes.append(process)
     began = time.perf_counter() + (start_at - time.time())
+    daemon_cpu_began = cpu_s(daemon_pid) if daemon_pid else float("nan")
     results = [pipe.recv() for pipe in pipes]
+    daemon_cpu_s = cpu_s(daemon_pid) - daemon_cpu_began if daemon_pid else float("nan")
     for process in processes:
         process.join()
     latencies = np.concatenate([r[0] for r in results])
@@ -175,12 +187,18 @@ def run_mode(socket_path: str, requests: list[bytes], clients: int, per_client: 
         "p99_ms": 1e3 * float(np.percentile(latencies, 99)),
         "max_ms": 1e3 * float(latencies.max()),
         "over_timeout": int((latencies > PLUGIN_TIMEOUT_S).sum()),
+        "window": (began, began + elapsed),  # perf_counter: when the PREDICTs ran
+        # where the two cores went: the daemon's whole process (loaded runs: events and the HTTP
+        # front included; the read worker is another process) and the PREDICT clients
+        "daemon_us": 1e6 * daemon_cpu_s / len(latencies),
+        "clients_us": 1e6 * sum(r[2] for r in results) / len(latencies),
     }
 
 
 def run_loaded(socket_path: str, http_url: str, token: str, requests: list[bytes], jobs, clients: int,
                per_client: int, *, stream: bool = True, admin: bool = True,
-               events_per_s: float | None = None, first_job_id: int = STREAM_JOB_IDS) -> tuple[dict, str]:
+               events_per_s: float | None = None, first_job_id: int = STREAM_JOB_IDS,
+               daemon_pid: int | None = None, half_close: bool = True) -> tuple[dict, str]:
     """Connect-ask-close PREDICTs while the event stream and/or the admin reads run."""
     stop = multiprocessing.Event()
     stream_pipe, stream_child = multiprocessing.Pipe(duplex=False)
@@ -195,12 +213,17 @@ def run_loaded(socket_path: str, http_url: str, token: str, requests: list[bytes
     time.sleep(1.0)  # under way before the PREDICTs start
     events = "events" if events_per_s is None else f"events at {events_per_s:g}/s"
     label = "per-request, " + " + ".join([events] * stream + ["GET /errors"] * admin)
-    row = run_mode(socket_path, requests, clients, per_client, per_request=True, label=label)
+    row = run_mode(socket_path, requests, clients, per_client, per_request=True, label=label, daemon_pid=daemon_pid,
+                   half_close=half_close)
     stop.set()
     notes = []
     if stream:
-        events, stream_s = stream_pipe.recv()
-        notes.append(f"event stream {events:,} events in {stream_s:.1f} s ({events / stream_s:,.0f}/s acknowledged)")
+        events, stream_s, acknowledged_at = stream_pipe.recv()
+        # the stream starts a second before the PREDICTs: its rate while they ran is the one to read
+        start, end = row["window"]
+        during = int(((acknowledged_at >= start) & (acknowledged_at <= end)).sum())
+        notes.append(f"event stream {events:,} events in {stream_s:.1f} s ({events / stream_s:,.0f}/s acknowledged; "
+                     f"{during / (end - start):,.0f}/s while the PREDICTs ran)")
     if admin:
         durations = reads_pipe.recv()
         if isinstance(durations, Exception):
@@ -263,6 +286,8 @@ def main() -> None:
     parser.add_argument("--events-per-s", type=float, action="append", default=[], metavar="RATE",
                         help="also a loaded run with the event stream offered at RATE events/s "
                              "(repeatable); the closed-loop loaded run is always made")
+    parser.add_argument("--no-half-close", dest="half_close", action="store_false",
+                        help="per-request clients do not half-close after their request (the plugin before 2026-11-25)")
     args = parser.parse_args()
 
     load_before = " ".join(f"{x:.2f}" for x in os.getloadavg())  # the machine may be shared: say so
@@ -277,7 +302,12 @@ def main() -> None:
     try:
         recent = directory / "recent.swf"
         recent.write_text(ending_a_day_ago(args.log, workload))
-        subprocess.run([sys.executable, "-m", "hpcpredict.cli", "train", str(recent), "--db", db], check=True)
+        # `python -m` puts its working directory first on sys.path: run the daemon from the
+        # scratch directory, so that PYTHONPATH (or the installed package) decides whose code runs
+        code = subprocess.run([sys.executable, "-c", "import hpcpredict; print(hpcpredict.__file__)"],
+                              cwd=directory, check=True, capture_output=True, text=True).stdout.strip()
+        subprocess.run([sys.executable, "-m", "hpcpredict.cli", "train", str(recent), "--db", db], check=True,
+                       cwd=directory)
         if args.preload_jobs:
             began = time.perf_counter()
             preload(db, workload, args.preload_jobs)
@@ -290,7 +320,8 @@ def main() -> None:
         http_url = f"http://127.0.0.1:{port}"
         daemon = subprocess.Popen(
             [sys.executable, "-m", "hpcpredict.cli", "serve", "--db", db, "--socket", socket_path,
-             "--http", f"127.0.0.1:{port}", "--http-token-file", str(token_file), "--spool", str(directory / "jobcomp.spool"), "--log-level", "warning"]
+             "--http", f"127.0.0.1:{port}", "--http-token-file", str(token_file), "--spool", str(directory / "jobcomp.spool"), "--log-level", "warning"],
+            cwd=directory,
         )
         deadline = time.monotonic() + 30
         while not os.path.exists(socket_path):
@@ -304,8 +335,9 @@ def main() -> None:
             if b" ready=1" not in probe.recv(4096):
                 raise SystemExit("the daemon is not ready: PREDICT would not go through the model")
         rows = [
-            run_mode(socket_path, requests, args.clients, args.requests, per_request=False),
-            run_mode(socket_path, requests, args.clients, args.requests, per_request=True),
+            run_mode(socket_path, requests, args.clients, args.requests, per_request=False, daemon_pid=daemon.pid),
+            run_mode(socket_path, requests, args.clients, args.requests, per_request=True, daemon_pid=daemon.pid,
+                     half_close=args.half_close),
         ]
         notes = []
         if not args.no_loaded:
@@ -314,7 +346,8 @@ def main() -> None:
                 # each run's stream reports new jobs (ids past the last run's), as the first did
                 row, note = run_loaded(socket_path, http_url, token, requests, jobs, args.clients, args.requests,
                                        stream=not args.no_stream, admin=not args.no_admin,
-                                       events_per_s=events_per_s, first_job_id=STREAM_JOB_IDS + run * len(jobs))
+                                       events_per_s=events_per_s, first_job_id=STREAM_JOB_IDS + run * len(jobs),
+                                       daemon_pid=daemon.pid, half_close=args.half_close)
                 rows.append(row)
                 notes.append(note)
         daemon.send_signal(signal.SIGTERM)
@@ -324,13 +357,16 @@ def main() -> None:
 
     print(f"# {platform.processor() or platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}, "
           f"model trained on {args.log.name} ({len(workload.jobs):,} jobs)")
-    print(f"# daemon code: {Path(hpcpredict.__file__).parent} (what `import hpcpredict` finds; PYTHONPATH decides)")
+    print(f"# daemon code: {Path(code).parent} (what `import hpcpredict` finds from a scratch directory; "
+          "PYTHONPATH decides)")
     print(f"# load average before/after: {load_before} / {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
-    print("| mode | clients | requests | predictions/s | p50 ms | p99 ms | max ms | over 300 ms |")
-    print("|---|---:|---:|---:|---:|---:|---:|---:|")
+    print("| mode | clients | requests | predictions/s | p50 ms | p99 ms | max ms | over 300 ms "
+          "| daemon µs CPU / PREDICT | clients µs CPU / PREDICT |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for row in rows:
         print(f"| {row['mode']} | {row['clients']} | {row['requests']:,} | {row['per_s']:,.0f} | "
-              f"{row['p50_ms']:.3f} | {row['p99_ms']:.3f} | {row['max_ms']:.2f} | {row['over_timeout']} |")
+              f"{row['p50_ms']:.3f} | {row['p99_ms']:.3f} | {row['max_ms']:.2f} | {row['over_timeout']} "
+              f"| {row['daemon_us']:.0f} | {row['clients_us']:.0f} |")
     for note in notes:
         print(note)
 

@@ -97,7 +97,8 @@ def measure_daemon(url: str, directory: Path, jobs: list[tuple[int, int, int, in
     daemon = subprocess.Popen(
         [sys.executable, "-m", "hpcpredict.cli", "serve", "--db", url, "--create-db",
          "--socket", str(socket_path), "--http", "", "--spool", str(directory / "jobcomp.spool"),
-         "--log-level", "warning"]
+         "--log-level", "warning"],
+        cwd=directory,  # not the checkout: `python -m` puts its working directory first on sys.path
     )
     try:
         deadline = time.monotonic() + 60
@@ -106,13 +107,13 @@ def measure_daemon(url: str, directory: Path, jobs: list[tuple[int, int, int, in
                 raise SystemExit("the daemon did not start")
             time.sleep(0.05)
         time.sleep(0.5)  # the spool's first pass, warm-up
-        answers: list[tuple[int, float]] = []  # bench_daemon's event stream reports (sent, seconds) here
+        answers: list[tuple[int, float]] = []  # bench_daemon's event stream reports (sent, seconds, acknowledgement times) here
         before_s = cpu_s(daemon.pid)
         loop_before_s = thread_cpu_s(daemon.pid, daemon.pid)  # the main thread runs the event loop
         event_stream(str(socket_path), jobs, threading.Event(), SimpleNamespace(send=answers.append))
         used_s = cpu_s(daemon.pid) - before_s
         loop_s = thread_cpu_s(daemon.pid, daemon.pid) - loop_before_s
-        sent, elapsed_s = answers[0]
+        sent, elapsed_s, _ = answers[0]
     finally:
         daemon.send_signal(signal.SIGTERM)
         daemon.wait(60)

@@ -95,6 +95,9 @@ function common.exchange(settings, line)
 	ok, err = connection:send(line)
 	local answer
 	if ok then
+		-- Nothing more will be sent: the daemon, seeing the request and the half-close together,
+		-- answers as it accepts the connection, its cheapest path (docs/protocol.md).
+		connection:shutdown("send")
 		answer, err = connection:receive("*l")
 	end
 	connection:close()

@@ -32,6 +32,7 @@ class ServiceCounters:
     _latency_sum_s: float = 0.0
     _latency_count: int = 0
     connections: int = 0
+    answered_at_accept: int = 0  # connections whose one PING/PREDICT was answered as accepted
     # PREDICTs answered with the request because the model was not ready, by reason(s)
     fallbacks: Counter[str] = field(default_factory=Counter)
     # The admin API's answers, by endpoint (route name, never the raw path) and status code
@@ -100,6 +101,12 @@ class ServiceCounters:
             sum_value=self._latency_sum_s,
         )
         yield CounterMetricFamily("hpcpredict_connections", "Socket connections accepted.", value=self.connections)
+        yield CounterMetricFamily(
+            "hpcpredict_connections_answered_at_accept",
+            "Socket connections whose one PING or PREDICT had arrived with the client's half-close "
+            "when accepted, answered there without a transport (the plugin's pattern).",
+            value=self.answered_at_accept,
+        )
         fallbacks = CounterMetricFamily(
             "hpcpredict_fallback_predictions",
             "PREDICTs answered with the user's request because the model was not ready, by reason.",

@@ -36,7 +36,7 @@ from hpcpredict.daemon.http_auth import BearerAuth, TokenFileError, load_token, 
 from hpcpredict.daemon.lock import StoreLock, StoreLockedError, lock_store
 from hpcpredict.daemon.protocol import PROTOCOL_VERSION, check_event
 from hpcpredict.daemon.service import PredictionService
-from hpcpredict.daemon.socket_server import start_socket
+from hpcpredict.daemon.socket_server import SocketServer, start_socket
 from hpcpredict.daemon.spool import SPOOL_CHUNK_LINES, SpoolIngestion
 from hpcpredict.daemon.writer import DEFAULT_MAX_BACKLOG, StoreWriter, WriterBusyError, WriterStoppedError
 from hpcpredict.job_events import JobEvent
@@ -84,6 +84,7 @@ class Daemon:
         self.http_limits = http_limits
         self._http: AdminApi | None = None
         self.http_address: tuple[str, int] | None = None
+        self.socket_server: SocketServer | None = None  # the plugin's socket, while serving
         self.ready = threading.Event()  # set once both endpoints accept connections
         self.watcher = None  # the SLURM watcher, when config.slurm
 
@@ -141,7 +142,7 @@ class Daemon:
 
     async def _serve(self, path: Path) -> None:
         self._warm_up()
-        server = await start_socket(path, self.config, self.handlers, self.writer)
+        server = self.socket_server = await start_socket(path, self.config, self.handlers, self.writer)
         spool = asyncio.create_task(self._spool_forever())  # reports of jobs ended while down
         try:
             if self.config.http:

@@ -5,13 +5,22 @@ The socket is created with a umask that keeps it private from the first instant,
 connect) and optionally a group. PING and PREDICT are answered on the event loop from memory;
 events are handed to the store writer (writer.py) and answered once committed, in the order of
 the connection's requests: nothing here waits on the database, the HTTP API or its reads.
+
+The plugin connects, sends one PREDICT, half-closes and reads one answer at every ``sbatch``.
+`SocketServer` accepts on the loop itself and answers such a connection as it accepts it, when
+the request and the half-close are already there: no transport, protocol, timer or task for it,
+which halves the daemon's CPU per connect-ask-close PREDICT (docs/performance.md). Every other
+connection (a tool keeping its connection, an event, a request not arrived yet) is served by a
+`LineProtocol` with what was read so far.
 """
 
 from __future__ import annotations
 
 import asyncio
 import collections
+import errno
 import grp
+import logging
 import os
 import socket
 import stat
@@ -25,34 +34,201 @@ from hpcpredict.daemon.paths import state_dir
 from hpcpredict.daemon.protocol import MAX_LINE_BYTES, Request, format_error
 from hpcpredict.daemon.writer import LoopInbox, StoreWriter, WriterBusyError, WriterStoppedError
 
+logger = logging.getLogger(__name__)
+
 IDLE_TIMEOUT_S = 60.0  # a socket client silent this long is disconnected
+LISTEN_BACKLOG = 100  # connections the kernel holds while the loop is busy (asyncio's default)
+# Connections accepted (and answered, when they can be at once) per turn of the loop. Small: an
+# event needs three turns (its request read, its learning step, its answer), and under a storm of
+# PREDICTs new connections keep arriving while the batch is served. With 64, a turn served up to
+# 64 connections (~8 ms here) and events got 24-25/s of the 200/s offered; with 4, 150-183/s.
+ACCEPT_BATCH = 4
+# Out of file descriptors or memory: accepting pauses this long (the pending connections wait in
+# the kernel's queue; the plugin's timeout makes them fail open) instead of spinning on the error.
+ACCEPT_RETRY_S = 1.0
+RECEIVE_BYTES = 65536
 # Events of one connection waiting for the writer; past it the connection is not read until they
 # drain, so a client pipelining 3,000 ENDs is slowed by its socket buffer, not refused, and
 # cannot fill the writer's backlog alone.
 MAX_EVENTS_IN_FLIGHT = 64
 
 
-async def start_socket(
-    path: Path, config: DaemonConfig, handlers: Handlers, writer: StoreWriter
-) -> asyncio.AbstractServer:
+async def start_socket(path: Path, config: DaemonConfig, handlers: Handlers, writer: StoreWriter) -> SocketServer:
     """Listen on `path` for the plugin; refuse to replace a socket some daemon still answers on."""
     clear_stale_socket(path)
     socket_folder(path)
-    loop = asyncio.get_running_loop()
-    inbox = LoopInbox(loop)  # the events' answers, back from the writer (one for every connection)
-    previous = os.umask(0o177)  # private from the first instant; chmod below widens it
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
-        server = await loop.create_unix_server(lambda: LineProtocol(handlers, writer, loop, inbox), path=str(path))
-    finally:
-        os.umask(previous)
-    os.chmod(path, config.socket_mode)
-    if config.socket_group:
+        previous = os.umask(0o177)  # private from the first instant; chmod below widens it
         try:
-            os.chown(path, -1, grp.getgrnam(config.socket_group).gr_gid)
-        except KeyError:
-            server.close()
-            raise DaemonError(f"socket_group: no such group {config.socket_group!r}") from None
+            listener.bind(str(path))
+        finally:
+            os.umask(previous)
+        listener.listen(LISTEN_BACKLOG)
+        listener.setblocking(False)
+        os.chmod(path, config.socket_mode)
+        if config.socket_group:
+            try:
+                os.chown(path, -1, grp.getgrnam(config.socket_group).gr_gid)
+            except KeyError:
+                raise DaemonError(f"socket_group: no such group {config.socket_group!r}") from None
+    except BaseException:
+        listener.close()
+        raise
+    server = SocketServer(listener, handlers, writer, asyncio.get_running_loop())
+    server.start()
     return server
+
+
+def send_now(connection: socket.socket, data: bytes) -> int:
+    """Bytes of `data` the kernel took at once (0 if none) from a non-blocking socket; OSError
+    when the connection is broken."""
+    try:
+        return connection.send(data)
+    except (BlockingIOError, InterruptedError):
+        return 0
+
+
+def one_line(data: bytes) -> bytes | None:
+    """The request when `data` is exactly one complete line within the limit, as `LineProtocol`
+    would cut it; None for anything else (left to `LineProtocol`'s rules)."""
+    end = data.find(b"\n")
+    if end != len(data) - 1 or end > MAX_LINE_BYTES + 1:
+        return None
+    return data[:end].rstrip(b"\r")
+
+
+class SocketServer:
+    """The listening socket, accepted on the loop without asyncio's task per connection.
+
+    A connection whose one request line and half-close have arrived by the time it is accepted
+    (the plugin's pattern) and that asks PING or PREDICT is answered and closed right there;
+    anything else is handed, with the bytes already read, to a `LineProtocol` (asyncio's
+    `connect_accepted_socket`), which applies every rule: events, limits, timeouts, ordering.
+    """
+
+    def __init__(
+        self, listener: socket.socket, handlers: Handlers, writer: StoreWriter, loop: asyncio.AbstractEventLoop
+    ) -> None:
+        self.listener = listener
+        self.handlers = handlers
+        self.writer = writer
+        self.loop = loop
+        self.inbox = LoopInbox(loop)  # the events' answers, back from the writer (one for every connection)
+        self.handovers: set[asyncio.Task[Any]] = set()  # connections being given their transport
+        self.accepting = False
+        self.closed = False
+
+    def start(self) -> None:
+        if not self.closed and not self.accepting:
+            self.loop.add_reader(self.listener.fileno(), self._accept_ready)
+            self.accepting = True
+
+    def close(self) -> None:
+        """Stop accepting (connections already served keep their transports, as asyncio's
+        `Server.close` leaves them)."""
+        if self.accepting:
+            self.loop.remove_reader(self.listener.fileno())
+            self.accepting = False
+        self.closed = True
+        self.listener.close()
+
+    async def wait_closed(self) -> None:
+        """Until the connections being handed over have their transports."""
+        if self.handovers:
+            await asyncio.gather(*self.handovers, return_exceptions=True)
+
+    def _accept_ready(self) -> None:
+        for _ in range(ACCEPT_BATCH):
+            try:
+                connection, _ = self.listener.accept()
+            except (BlockingIOError, InterruptedError):
+                return
+            except OSError as error:
+                if error.errno in (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM):
+                    logger.error("socket: cannot accept connections (%s); retrying in %g s",
+                                 error.strerror or error, ACCEPT_RETRY_S)
+                    self.loop.remove_reader(self.listener.fileno())
+                    self.accepting = False
+                    self.loop.call_later(ACCEPT_RETRY_S, self.start)
+                    return
+                continue  # this one connection failed (ECONNABORTED...): the next may not
+            connection.setblocking(False)
+            self._first_read(connection)
+            self.handlers.metrics.connections += 1  # counted once its first read is done
+
+    def _first_read(self, connection: socket.socket) -> None:
+        began = time.perf_counter()
+        try:
+            received = connection.recv(RECEIVE_BYTES)
+        except (BlockingIOError, InterruptedError):
+            received = None  # nothing sent yet
+        except OSError:
+            connection.close()  # reset by the client already
+            return
+        if received == b"":  # closed without a request
+            connection.close()
+            return
+        if received is not None and self._answer_at_once(connection, received, began):
+            return
+        self._hand_over(connection, received or b"")
+
+    def _answer_at_once(self, connection: socket.socket, received: bytes, began: float) -> bool:
+        """Answer and close a half-closed connection's one PING or PREDICT; False if it is not
+        one (nothing is consumed then but `received`, which the caller passes on)."""
+        line = one_line(received)
+        if line is None or not half_closed(connection):
+            return False
+        request = self.handlers.parse(line)
+        if isinstance(request, bytes):
+            answer = request
+        elif request.verb in EVENT_VERBS:
+            return False
+        else:
+            answer = answer_and_count(self.handlers, request, began)
+        try:
+            sent = send_now(connection, answer)
+        except OSError:  # the client is gone already (EPIPE, ECONNRESET): nobody to answer
+            connection.close()
+            return True
+        if sent == len(answer):
+            self.handlers.metrics.answered_at_accept += 1
+            connection.close()
+        else:  # the kernel's buffer is full (it is empty for a new connection, but be right)
+            self._hand_over(connection, b"", unsent=answer[sent:])
+        return True
+
+    def _hand_over(self, connection: socket.socket, received: bytes, *, unsent: bytes = b"") -> None:
+        """Serve `connection` with a `LineProtocol` that starts from the bytes already read."""
+
+        def protocol() -> LineProtocol:
+            return LineProtocol(self.handlers, self.writer, self.loop, self.inbox, received=received, unsent=unsent)
+
+        async def connect() -> None:
+            try:
+                await self.loop.connect_accepted_socket(protocol, sock=connection)
+            except OSError:
+                connection.close()
+
+        task = self.loop.create_task(connect())
+        self.handovers.add(task)
+        task.add_done_callback(self.handovers.discard)
+
+
+def half_closed(connection: socket.socket) -> bool:
+    """The client has shut down its side (nothing more will come): the end of its stream is
+    the next thing to read."""
+    try:
+        return connection.recv(1, socket.MSG_PEEK) == b""
+    except OSError:  # nothing yet (EAGAIN), or a reset the hand-over will meet
+        return False
+
+
+def answer_and_count(handlers: Handlers, request: Request, began: float) -> bytes:
+    """The answer to a PING or PREDICT, counted with its latency from `began`."""
+    answer, outcome = handlers.answer(request)
+    handlers.metrics.observe(request.verb, outcome, time.perf_counter() - began)
+    return answer
 
 
 class LineProtocol(asyncio.Protocol):
@@ -73,8 +249,13 @@ class LineProtocol(asyncio.Protocol):
     """
 
     def __init__(
-        self, handlers: Handlers, writer: StoreWriter, loop: asyncio.AbstractEventLoop, inbox: LoopInbox
+        self, handlers: Handlers, writer: StoreWriter, loop: asyncio.AbstractEventLoop, inbox: LoopInbox,
+        *, received: bytes = b"", unsent: bytes = b"",
     ) -> None:
+        """`received`: what `SocketServer` read before handing the connection over; `unsent`:
+        an answer it could not write whole (the connection is then closed once it is written)."""
+        self.received = received
+        self.unsent = unsent
         self.handlers = handlers
         self.writer = writer
         self.loop = loop
@@ -92,8 +273,12 @@ class LineProtocol(asyncio.Protocol):
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]
-        self.handlers.metrics.connections += 1
         self.idle = self.loop.call_later(IDLE_TIMEOUT_S, transport.close)
+        if self.unsent:
+            self.transport.write(self.unsent)
+            self.transport.close()  # after the write: the request was the client's last
+        elif self.received:
+            self.data_received(self.received)
 
     def data_received(self, data: bytes) -> None:
         self.buffer += data
@@ -128,9 +313,7 @@ class LineProtocol(asyncio.Protocol):
             self._reply(request)
             return
         if request.verb not in EVENT_VERBS:
-            answer, outcome = self.handlers.answer(request)
-            self.handlers.metrics.observe(request.verb, outcome, time.perf_counter() - began)
-            self._reply(answer)
+            self._reply(answer_and_count(self.handlers, request, began))
             return
         entry: list[Any] = [None, request.verb, began]
         try:
