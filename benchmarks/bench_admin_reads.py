@@ -35,7 +35,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from bench_daemon import DEFAULT_LOG, ending_a_day_ago, run_mode  # noqa: E402
+from bench_daemon import DEFAULT_LOG, ending_a_day_ago, from_scratch, run_mode  # noqa: E402
 
 from hpcpredict.workload import load_workload  # noqa: E402
 
@@ -115,15 +115,13 @@ def main() -> None:
     try:
         recent = directory / "recent.swf"
         recent.write_text(ending_a_day_ago(args.log, workload))
-        # from the scratch directory: `python -m` puts its working directory first on sys.path,
-        # so from a checkout it would run that checkout's code whatever PYTHONPATH says
         subprocess.run([sys.executable, "-m", "hpcpredict.cli", "train", str(recent), "--db", db], check=True,
-                       stdout=subprocess.DEVNULL, cwd=directory)
+                       stdout=subprocess.DEVNULL, **from_scratch(directory))
         daemon = subprocess.Popen(
             [sys.executable, "-m", "hpcpredict.cli", "serve", "--db", db, "--socket", socket_path,
              "--http", f"127.0.0.1:{args.port}", *auth, "--spool", str(directory / "jobcomp.spool"),
              "--log-level", "warning"],
-            cwd=directory,
+            **from_scratch(directory),
         )
         wait_for_http(url, daemon)
         report_jobs(socket_path, workload, args.live_jobs)

@@ -259,6 +259,17 @@ def preload(db: str, workload, jobs: int) -> None:
         store.close()
 
 
+def from_scratch(directory: Path) -> dict[str, object]:
+    """`subprocess` options that run `python -m hpcpredict.cli ...` from the scratch `directory`
+    with this process's PYTHONPATH made absolute. `python -m` puts its working directory first
+    on sys.path, so from a checkout it would run that checkout's code whatever PYTHONPATH says;
+    and a relative entry ("PYTHONPATH=.") would name another folder from the scratch one."""
+    env = dict(os.environ)
+    if "PYTHONPATH" in env:
+        env["PYTHONPATH"] = os.pathsep.join(os.path.abspath(entry) for entry in env["PYTHONPATH"].split(os.pathsep))
+    return {"cwd": directory, "env": env}
+
+
 def free_port() -> int:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
@@ -302,12 +313,10 @@ def main() -> None:
     try:
         recent = directory / "recent.swf"
         recent.write_text(ending_a_day_ago(args.log, workload))
-        # `python -m` puts its working directory first on sys.path: run the daemon from the
-        # scratch directory, so that PYTHONPATH (or the installed package) decides whose code runs
         code = subprocess.run([sys.executable, "-c", "import hpcpredict; print(hpcpredict.__file__)"],
-                              cwd=directory, check=True, capture_output=True, text=True).stdout.strip()
+                              check=True, capture_output=True, text=True, **from_scratch(directory)).stdout.strip()
         subprocess.run([sys.executable, "-m", "hpcpredict.cli", "train", str(recent), "--db", db], check=True,
-                       cwd=directory)
+                       **from_scratch(directory))
         if args.preload_jobs:
             began = time.perf_counter()
             preload(db, workload, args.preload_jobs)
@@ -321,7 +330,7 @@ def main() -> None:
         daemon = subprocess.Popen(
             [sys.executable, "-m", "hpcpredict.cli", "serve", "--db", db, "--socket", socket_path,
              "--http", f"127.0.0.1:{port}", "--http-token-file", str(token_file), "--spool", str(directory / "jobcomp.spool"), "--log-level", "warning"],
-            cwd=directory,
+            **from_scratch(directory),
         )
         deadline = time.monotonic() + 30
         while not os.path.exists(socket_path):

@@ -42,7 +42,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import hpcpredict
-from bench_daemon import event_stream  # this folder's benchmarks: the same stream, the same clock
+from bench_daemon import event_stream, from_scratch  # this folder's benchmarks: the same stream, the same clock
 from bench_daemon_cpu import CLOCK_TICKS_S, cpu_s
 from bench_service_events import job_events, send
 from hpcpredict.daemon.service import PredictionService
@@ -98,7 +98,7 @@ def measure_daemon(url: str, directory: Path, jobs: list[tuple[int, int, int, in
         [sys.executable, "-m", "hpcpredict.cli", "serve", "--db", url, "--create-db",
          "--socket", str(socket_path), "--http", "", "--spool", str(directory / "jobcomp.spool"),
          "--log-level", "warning"],
-        cwd=directory,  # not the checkout: `python -m` puts its working directory first on sys.path
+        **from_scratch(directory),
     )
     try:
         deadline = time.monotonic() + 60
