@@ -344,21 +344,16 @@ class FeatureState:
 
     def record_submission(self, request: JobRequest) -> None:
         """Count the job in its user's submitted jobs (feature 9 of later submissions)."""
-        user = self._user(request.user_id)
+        user = self.users.get(request.user_id) or self._user(request.user_id)  # as in job_started
         user.n_submitted += 1
         user.sum_submitted_procs += request.procs
 
     def job_submitted(
         self, request: JobRequest, now_s: float, out: np.ndarray | None = None
     ) -> np.ndarray:
-        """The submission event: x_j as of `now_s`, then the submission is recorded (as
-        `record_submission` does, written out: this runs once per submission)."""
+        """The submission event: x_j as of `now_s`, then the submission is recorded."""
         x = self.compute(request, now_s, out)
-        user = self.users.get(request.user_id)
-        if user is None:
-            user = self.users[request.user_id] = UserHistory()
-        user.n_submitted += 1
-        user.sum_submitted_procs += request.procs
+        self.record_submission(request)
         return x
 
     def late_submission(
@@ -378,16 +373,13 @@ class FeatureState:
 
     def job_started(self, request: JobRequest, now_s: float) -> None:
         """The job joins its user's running set (features 11-15)."""
-        user = self.users.get(request.user_id)  # `_user` written out: once per start
-        if user is None:
-            user = self.users[request.user_id] = UserHistory()
+        # the dictionary read first: `_user`'s call only for a user's first job (once per start)
+        user = self.users.get(request.user_id) or self._user(request.user_id)
         user.add_running(request.job_id, float(request.procs), now_s)
 
     def job_ended(self, request: JobRequest, run_s: float, end_s: float) -> None:
         """The job leaves the running set and becomes the user's last completed job."""
-        user = self.users.get(request.user_id)  # `_user` written out: once per end
-        if user is None:
-            user = self.users[request.user_id] = UserHistory()
+        user = self.users.get(request.user_id) or self._user(request.user_id)  # as in job_started
         user.remove_running(request.job_id)
         user.add_completed(float(run_s), float(end_s))
 
