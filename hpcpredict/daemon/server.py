@@ -142,7 +142,7 @@ class Daemon:
 
     async def _serve(self, path: Path) -> None:
         self._warm_up()
-        server = self.socket_server = await start_socket(path, self.config, self.handlers, self.writer)
+        server = self.socket_server = start_socket(path, self.config, self.handlers, self.writer)
         spool = asyncio.create_task(self._spool_forever())  # reports of jobs ended while down
         try:
             if self.config.http:
