@@ -125,6 +125,16 @@ function common.parse_answer(line)
 	return status, fields
 end
 
+-- A feature token as PREDICT gives them (hex prefix, dash, hex counter, each at most 16
+-- digits: docs/protocol.md), or nil: what the daemon would refuse never enters a mark or a report.
+function common.token(value)
+	local prefix, counter = (value or ""):match("^([0-9a-f]+)%-([0-9a-f]+)$")
+	if prefix and #prefix <= 16 and #counter <= 16 then
+		return value
+	end
+	return nil
+end
+
 -- Percent-encoding of a field value (the protocol's one escaping rule).
 function common.encode(text)
 	return (tostring(text):gsub("[^%w%-%._~]", function(c)

@@ -85,8 +85,8 @@ local function predict_and_apply(job_desc, submit_uid)
 	-- allocates; token: the daemon's key to the features of this prediction (docs/protocol.md)
 	local tag = string.format("%srequest_s=%d,prediction_s=%d,mode=%s,procs=%d", common.TAG, limit_min * 60, seconds,
 		SETTINGS.mode == "lower" and "lower" or "record", cpus)
-	local token = fields.token and fields.token:match("^[0-9a-f%-]+$")
-	if token and #token <= 40 then
+	local token = common.token(fields.token)
+	if token then
 		tag = tag .. ",token=" .. token
 	end
 	local previous = job_desc.admin_comment

@@ -63,9 +63,8 @@ local function report_line(job)
 	if predicted and predicted > 0 and predicted <= requested then -- never above the request
 		line = line .. string.format(" predicted=%d", predicted)
 	end
-	local token = comment:match("hpcpredict:[^ ]*,token=([0-9a-f%-]+)")
-	local prefix, counter = (token or ""):match("^([0-9a-f]+)%-([0-9a-f]+)$") -- as PREDICT gives them
-	if prefix and #prefix <= 16 and #counter <= 16 then
+	local token = common.token(comment:match("hpcpredict:[^ ]*,token=([^, ]*)"))
+	if token then
 		line = line .. " token=" .. token
 	end
 	if number(job.group_id) then

@@ -346,6 +346,20 @@ def test_a_held_answer_keeps_the_request_and_marks_the_job_for_lowering_later(pl
     assert any("limit 60 min kept (daemon: starvation_guard)" in log for log in result["logs"])
 
 
+@pytest.mark.parametrize("token", ["0123abcd-1f-2", "0123abcd", "0123ABCD-1f", "a" * 17 + "-1", "1-" + "f" * 17])
+def test_a_token_not_shaped_as_predict_gives_them_stays_out_of_the_mark(plugin_dir: Path, token: str) -> None:
+    """job_submit.lua checks the daemon's token as jobcomp.lua checks the mark's (one rule,
+    `common.token`): a mark never carries what jobcomp.lua would then drop."""
+    path, stop = answering(plugin_dir, f"OK prediction=600 time_limit=3600 ready=1 token={token}\n".encode())
+    try:
+        settings(plugin_dir, socket=path)
+        result = submit(plugin_dir)
+    finally:
+        stop()
+    assert result["time_limit"] == "10"
+    assert result["admin_comment"] == "hpcpredict:request_s=3600,prediction_s=600,mode=lower,procs=4"
+
+
 def test_without_the_common_file_every_job_passes_untouched(plugin_dir: Path, daemon: Running) -> None:
     (plugin_dir / "hpcpredict_common.lua").unlink()
     settings(plugin_dir, socket=daemon.config.socket)
