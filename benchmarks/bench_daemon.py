@@ -32,6 +32,13 @@ the model, which is not what is measured here.
 
     python benchmarks/bench_daemon.py --events-per-s 200
 
+``--busy N`` runs N processes burning CPU at nice 0 for the whole benchmark: a busy host (the
+controller's other work), made the same way every time instead of by whatever else runs.
+``--daemon-nice N`` starts the daemon at niceness N (negative needs the privilege systemd's
+``Nice=`` has): what an operator can do about a busy host.
+
+    python benchmarks/bench_daemon.py --events-per-s 200 --busy 1 --daemon-nice -5
+
 Besides the latency percentiles it counts the PREDICTs over the plugin's 300 ms timeout (the
 plugin fails open past it: the job keeps its request), and reports the event stream's rate and
 the admin reads' duration.
@@ -299,6 +306,10 @@ def main() -> None:
                              "(repeatable); the closed-loop loaded run is always made")
     parser.add_argument("--no-half-close", dest="half_close", action="store_false",
                         help="per-request clients do not half-close after their request (the plugin before 2026-11-25)")
+    parser.add_argument("--busy", type=int, default=0, metavar="N",
+                        help="N processes burning CPU at nice 0 throughout: a busy host")
+    parser.add_argument("--daemon-nice", type=int, default=0, metavar="N",
+                        help="the daemon's niceness (negative: more CPU than the rest; needs privilege)")
     args = parser.parse_args()
 
     load_before = " ".join(f"{x:.2f}" for x in os.getloadavg())  # the machine may be shared: say so
@@ -308,6 +319,7 @@ def main() -> None:
         for job in workload.jobs
     ]
     directory = Path(tempfile.mkdtemp(prefix="hpbench"))
+    burners = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(args.busy)]
     db = f"sqlite:///{directory / 'state.db'}"
     socket_path = str(directory / "d.sock")
     try:
@@ -331,6 +343,7 @@ def main() -> None:
             [sys.executable, "-m", "hpcpredict.cli", "serve", "--db", db, "--socket", socket_path,
              "--http", f"127.0.0.1:{port}", "--http-token-file", str(token_file), "--spool", str(directory / "jobcomp.spool"), "--log-level", "warning"],
             **from_scratch(directory),
+            preexec_fn=(lambda: os.nice(args.daemon_nice)) if args.daemon_nice else None,
         )
         deadline = time.monotonic() + 30
         while not os.path.exists(socket_path):
@@ -362,6 +375,9 @@ def main() -> None:
         daemon.send_signal(signal.SIGTERM)
         daemon.wait(30)
     finally:
+        for burner in burners:
+            burner.kill()
+            burner.wait()
         shutil.rmtree(directory, ignore_errors=True)
 
     print(f"# {platform.processor() or platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}, "
@@ -369,6 +385,8 @@ def main() -> None:
     print(f"# daemon code: {Path(code).parent} (what `import hpcpredict` finds from a scratch directory; "
           "PYTHONPATH decides)")
     print(f"# load average before/after: {load_before} / {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+    if args.busy or args.daemon_nice:
+        print(f"# {args.busy} CPU burner(s) at nice 0 throughout; daemon at nice {args.daemon_nice}")
     print("| mode | clients | requests | predictions/s | p50 ms | p99 ms | max ms | over 300 ms "
           "| daemon µs CPU / PREDICT | clients µs CPU / PREDICT |")
     print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
