@@ -413,12 +413,16 @@ def test_a_request_past_its_timeout_is_answered_503_and_its_read_still_counts(
 def test_metrics_parse_and_negotiate_openmetrics(running: Running) -> None:
     with running.client() as daemon:
         daemon.request("PREDICT", uid=5, procs=1, time_limit=60)
+        daemon.request("PING")
+        daemon.request("PING")
     text = call(running, "/metrics")[2].decode()
     names = {family.name for family in text_string_to_metric_families(text)}
     assert {"hpcpredict_requests", "hpcpredict_request_seconds", "hpcpredict_ready", "hpcpredict_judged_jobs",
             "hpcpredict_event_failures", "process_open_fds"} <= names
-    assert metric_sample(text, "hpcpredict_request_seconds_count") >= 1
-    assert metric_sample(text, "hpcpredict_request_seconds_bucket", le="+Inf") >= 1
+    # one latency histogram per verb: PREDICT's budget is its own
+    assert metric_sample(text, "hpcpredict_request_seconds_count", verb="PREDICT") == 1
+    assert metric_sample(text, "hpcpredict_request_seconds_bucket", verb="PREDICT", le="+Inf") == 1
+    assert metric_sample(text, "hpcpredict_request_seconds_count", verb="PING") == 2
     status, headers, raw = call(running, "/metrics", headers={"Accept": "application/openmetrics-text; version=1.0.0"})
     assert status == 200 and headers["Content-Type"].startswith("application/openmetrics-text")
     assert raw.endswith(b"# EOF\n")
