@@ -310,36 +310,32 @@ def answering(plugin_dir: Path, line: bytes) -> tuple[str, Callable[[], None]]:
     return path, stop
 
 
-def test_the_answer_is_read_by_key_whatever_the_order(plugin_dir: Path) -> None:
-    path, stop = answering(plugin_dir, b"OK model=trained users=3 prediction=600 source=learned\n")
+def submit_answered(plugin_dir: Path, line: bytes, **values: object) -> dict[str, object]:
+    """job_submit.lua's outcome for a job when a fake daemon answers `line` (further settings:
+    `values`)."""
+    path, stop = answering(plugin_dir, line)
     try:
-        settings(plugin_dir, socket=path)
-        result = submit(plugin_dir)
+        settings(plugin_dir, socket=path, **values)
+        return submit(plugin_dir)
     finally:
         stop()
+
+
+def test_the_answer_is_read_by_key_whatever_the_order(plugin_dir: Path) -> None:
+    result = submit_answered(plugin_dir, b"OK model=trained users=3 prediction=600 source=learned\n")
     assert result["time_limit"] == "10"  # 600 s
     assert "prediction_s=600" in str(result["admin_comment"])
 
 
 def test_an_answer_saying_ready_0_is_never_lowered(plugin_dir: Path) -> None:
-    path, stop = answering(plugin_dir, b"OK prediction=600 time_limit=3600 ready=0 reason=stale\n")
-    try:
-        settings(plugin_dir, socket=path, mode="lower")
-        result = submit(plugin_dir)
-    finally:
-        stop()
+    result = submit_answered(plugin_dir, b"OK prediction=600 time_limit=3600 ready=0 reason=stale\n", mode="lower")
     assert result["time_limit"] == "60"
     assert any("daemon not ready: stale" in log for log in result["logs"])
 
 
 def test_a_held_answer_keeps_the_request_and_marks_the_job_for_lowering_later(plugin_dir: Path) -> None:
     """lower=0: the daemon's starvation guard is on; its watcher lowers the job once it is off."""
-    path, stop = answering(plugin_dir, b"OK prediction=600 time_limit=3600 lower=0 hold=starvation_guard\n")
-    try:
-        settings(plugin_dir, socket=path)
-        result = submit(plugin_dir)
-    finally:
-        stop()
+    result = submit_answered(plugin_dir, b"OK prediction=600 time_limit=3600 lower=0 hold=starvation_guard\n")
     assert result["time_limit"] == "60"
     # an answer without a token (an older daemon): the mark has none
     assert result["admin_comment"] == "hpcpredict:request_s=3600,prediction_s=600,mode=lower,procs=4"
@@ -350,12 +346,7 @@ def test_a_held_answer_keeps_the_request_and_marks_the_job_for_lowering_later(pl
 def test_a_token_not_shaped_as_predict_gives_them_stays_out_of_the_mark(plugin_dir: Path, token: str) -> None:
     """job_submit.lua checks the daemon's token as jobcomp.lua checks the mark's (one rule,
     `common.token`): a mark never carries what jobcomp.lua would then drop."""
-    path, stop = answering(plugin_dir, f"OK prediction=600 time_limit=3600 ready=1 token={token}\n".encode())
-    try:
-        settings(plugin_dir, socket=path)
-        result = submit(plugin_dir)
-    finally:
-        stop()
+    result = submit_answered(plugin_dir, f"OK prediction=600 time_limit=3600 ready=1 token={token}\n".encode())
     assert result["time_limit"] == "10"
     assert result["admin_comment"] == "hpcpredict:request_s=3600,prediction_s=600,mode=lower,procs=4"
 
@@ -372,12 +363,7 @@ def test_without_the_common_file_every_job_passes_untouched(plugin_dir: Path, da
 
 
 def test_a_garbage_answer_passes_untouched(plugin_dir: Path) -> None:
-    path, stop = answering(plugin_dir, b"OK prediction=-5 or maybe not\n")
-    try:
-        settings(plugin_dir, socket=path)
-        result = submit(plugin_dir)
-    finally:
-        stop()
+    result = submit_answered(plugin_dir, b"OK prediction=-5 or maybe not\n")
     assert result["time_limit"] == "60" and result["admin_comment"] == "nil"
     assert any("unexpected answer" in log for log in result["logs"])
 
