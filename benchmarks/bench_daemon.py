@@ -188,7 +188,7 @@ def predict_buckets(http_url: str, token: str) -> dict[str, float]:
 def daemon_share(before: dict[str, float], after: dict[str, float], bound: str) -> float:
     """Of the PREDICTs answered between two histograms, the share the daemon handled within
     `bound` seconds (from their line read to their answer: waits before the read not included)."""
-    if not after or "+Inf" not in after:
+    if "+Inf" not in after:
         return float("nan")
     total = after["+Inf"] - before.get("+Inf", 0.0)
     return (after[bound] - before.get(bound, 0.0)) / total if total else float("nan")

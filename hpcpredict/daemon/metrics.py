@@ -33,10 +33,9 @@ class Latency:
 
     counts: list[int] = field(default_factory=lambda: [0] * (len(LATENCY_BUCKETS_S) + 1))
     sum_s: float = 0.0
-    total: int = 0
 
     def copy(self) -> Latency:
-        return Latency(list(self.counts), self.sum_s, self.total)
+        return Latency(list(self.counts), self.sum_s)
 
 
 @dataclass
@@ -60,7 +59,6 @@ class ServiceCounters:
             latency = self.latency[verb] = Latency()
         latency.counts[bisect.bisect_left(LATENCY_BUCKETS_S, seconds)] += 1
         latency.sum_s += seconds
-        latency.total += 1
 
     def snapshot(self) -> ServiceCounters:
         """A copy the loop no longer writes to, for rendering on another thread."""
@@ -118,7 +116,7 @@ class ServiceCounters:
             for bound, count in zip(LATENCY_BUCKETS_S, latency.counts):
                 cumulative += count
                 buckets.append((repr(bound), cumulative))
-            buckets.append(("+Inf", latency.total))
+            buckets.append(("+Inf", cumulative + latency.counts[-1]))
             histogram.add_metric([verb], buckets, sum_value=latency.sum_s)
         yield histogram
         yield CounterMetricFamily("hpcpredict_connections", "Socket connections accepted.", value=self.connections)
