@@ -23,8 +23,10 @@ import math
 import llvmlite.binding as llvm_binding
 import numpy as np
 from llvmlite import ir
-from numba import njit, types
+from numba import types
 from numba.extending import intrinsic
+
+from hpcpredict.compiled import compiled
 
 # The blocks OpenBLAS's daxpy kernels fuse (x86-64: Haswell, Zen, SkylakeX).
 AXPY_BLOCK = 16
@@ -46,7 +48,7 @@ def _fma(typingctx, a, b, c):  # type: ignore[no-untyped-def]
     return signature, codegen
 
 
-@njit(cache=True)
+@compiled
 def axpy(a: float, x: np.ndarray, y: np.ndarray) -> None:  # pragma: no cover - compiled
     """y += a * x, rounded as OpenBLAS's daxpy rounds it (module doc)."""
     n = x.shape[0]
@@ -63,7 +65,7 @@ W_ROW, S_ROW, G_SUM_ROW, INV_S_ROW, WORK_ROW = range(5)
 TABLE_ROWS = 5
 
 
-@njit(cache=True)
+@compiled
 def rescale_and_score(phi: np.ndarray, table: np.ndarray) -> tuple[float, float]:  # pragma: no cover - compiled
     """Steps 1-2 of docs/method.md §5 and the prediction: returns (f = w . Phi, |Phi / s|^2).
 
@@ -85,7 +87,7 @@ def rescale_and_score(phi: np.ndarray, table: np.ndarray) -> tuple[float, float]
     return np.dot(w, phi), np.dot(work, work)
 
 
-@njit(cache=True)
+@compiled
 def descend(
     phi: np.ndarray,
     table: np.ndarray,
@@ -116,7 +118,7 @@ def descend(
     axpy(rate, grad, w)
 
 
-@njit(cache=True)
+@compiled
 def quadratic_terms(x: np.ndarray, out: np.ndarray) -> None:  # pragma: no cover - compiled
     """out = Phi(x) in docs/method.md §3's order (`polynomial.quadratic_pairs`): 1, the x_i,
     the x_i^2, then x_k x_l for k < l.
@@ -139,7 +141,7 @@ def quadratic_terms(x: np.ndarray, out: np.ndarray) -> None:  # pragma: no cover
             k += 1
 
 
-@njit(cache=True)
+@compiled
 def expand_and_score(x: np.ndarray, w: np.ndarray, out: np.ndarray) -> float:  # pragma: no cover - compiled
     """Phi(x) into `out` and f = w . Phi, in one call: a prediction's two steps for one dispatch.
     The dot product is `np.dot`, the same BLAS ddot as numpy's (module doc)."""
@@ -186,7 +188,7 @@ STEP_CONSTANTS = 9
 CONSTANT_WEIGHT, SHORT_WIDE, LONG_NARROW, SMALL_AREA, LARGE_AREA = range(5)
 
 
-@njit(cache=True)
+@compiled
 def loss_gradient(f: float, p: float, q: float, constants: np.ndarray) -> float:  # pragma: no cover - compiled
     """`losses.AsymmetricLoss.gradient(f, p, q)` of the loss described in `constants`."""
     # The weight's p and q are clamped to at least 1; the branches read p as it is.
@@ -210,7 +212,7 @@ def loss_gradient(f: float, p: float, q: float, constants: np.ndarray) -> float:
     return -gamma * (2.0 * (p - f) * constants[INV_UNIT_AT] if constants[UNDER_SQUARE_AT] != 0.0 else 1.0)
 
 
-@njit(cache=True)
+@compiled
 def learn_step(
     phi: np.ndarray, table: np.ndarray, constants: np.ndarray, t: int, n_sum: float, p: float,
     q: float,

@@ -21,7 +21,7 @@ Only integers are involved, so the compiled pass decides exactly what the Python
 from __future__ import annotations
 
 import numpy as np
-from numba import njit
+from hpcpredict.compiled import compiled
 
 
 _JOB_MASK = (1 << 32) - 1  # sjbf_key's low half: the job index
@@ -34,7 +34,7 @@ PROCS_ROW, PREDICTION_ROW, REQUESTED_ROW, SJBF_KEY_ROW, WAITING_ROW, WORK_ROW = 
 QUEUE_ROWS = 6
 
 
-@njit(cache=True)
+@compiled
 def backfill_pass(
     candidates: np.ndarray,
     table: np.ndarray,

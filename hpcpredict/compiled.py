@@ -1,0 +1,46 @@
+"""`compiled`: numba's ``njit``, with its on-disk cache where one can be written, never a crash.
+
+Why not plain ``njit(cache=True)``: numba looks for a writable cache folder as it decorates the
+function, at import, and raises ``RuntimeError: cannot cache function ...: no locator available``
+when it finds none. That is the normal case on a production host: hpcpredict installed by root in
+a venv (its ``__pycache__`` read-only to everyone else), run by slurmctld's ``SlurmUser`` whose
+home is ``/nonexistent`` (no ``~/.cache``), under systemd's ``ProtectSystem=strict``. Every
+command then died at import, and the unit restarted every 5 s for ever (issue 28).
+
+Where the cache goes, in numba's own order (nothing here second-guesses it):
+
+1. ``$NUMBA_CACHE_DIR`` when set and writable: the shipped unit sets it to its
+   ``CacheDirectory=`` (``/var/cache/hpcpredict``), which systemd creates for ``User=``;
+2. the package's own ``__pycache__`` when writable (a checkout, a user's own venv);
+3. ``$XDG_CACHE_HOME/numba`` (``~/.cache/numba``) when writable;
+4. otherwise no cache: the kernels are compiled in memory at each start (about a second or two,
+   measured in docs/performance.md), which only slows a command's start. The daemon compiles
+   them in its warm-up, before its socket opens, so no PREDICT ever waits for it.
+
+The fallback is decided per kernel, by numba's own test (it writes a temporary file in each
+candidate folder), so a folder that exists but is not writable counts as absent.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import Any
+
+from numba import njit
+
+_log = logging.getLogger(__name__)
+_NO_CACHE_FOLDER = "no locator available"  # numba's words when no candidate folder is writable
+
+
+def compiled(function: Callable[..., Any]) -> Any:
+    """``njit(cache=True)(function)``, or ``njit(function)`` when numba finds no writable cache
+    folder (module doc); any other error of numba's is raised as it is."""
+    try:
+        return njit(cache=True)(function)
+    except RuntimeError as error:
+        if _NO_CACHE_FOLDER not in str(error):
+            raise
+        _log.debug("%s: no writable numba cache folder (set NUMBA_CACHE_DIR): compiled in memory",
+                   function.__qualname__)
+        return njit(function)
