@@ -28,6 +28,16 @@ _config_option = click.option(
     help="TOML configuration ([daemon] and [learner] sections; see docs/daemon.md). "
     "Command-line options override it.",
 )
+# The read-only views find the installed daemon's configuration by themselves (find_config).
+_view_config_option = click.option(
+    "--config",
+    "config_path",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    default=None,
+    help="The daemon's TOML configuration, whose database to read. Default: $HPCPREDICT_CONFIG, "
+    "else /etc/hpcpredict/daemon.toml when it exists and is readable, else the per-user state "
+    "directory ($HPCPREDICT_STATE_DIR or ~/.local/state/hpcpredict). --db overrides it.",
+)
 _db_option = click.option(
     "--db",
     "db_url",
@@ -71,7 +81,7 @@ def _open_service(config: DaemonConfig, store=None):  # -> PredictionService (SQ
     from hpcpredict.daemon.store import Store
 
     if config.db.startswith("sqlite:///"):
-        Path(config.db.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
+        _make_database_folder(Path(config.db.removeprefix("sqlite:///")))
     try:
         store = Store(config.db) if store is None else store
         return PredictionService.open(
@@ -83,6 +93,24 @@ def _open_service(config: DaemonConfig, store=None):  # -> PredictionService (SQ
         )
     except (SQLAlchemyError, ValueError, ReplayError) as error:
         raise click.ClickException(f"{config.db}: {error}") from None
+
+
+def _make_database_folder(database: Path) -> None:
+    """The SQLite file's folder, made if missing; one line saying how to make it when this user
+    may not (the quick start's `train` as SlurmUser, before systemd's StateDirectory= exists)."""
+    import grp
+    import pwd
+
+    folder = database.parent
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        account = pwd.getpwuid(os.geteuid())
+        group = grp.getgrgid(account.pw_gid).gr_name
+        raise click.ClickException(
+            f"{folder}: cannot create the database's folder ({error.strerror}); as root, make it "
+            f"this user's first: install -d -o {account.pw_name} -g {group} -m 0750 {folder}"
+        ) from None
 
 
 _INTERVAL_TYPE = click.FloatRange(min=0, min_open=True)
@@ -313,7 +341,7 @@ def _locked_store(config: DaemonConfig, *, create: bool = False):  # -> (Store, 
     if config.db.startswith("sqlite:///"):
         database = Path(config.db.removeprefix("sqlite:///"))
         _check_sqlite_file(database, create=create)
-        database.parent.mkdir(parents=True, exist_ok=True)
+        _make_database_folder(database)
     store = Store(config.db)
     try:
         lock = lock_store(store.engine)
@@ -408,13 +436,39 @@ def train(
 
 
 def _read_store(config_path: Path | None, db_url: str | None):  # -> Store, read-only use
+    """The daemon's store for a read-only view: `--db`, else the database of the configuration
+    `find_config` chooses (--config, $HPCPREDICT_CONFIG, /etc/hpcpredict/daemon.toml, defaults)."""
+    from hpcpredict.daemon.config import find_config
     from hpcpredict.daemon.views import ViewError, open_existing_store
 
-    config = _config(config_path, db=db_url)
     try:
-        return open_existing_store(config.db)
+        found = find_config(config_path)
+    except ConfigError as error:
+        raise click.ClickException(str(error)) from None
+    config = _config(found.path, db=db_url)
+    try:
+        return open_existing_store(config.db, missing_hint=_missing_store_hint(found, db_url))
     except ViewError as error:
         raise click.ClickException(str(error)) from None
+
+
+def _missing_store_hint(found, db_url: str | None) -> str:  # found: FoundConfig
+    """What to do about a database file that does not exist, given where its name came from. Never
+    "start hpcpredict serve" alone: on a controller the daemon usually runs, with a configuration
+    this view did not read."""
+    from hpcpredict.daemon import config as daemon_config
+
+    system_config, variable = daemon_config.SYSTEM_CONFIG, daemon_config.CONFIG_VARIABLE
+    if db_url is not None:
+        return "check --db"
+    if found.path is not None:
+        return (f"the database named by {found.origin} {found.path}: `hpcpredict train HISTORY.swf "
+                f"--config {found.path}` creates it, or check `db` there")
+    if found.unreadable_system_config:
+        return (f"{system_config} exists but this user cannot read it: run as root or as the "
+                "daemon's user, or give --config / --db")
+    return (f"no daemon has used this user's default state directory and there is no "
+            f"{system_config}: give the daemon's configuration with --config or ${variable}, or --db")
 
 
 def _since_s(since: str | None) -> int | None:
@@ -447,7 +501,7 @@ def _source_label(judged, source: str) -> str:  # judged: pd.DataFrame with a "s
 
 
 @click.command()
-@_config_option
+@_view_config_option
 @_db_option
 @click.option("--user", "users", type=int, multiple=True, help="Only this user id (repeatable).")
 @_since_option
@@ -498,7 +552,7 @@ def errors(config_path: Path | None, db_url: str | None, users: tuple[int, ...],
 
 
 @click.command()
-@_config_option
+@_view_config_option
 @_db_option
 @_since_option
 @_source_option

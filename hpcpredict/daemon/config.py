@@ -157,6 +157,50 @@ _DAEMON_KEYS = {
 _LEARNER_KEYS = {f.name for f in dataclasses.fields(LearnerConfig)}
 
 
+CONFIG_VARIABLE = "HPCPREDICT_CONFIG"
+SYSTEM_CONFIG = Path("/etc/hpcpredict/daemon.toml")  # docs/quickstart-cluster.md installs it there
+
+
+@dataclass(frozen=True)
+class FoundConfig:
+    """The configuration file a read-only view uses, and why that one (for its messages)."""
+
+    path: Path | None  # None: the built-in defaults (the per-user state directory)
+    origin: str  # "--config", "$HPCPREDICT_CONFIG", "the system configuration", "the defaults"
+    unreadable_system_config: bool = False  # /etc/hpcpredict/daemon.toml there, not readable
+
+
+def find_config(explicit: Path | None, *, system_config: Path | None = None,
+                environ: dict[str, str] | None = None) -> FoundConfig:
+    """Which configuration `hpcpredict errors` and `report` read when none is given, so that on a
+    controller they find the installed daemon's database by themselves (issue 28), in this order:
+
+    1. ``--config FILE``;
+    2. ``$HPCPREDICT_CONFIG`` (a file that must exist: a typo is an error, never a silent
+       fallback to another database);
+    3. ``/etc/hpcpredict/daemon.toml`` when it exists and this user can read it;
+    4. the defaults: the per-user state directory (``$HPCPREDICT_STATE_DIR``, ``~/.local/state``).
+
+    Only the read-only views search: `serve` and `train` write, and a command that writes the
+    production store must be pointed at it on purpose (``--config``).
+    """
+    environ = os.environ if environ is None else environ
+    system_config = SYSTEM_CONFIG if system_config is None else system_config
+    if explicit is not None:
+        return FoundConfig(explicit, "--config")
+    from_environment = environ.get(CONFIG_VARIABLE)
+    if from_environment:
+        path = Path(from_environment)
+        if not path.is_file():
+            raise ConfigError(f"{CONFIG_VARIABLE}={from_environment}: no such configuration file")
+        return FoundConfig(path, f"${CONFIG_VARIABLE}")
+    if system_config.is_file():
+        if os.access(system_config, os.R_OK):
+            return FoundConfig(system_config, "the system configuration")
+        return FoundConfig(None, "the defaults", unreadable_system_config=True)
+    return FoundConfig(None, "the defaults")
+
+
 def load_config(path: str | os.PathLike[str] | None) -> DaemonConfig:
     """The configuration in `path` (TOML), or the defaults when `path` is None."""
     if path is None:

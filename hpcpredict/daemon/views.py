@@ -29,10 +29,12 @@ class ViewError(RuntimeError):
     """The database cannot be read as a hpcpredict store (the message says what to do)."""
 
 
-def open_existing_store(url: str) -> Store:
+def open_existing_store(url: str, *, missing_hint: str = "start `hpcpredict serve` or give --db") -> Store:
     """A `Store` on `url` that must already hold a hpcpredict schema at the newest revision.
 
-    Messages name the URL with its password hidden: they end up in terminals and tickets.
+    Messages name the URL with its password hidden: they end up in terminals and tickets;
+    `missing_hint` is what they suggest when the SQLite file does not exist (the caller knows
+    which configuration named it).
     """
     from sqlalchemy.exc import ArgumentError, DBAPIError
 
@@ -45,7 +47,7 @@ def open_existing_store(url: str) -> Store:
     if parsed.get_backend_name() == "sqlite":
         database = parsed.database
         if not database or database == ":memory:" or not Path(database).is_file():
-            raise ViewError(f"{shown}: no such database file (start `hpcpredict serve` or give --db)")
+            raise ViewError(f"{shown}: no such database file ({missing_hint})")
         _check_sqlite_file(Path(database), shown)
     try:
         store = Store(url)
