@@ -129,7 +129,10 @@ function slurm_job_modify(job_desc, job_rec, part_list, modify_uid)
 	return slurm.SUCCESS
 end
 
-if loaded then
+if loaded and SETTINGS.enabled ~= "1" then
+	-- never "mode lower" in the log of a plugin that lowers nothing (turning it off, docs/quickstart-cluster.md)
+	slurm.log_info("hpcpredict: job_submit.lua loaded, disabled (enabled=%s): every job passes untouched", SETTINGS.enabled)
+elseif loaded then
 	slurm.log_info("hpcpredict: job_submit.lua loaded (mode %s, socket %s, timeout %d ms)", SETTINGS.mode, SETTINGS.socket, SETTINGS.timeout_s * 1000)
 else
 	slurm.log_error("hpcpredict: job_submit.lua: cannot load %shpcpredict_common.lua (%s): every job passes untouched", HERE, tostring(common))

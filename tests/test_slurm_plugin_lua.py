@@ -372,6 +372,9 @@ def test_disabled_passes_everything(plugin_dir: Path, daemon: Running) -> None:
     settings(plugin_dir, socket=daemon.config.socket, enabled=0)
     result = submit(plugin_dir)
     assert result["time_limit"] == "60" and result["admin_comment"] == "nil"
+    # the load line says it is off, never "loaded (mode lower ...)" (issue 28, item 7)
+    loaded = [log for log in result["logs"] if "job_submit.lua loaded" in log]
+    assert loaded == ["info: hpcpredict: job_submit.lua loaded, disabled (enabled=0): every job passes untouched"]
 
 
 def test_a_lua_error_passes_untouched(plugin_dir: Path, daemon: Running) -> None:
