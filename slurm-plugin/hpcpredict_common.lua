@@ -9,7 +9,7 @@ Settings: key=value lines in hpcpredict_slurm.conf in the same directory, read o
   timeout_ms=300
   mode=lower            (job_submit.lua: lower the kill limit; record: only record the prediction)
   enabled=1             (job_submit.lua: 0 passes every job untouched)
-  spool=/var/spool/hpcpredict/jobcomp.spool   (jobcomp.lua: reports kept while the daemon is down)
+  spool=/var/lib/hpcpredict/jobcomp.spool   (jobcomp.lua: reports kept while the daemon is down)
 ]]
 
 local common = {}
@@ -19,7 +19,7 @@ common.DEFAULTS = {
 	timeout_ms = "300",
 	mode = "lower",
 	enabled = "1",
-	spool = "/var/spool/hpcpredict/jobcomp.spool",
+	spool = "/var/lib/hpcpredict/jobcomp.spool",
 }
 common.TAG = "hpcpredict:" -- the admin_comment mark: hpcpredict:request_s=N,prediction_s=P,mode=M
 

@@ -16,7 +16,7 @@ Needs hpcpredict_common.lua beside it. Settings: hpcpredict_slurm.conf beside th
 same file as job_submit.lua's; see hpcpredict_common.lua):
   socket=/run/hpcpredict/hpcpredict.sock
   timeout_ms=300
-  spool=/var/spool/hpcpredict/jobcomp.spool
+  spool=/var/lib/hpcpredict/jobcomp.spool
 ]]
 
 local HERE = debug.getinfo(1, "S").source:match("^@(.*/)") or "./"

@@ -76,6 +76,76 @@ def test_quickstart_names_only_files_the_repository_has() -> None:
     root = DEPLOY.parent
     text = (root / "docs" / "quickstart-cluster.md").read_text()
     copied = set(re.findall(r"/opt/hpcpredict/src/([\w./-]+\.(?:toml|service|lua))", text))
-    assert {"deploy/daemon.toml", "deploy/hpcpredict.service", "slurm-plugin/job_submit.lua"} <= copied
+    # all three Lua files: both scripts load hpcpredict_common.lua, and without it every job passes
+    # untouched (issue 28, item 3)
+    assert {"deploy/daemon.toml", "deploy/hpcpredict.service", "slurm-plugin/job_submit.lua",
+            "slurm-plugin/jobcomp.lua", "slurm-plugin/hpcpredict_common.lua"} <= copied
     for relative in copied:
         assert (root / relative).is_file(), relative
+
+
+def unit_settings() -> dict[str, list[str]]:
+    """The unit's [Service] keys and their values, in order (a key may repeat)."""
+    settings: dict[str, list[str]] = {}
+    section = ""
+    for line in (DEPLOY / "hpcpredict.service").read_text().splitlines():
+        line = line.strip()
+        if line.startswith("["):
+            section = line
+        elif section == "[Service]" and "=" in line and not line.startswith("#"):
+            key, _, value = line.partition("=")
+            settings.setdefault(key, []).append(value)
+    return settings
+
+
+def test_the_unit_names_slurmuser_only_in_user_and_group() -> None:
+    """A site whose SlurmUser is not `slurm` changes User= and Group=, nothing else: the folders are
+    systemd's (StateDirectory=, RuntimeDirectory=, CacheDirectory=), made for User=, so no command
+    of the unit chowns to a hard-coded user (issue 28, item 7)."""
+    settings = unit_settings()
+    assert settings["User"] == ["slurm"] and settings["Group"] == ["slurm"]
+    for key, values in settings.items():
+        if key not in ("User", "Group"):
+            assert all("slurm:" not in value and "-o slurm" not in value for value in values), (key, values)
+    assert "ExecStartPre" not in settings
+    config = load_config(DEPLOY / "daemon.toml")
+    state = Path("/var/lib") / settings["StateDirectory"][0]
+    assert Path(config.db.removeprefix("sqlite:///")).parent == state
+    assert Path(config.spool).parent == state  # jobcomp.lua (as SlurmUser) writes it there
+    assert Path(config.socket).parent == Path("/run") / settings["RuntimeDirectory"][0]
+
+
+def test_the_unit_gives_numba_a_cache_and_enough_open_files() -> None:
+    """NUMBA_CACHE_DIR is the unit's own CacheDirectory= (item 1), and LimitNOFILE lifts the 1,024
+    default at which the socket stopped accepting (item 7)."""
+    settings = unit_settings()
+    assert f"NUMBA_CACHE_DIR=/var/cache/{settings['CacheDirectory'][0]}" in settings["Environment"]
+    assert int(settings["LimitNOFILE"][0]) >= 65536
+
+
+def test_one_token_instruction_everywhere() -> None:
+    """daemon.toml, docs/daemon.md and the quick start make the token the same way: umask 027,
+    then the group of the daemon's user, so the daemon reads it and other users cannot."""
+    root = DEPLOY.parent
+    texts = {name: (root / name).read_text() for name in
+             ("deploy/daemon.toml", "docs/daemon.md", "docs/quickstart-cluster.md")}
+    for name, text in texts.items():
+        assert "umask 027" in text and "chgrp slurm /etc/hpcpredict/http-token" in text, name
+        assert "umask 077" not in text and "chown slurm: /etc/hpcpredict/http-token" not in text, name
+
+
+def test_the_quick_start_never_uses_sudo_nor_reconfigure_for_jobcomp() -> None:
+    """`sudo` is not on a minimal Debian (runuser is, util-linux); `scontrol reconfigure` does not
+    switch JobCompType on Slurm 22.05 (measured: tests/test_quickstart_cluster.py): restart."""
+    text = (DEPLOY.parent / "docs" / "quickstart-cluster.md").read_text()
+    assert "sudo -u" not in text and "runuser -u slurm -- hpcpredict train" in text
+    step5 = text.split("## 5.", 1)[1].split("## 6.", 1)[0]
+    assert "systemctl restart slurmctld" in step5
+
+
+def test_the_quick_start_makes_the_state_folder_before_training() -> None:
+    """Step 3's `train` as SlurmUser writes in /var/lib/hpcpredict, which systemd makes only in
+    step 4: step 2 makes it for SlurmUser (issue 28, item 2)."""
+    text = (DEPLOY.parent / "docs" / "quickstart-cluster.md").read_text()
+    made = text.index("install -d -o slurm -g slurm -m 0750 /var/lib/hpcpredict")
+    assert made < text.index("hpcpredict train /tmp/history.swf")

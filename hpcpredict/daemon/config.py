@@ -8,7 +8,7 @@
     socket_group = ""             # with socket_mode "0660": a group allowed to ask as well
     http = "127.0.0.1:8765"       # "" disables the admin API
     http_token_file = "/etc/hpcpredict/http-token"  # bearer token for per-user endpoints (mode 0600/0640)
-    spool = "/var/spool/hpcpredict/jobcomp.spool"  # where jobcomp.lua spools when we are down
+    spool = "/var/lib/hpcpredict/jobcomp.spool"  # where jobcomp.lua spools when we are down
     checkpoint_every = 1000       # events between model checkpoints
     min_trained_jobs = 231        # until the model has learned this many, PREDICT answers requests
     time_zone = "Europe/Paris"    # the site's; time-of-day features follow it (default: UTC)
