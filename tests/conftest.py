@@ -18,6 +18,7 @@ from hpcpredict.daemon.store import Store
 from hpcpredict.swf import SwfRecord
 from daemon_thread import Running
 from pg_server import PostgresServer, ServerUnavailable
+from system_packages import install_missing
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 SAMPLE_LOG = REPO_ROOT / "swf" / "KTH-SP2-sample.swf"
@@ -26,6 +27,18 @@ SHARED_SWF_DIR = REPO_ROOT.parent / "shared" / "swf"
 KTH_LOG = "KTH-SP2-1996-2.swf.gz"
 BLUE_LOG = "SDSC-BLUE-2000-4.1-cln.swf.gz"
 CURIE_LOG = "CEA-Curie-2011-2.1-cln.swf.gz"
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    """The one set-up step of the README's test command: the Debian packages the servers need,
+    installed before any test is collected (tests/system_packages.py says when and why)."""
+    reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+
+    def say(line: str) -> None:
+        if reporter is not None:
+            reporter.write_line(f"hpcpredict tests: {line}")
+
+    install_missing(say)
 
 
 def shared_log(name: str) -> Path:

@@ -7,7 +7,7 @@
    ``CREATE DATABASE``: each test gets a database of its own, dropped afterwards, and nothing
    else on that server is touched;
 2. otherwise a cluster of our own: Debian's server binaries (``/usr/lib/postgresql/*/bin``,
-   package ``postgresql``; installed with apt-get when missing and we are root), ``initdb`` in a
+   package ``postgresql``, installed by the run's set-up step, tests/system_packages.py), ``initdb`` in a
    temporary directory, started on 127.0.0.1 with a free port, its Unix socket in that directory,
    trust authentication (loopback only), stopped and deleted by `stop`.
 
@@ -31,7 +31,6 @@ import shutil
 import socket
 import subprocess
 import tempfile
-from collections.abc import Sequence
 from pathlib import Path
 
 from sqlalchemy import create_engine, text
@@ -42,7 +41,6 @@ DEBIAN_SERVER_DIRS = Path("/usr/lib/postgresql")  # one <major version>/bin per 
 DEBIAN_PACKAGES = ("postgresql",)  # the distribution's default server version
 SERVER_USER = "postgres"  # created by Debian's package; PostgreSQL refuses to run as root
 DRIVER = "postgresql+psycopg"  # psycopg 3, the `postgresql` and `test` extras of pyproject.toml
-APT_TIMEOUT_S = 900  # apt-get update + install on a slow mirror
 START_TIMEOUT_S = 60  # pg_ctl -w: wait this long for the server to accept connections
 START_ATTEMPTS = 3  # a free port can be taken between choosing it and the server binding it
 
@@ -198,15 +196,14 @@ def _require_driver() -> None:
 
 
 def _server_bin_dir() -> Path:
-    """Debian's newest installed server binaries, installing package `postgresql` if needed."""
+    """Debian's newest installed server binaries (package `postgresql`, never installed from here:
+    tests/system_packages.py installs it once, before any test)."""
     found = _find_server_bin_dir()
     if found is None:
-        _install_debian_packages(DEBIAN_PACKAGES)
-        found = _find_server_bin_dir()
-    if found is None:
         raise ServerUnavailable(
-            f"apt-get installed {' '.join(DEBIAN_PACKAGES)} but no initdb/pg_ctl appeared "
-            f"under {DEBIAN_SERVER_DIRS}/*/bin"
+            f"PostgreSQL's server is not installed (no initdb under {DEBIAN_SERVER_DIRS}/*/bin): install "
+            f"Debian's package {' '.join(DEBIAN_PACKAGES)} (`python3 tests/system_packages.py` as root), "
+            f"or set {POSTGRES_URL_VARIABLE}"
         )
     return found
 
@@ -221,38 +218,6 @@ def _find_server_bin_dir() -> Path | None:
         if (bin_dir / "initdb").is_file() and (bin_dir / "pg_ctl").is_file():
             return bin_dir
     return None
-
-
-def _install_debian_packages(packages: Sequence[str]) -> None:
-    apt_get = shutil.which("apt-get")
-    if apt_get is None or os.geteuid() != 0:
-        raise ServerUnavailable(
-            f"PostgreSQL's server is not installed (no initdb under {DEBIAN_SERVER_DIRS}/*/bin) "
-            "and it cannot be installed here (needs root and apt-get): install Debian's "
-            f"package {' '.join(packages)}, or set {POSTGRES_URL_VARIABLE}"
-        )
-    environment = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
-    for command in (
-        [apt_get, "update", "-qq"],
-        [apt_get, "install", "-y", "-qq", "--no-install-recommends", *packages],
-    ):
-        try:
-            subprocess.run(
-                command,
-                env=environment,
-                check=True,
-                capture_output=True,
-                text=True,
-                timeout=APT_TIMEOUT_S,
-            )
-        except subprocess.CalledProcessError as error:
-            raise ServerUnavailable(
-                f"{' '.join(command)} failed ({error.returncode}): {error.stderr[-2000:]}"
-            ) from error
-        except subprocess.TimeoutExpired as error:
-            raise ServerUnavailable(
-                f"{' '.join(command)}: no answer in {APT_TIMEOUT_S} s"
-            ) from error
 
 
 def _server_account() -> pwd.struct_passwd:

@@ -3,8 +3,9 @@
 Everything lives in one temporary directory (config, state, spool, logs) and every command gets
 ``SLURM_CONF`` pointing there (the facts it follows were measured on Slurm 22.05 here). The node
 advertises more CPUs than the machine has (``SlurmdParameters=config_overrides``) so that several
-jobs run at once. Packages are installed when missing and we are root with apt-get; otherwise
-the tests are skipped — or fail, when ``HPCPREDICT_REQUIRE_SERVERS=1`` (CI).
+jobs run at once. The packages are installed, when missing, in the one set-up step at the start of
+a run (tests/system_packages.py), never from here; without them (or without ``runuser``) the tests
+are skipped — or fail, when ``HPCPREDICT_REQUIRE_SERVERS=1`` (CI).
 """
 
 from __future__ import annotations
@@ -57,23 +58,18 @@ def _free_port_range(count: int) -> int:
 
 
 def ensure_packages(*, accounting: bool = False) -> None:
-    tools = ["slurmctld", "slurmd", "munged", "sbatch"]
+    """The SLURM, munge and (with `accounting`) MariaDB programs are there, and ``runuser`` (munge
+    is started with it); else `ClusterUnavailable`, which skips the tests (or fails them in CI)."""
+    tools = ["slurmctld", "slurmd", "munged", "sbatch", "runuser"]
     packages = list(PACKAGES)
     if accounting:
         tools += ["slurmdbd", "mariadbd", "mariadb-install-db"]
         packages += ACCOUNTING_PACKAGES
-    if all(shutil.which(tool) for tool in tools):
-        return
-    if os.geteuid() != 0 or shutil.which("apt-get") is None:
-        raise ClusterUnavailable(f"{' '.join(packages)} not installed and cannot be (need root and apt-get)")
-    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
-    subprocess.run(["apt-get", "update", "-qq"], check=True, env=env, capture_output=True)
-    done = subprocess.run(
-        ["apt-get", "install", "-y", "-qq", "--no-install-recommends", *packages],
-        env=env, capture_output=True, text=True,
-    )
-    if done.returncode != 0:
-        raise ClusterUnavailable(f"apt-get install failed: {done.stderr[-500:]}")
+    absent = [tool for tool in tools if shutil.which(tool) is None]
+    if absent:
+        raise ClusterUnavailable(
+            f"{' '.join(absent)} not found on PATH: install Debian's {' '.join(packages)} (and util-linux "
+            "for runuser); `python3 tests/system_packages.py` as root does, as the test run's set-up step does")
 
 
 def ensure_munge() -> None:

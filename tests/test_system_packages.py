@@ -1,0 +1,57 @@
+"""The test run's one set-up step (issue 28, item 11): what it installs, that `.ci/run` installs the
+same before it, that `.ci/run` runs the README's test command in a venv, and that no fixture
+installs anything mid-run."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+import slurm_cluster
+from system_packages import PACKAGES
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def ci_script() -> str:
+    return (ROOT / ".ci" / "run").read_text()
+
+
+def readme_commands() -> list[str]:
+    block = re.search(r"## Set-up: two commands.*?```sh\n(.*?)```", (ROOT / "README.md").read_text(), re.S).group(1)
+    return [line for line in block.splitlines() if line.strip()]
+
+
+def test_ci_installs_every_package_the_suite_needs_before_the_run() -> None:
+    listed = re.search(r"PACKAGES=\((.*?)\)", ci_script(), re.S).group(1).split()
+    assert set(PACKAGES) <= set(listed), set(PACKAGES) - set(listed)
+
+
+def test_ci_runs_the_readme_test_command_in_a_venv() -> None:
+    """On a stock Debian 12 a bare `pip install` is refused (PEP 668): `.ci/run` makes the venv the
+    README's first command makes, then runs exactly its second command."""
+    first, second = readme_commands()
+    lines = [line.strip() for line in ci_script().splitlines() if line.strip() and not line.startswith("#")]
+    assert lines[-1] == second
+    venv = first.split(" && pip install")[0]  # "python3 -m venv .venv && . .venv/bin/activate"
+    assert lines[-2] == venv
+
+
+def test_no_fixture_installs_packages() -> None:
+    """apt-get only in the set-up step, never from a fixture in the middle of a run."""
+    for path in (ROOT / "tests").glob("*.py"):
+        if path.name in ("system_packages.py", "test_system_packages.py", "site_install.py",
+                         "test_quickstart_cluster.py"):
+            continue
+        assert '"apt-get"' not in path.read_text() and "apt_get" not in path.read_text(), path
+
+
+def test_a_missing_runuser_skips_instead_of_erroring(monkeypatch: pytest.MonkeyPatch) -> None:
+    """`ensure_munge` starts munged with runuser: without it the SLURM tests errored
+    (FileNotFoundError); now the cluster is unavailable, which skips (or fails in CI)."""
+    real_which = slurm_cluster.shutil.which
+    monkeypatch.setattr(slurm_cluster.shutil, "which",
+                        lambda name, *a, **k: None if name == "runuser" else (real_which(name, *a, **k) or f"/usr/bin/{name}"))
+    with pytest.raises(slurm_cluster.ClusterUnavailable, match="runuser"):
+        slurm_cluster.ensure_packages()
