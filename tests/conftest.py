@@ -49,6 +49,20 @@ def shared_log(name: str) -> Path:
     return path
 
 
+@pytest.fixture(scope="session")
+def site_prefix() -> Path:
+    """The cached venv of hpcpredict's dependencies made by Debian's python3 (tests/site_install.py);
+    skips (fails under HPCPREDICT_REQUIRE_SERVERS=1) where it cannot be made."""
+    from site_install import SiteUnavailable, dependencies_prefix
+
+    try:
+        return dependencies_prefix()
+    except SiteUnavailable as error:
+        if os.environ.get(REQUIRE_SERVERS_VARIABLE) == "1":
+            pytest.fail(f"a site's install is required here: {error}")
+        pytest.skip(str(error))
+
+
 @pytest.fixture
 def short_dir() -> Iterator[Path]:
     """A private folder with a short path: Unix socket paths are limited to ~107 bytes, and

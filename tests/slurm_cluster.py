@@ -94,10 +94,21 @@ class SlurmCluster:
     def __init__(self, *, job_submit_lua: Path | None = None, jobcomp_lua: Path | None = None,
                  extra_files: dict[str, str] | None = None, extra_config: list[str] | None = None,
                  accounting: bool = False, nodes: int = 1, node_cpus: int = NODE_CPUS,
-                 min_job_age_s: int = 300) -> None:
+                 min_job_age_s: int = 300, conf_dir: Path | None = None,
+                 enter: Callable[[list[str]], list[str]] | None = None, conf_path_inside: str | None = None,
+                 slurm_user: str = "root") -> None:
+        """`conf_dir`: where slurm.conf and the scripts beside it are written (default: the
+        cluster's folder). `enter`: wraps every command and daemon (e.g. into a mount namespace,
+        tests/site_install.py), where slurm.conf is at `conf_path_inside`. `slurm_user`:
+        slurm.conf's SlurmUser, which slurmctld and slurmdbd run as (root by default; a real
+        site's `slurm` where the test must see what that user may not do)."""
         self.dir = Path(tempfile.mkdtemp(prefix="hpslurm"))
-        self.conf = self.dir / "slurm.conf"
-        self.env = {**os.environ, "SLURM_CONF": str(self.conf)}
+        self.conf_dir = conf_dir or self.dir
+        self.conf = self.conf_dir / "slurm.conf"
+        self.enter = enter or (lambda command: command)
+        self.env = {**os.environ, "SLURM_CONF": conf_path_inside or str(self.conf)}
+        self.slurm_user = slurm_user
+        self.controller: subprocess.Popen | None = None
         self.job_submit_lua = job_submit_lua
         self.jobcomp_lua = jobcomp_lua
         self.extra_files = extra_files or {}
@@ -119,26 +130,46 @@ class SlurmCluster:
         for sub in ("state", *(f"spool/{name}" for name in self.node_names)):
             (self.dir / sub).mkdir(parents=True, exist_ok=True)
         if self.job_submit_lua is not None:
-            shutil.copy(self.job_submit_lua, self.dir / "job_submit.lua")
+            shutil.copy(self.job_submit_lua, self.conf_dir / "job_submit.lua")
         if self.jobcomp_lua is not None:
-            shutil.copy(self.jobcomp_lua, self.dir / "jobcomp.lua")
+            shutil.copy(self.jobcomp_lua, self.conf_dir / "jobcomp.lua")
         for script in (self.job_submit_lua, self.jobcomp_lua):  # both load it from their folder
             if script is not None:
-                shutil.copy(script.parent / "hpcpredict_common.lua", self.dir / "hpcpredict_common.lua")
+                shutil.copy(script.parent / "hpcpredict_common.lua", self.conf_dir / "hpcpredict_common.lua")
         for name, text in self.extra_files.items():
-            (self.dir / name).write_text(text)
+            (self.conf_dir / name).write_text(text)
         self.conf.write_text(self._config())
+        if self.slurm_user != "root":  # slurmctld and slurmdbd write their state and logs as it
+            self.dir.chmod(0o755)
+            for path in [self.dir, *self.dir.rglob("*")]:
+                shutil.chown(path, self.slurm_user, self.slurm_user)
         if self.accounting:
             self._start_accounting()
-        self.processes.append(self._spawn(["slurmctld", "-D", "-c", "-i"], "slurmctld.out"))
+        self.controller = self._spawn(["slurmctld", "-D", "-c", "-i"], "slurmctld.out")
+        self.processes.append(self.controller)
         for name in self.node_names:
             self.processes.append(self._spawn(["slurmd", "-D", "-N", name], f"slurmd-{name}.out"))
+        self._wait_until_idle()
+        return self
+
+    def restart_controller(self) -> None:
+        """What `systemctl restart slurmctld` does: stop slurmctld, start it again on its saved
+        state (jobs kept, slurm.conf and the plugins read anew), and wait until it answers."""
+        assert self.controller is not None
+        self.controller.terminate()
+        self.controller.wait(30)
+        index = self.processes.index(self.controller)
+        self.controller = self._spawn(["slurmctld", "-D", "-i"], "slurmctld.out")
+        self.processes[index] = self.controller
+        self._wait_until_idle()
+
+    def _wait_until_idle(self) -> None:
         deadline = time.monotonic() + 60 + self.node_count
         while True:
             states = self.run(["sinfo", "-h", "-N", "-o", "%t"], check=False).stdout.split()
             state = ",".join(sorted(set(states)))
             if len(states) == self.node_count and set(states) <= {"idle", "mix", "alloc"}:
-                return self
+                return
             if any(p.poll() is not None for p in self.processes) or time.monotonic() > deadline:
                 self.stop()
                 raise ClusterUnavailable(f"SLURM did not start (node state {state!r}); logs in {self.dir}:\n"
@@ -194,14 +225,16 @@ class SlurmCluster:
         self._wait_for(lambda: subprocess.run(
             ["mariadb", "--no-defaults", "-S", str(socket_path), "-u", "root", "-e", sql],
             capture_output=True, check=False).returncode == 0, "MariaDB", d / "mariadb.out")
-        dbd_conf = d / "slurmdbd.conf"  # read beside slurm.conf; slurmdbd wants it private
+        dbd_conf = self.conf_dir / "slurmdbd.conf"  # read beside slurm.conf; slurmdbd wants it private
         dbd_conf.write_text("\n".join([
             "AuthType=auth/munge", "DbdAddr=127.0.0.1", f"DbdHost={socket.gethostname().split('.')[0]}",
-            f"DbdPort={self.dbd_port}", "SlurmUser=root", f"PidFile={d}/slurmdbd.pid", f"LogFile={d}/slurmdbd.log",
+            f"DbdPort={self.dbd_port}", f"SlurmUser={self.slurm_user}", f"PidFile={d}/slurmdbd.pid",
+            f"LogFile={d}/slurmdbd.log",
             "StorageType=accounting_storage/mysql", "StorageHost=127.0.0.1", f"StoragePort={db_port}",
             "StorageUser=slurm", "StoragePass=slurm", "StorageLoc=slurm_acct_db", "",
         ]))
         dbd_conf.chmod(0o600)
+        shutil.chown(dbd_conf, self.slurm_user, self.slurm_user)  # slurmdbd refuses one it does not own
         self.processes.append(self._spawn(["slurmdbd", "-D"], "slurmdbd.out"))
         self._wait_for(lambda: self.run(["sacctmgr", "-n", "list", "cluster"], check=False, timeout=10).returncode == 0,
                        "slurmdbd", d / "slurmdbd.log")
@@ -236,7 +269,7 @@ class SlurmCluster:
 
     # ------------------------------------------------------------------ using it
     def run(self, command: list[str], *, check: bool = True, timeout: float = 60) -> subprocess.CompletedProcess:
-        done = subprocess.run(command, env=self.env, capture_output=True, text=True, timeout=timeout)
+        done = subprocess.run(self.enter(command), env=self.env, capture_output=True, text=True, timeout=timeout)
         if check and done.returncode != 0:
             raise RuntimeError(f"{' '.join(command)} failed ({done.returncode}): {done.stderr.strip()}")
         return done
@@ -260,7 +293,7 @@ class SlurmCluster:
         return "\n".join(path.read_text(errors="replace").splitlines()[-lines:]) if path.exists() else ""
 
     def _spawn(self, command: list[str], output: str) -> subprocess.Popen:
-        return subprocess.Popen(command, env=self.env, stdout=(self.dir / output).open("wb"),
+        return subprocess.Popen(self.enter(command), env=self.env, stdout=(self.dir / output).open("wb"),
                                 stderr=subprocess.STDOUT)
 
     def _node_list(self) -> str:
@@ -284,7 +317,7 @@ class SlurmCluster:
             "ClusterName=hpctest",
             f"SlurmctldHost={host}(127.0.0.1)",
             f"SlurmctldPort={_free_port()}",
-            "SlurmUser=root",
+            f"SlurmUser={self.slurm_user}",
             "SlurmdUser=root",
             "AuthType=auth/munge",
             f"StateSaveLocation={d}/state",

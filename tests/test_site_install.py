@@ -1,0 +1,89 @@
+"""Every command works as an unprivileged user with no home on a read-only, root-owned install
+(issue 28, item 1), and `train` says how to make a folder that user may not create (item 2).
+
+The install is a site's (tests/site_install.py): a venv made by Debian's /usr/bin/python3 at
+/opt/hpcpredict/venv, root-owned and mounted read-only, run by a system user made the way Debian
+makes them (``useradd --system --no-create-home --home-dir /nonexistent``) through ``runuser``. On
+195fcb0 every command stopped at import: ``RuntimeError: cannot cache function 'axpy': no locator
+available``, since numba's ``cache=True`` found no writable folder.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from site_install import PREFIX, SiteNamespace, SiteUnavailable
+
+pytestmark = [pytest.mark.site]
+USER = "hpq-nohome"
+SAMPLE = f"{PREFIX}/src/swf/KTH-SP2-sample.swf"
+
+
+@pytest.fixture(scope="module")
+def site(site_prefix: Path) -> Iterator[SiteNamespace]:
+    namespace = SiteNamespace(site_prefix)
+    try:
+        namespace.start()
+    except SiteUnavailable as error:
+        if os.environ.get("HPCPREDICT_REQUIRE_SERVERS") == "1":
+            pytest.fail(str(error))
+        pytest.skip(str(error))
+    try:
+        namespace.install_checkout()
+        namespace.run(["useradd", "--system", "--no-create-home", "--home-dir", "/nonexistent",
+                       "--shell", "/usr/sbin/nologin", "--user-group", USER])
+        # read-only, as ProtectSystem=strict and a root-owned install make it
+        namespace.run(["mount", "-o", "remount,bind,ro", str(PREFIX)])
+        namespace.shell(f"install -d -o {USER} -g {USER} -m 0700 {work(namespace)}")
+        yield namespace
+    finally:
+        namespace.close()
+
+
+def work(site: SiteNamespace) -> str:
+    """The user's scratch folder, on the namespace's own tmpfs (gone with it)."""
+    return f"{site.scratch}/work"
+
+
+def as_user(site: SiteNamespace, *command: str, environment: str = "") -> tuple[int, str]:
+    """`command` as USER (HOME=/nonexistent, as runuser sets it), with its exit status and output."""
+    done = site.shell(f"cd {work(site)} && {environment} runuser -u {USER} -- {' '.join(command)} 2>&1", check=False, timeout=600)
+    return done.returncode, done.stdout
+
+
+def test_the_install_is_read_only_and_the_user_has_no_home(site: SiteNamespace) -> None:
+    status, output = as_user(site, "sh", "-c", "'echo $HOME; touch /opt/hpcpredict/venv/x || echo read-only'")
+    assert output.split() == ["/nonexistent", *output.split()[1:-1], "read-only"], output
+    assert "numba" in site.run([f"{PREFIX}/venv/bin/pip", "list"]).stdout  # the dependencies are there
+
+
+def test_learning_and_simulating_work_with_no_numba_cache_folder(site: SiteNamespace) -> None:
+    """train (the NAG kernels) and simulate (the backfilling kernel): compiled in memory."""
+    status, output = as_user(site, "hpcpredict", "train", SAMPLE, "--db", f"sqlite:///{work(site)}/h.db")
+    assert status == 0 and "4,997 learning steps" in output, output
+    assert "cannot cache" not in output and "Traceback" not in output
+    status, output = as_user(site, "hpcpredict", "simulate", SAMPLE, "--format", "json")
+    assert status == 0 and "cannot cache" not in output, output[-3000:]
+    status, output = as_user(site, "hpcpredict", "errors")  # the views: finds nothing, says so in one line
+    assert status == 1 and "Traceback" not in output and "no such database file" in output, output
+
+
+def test_numba_caches_where_numba_cache_dir_says(site: SiteNamespace) -> None:
+    """The unit's Environment=NUMBA_CACHE_DIR (its CacheDirectory=): the kernels are cached there."""
+    site.shell(f"install -d -o {USER} -g {USER} -m 0750 /var/cache/{USER}")
+    status, output = as_user(site, "hpcpredict", "train", SAMPLE, "--db", f"sqlite:///{work(site)}/c.db",
+                             environment=f"NUMBA_CACHE_DIR=/var/cache/{USER}")
+    assert status == 0, output
+    cached = site.run(["find", f"/var/cache/{USER}", "-name", "*.nbi"]).stdout.split()
+    assert any("nag_kernels" in name for name in cached), cached
+
+
+def test_train_names_the_command_that_makes_its_folder(site: SiteNamespace) -> None:
+    """The quick start's step 3 before step 2 made /var/lib/hpcpredict: one line, no traceback."""
+    status, output = as_user(site, "hpcpredict", "train", SAMPLE, "--db", "sqlite:////var/lib/hpq-missing/h.db")
+    assert status == 1 and "Traceback" not in output, output
+    assert ("/var/lib/hpq-missing: cannot create the database's folder (Permission denied); as root, make it "
+            f"this user's first: install -d -o {USER} -g {USER} -m 0750 /var/lib/hpq-missing") in output
