@@ -41,6 +41,10 @@ PREFIX = Path("/opt/hpcpredict")
 CACHE_ROOT = Path("/var/cache/hpcpredict-tests")
 DEBIAN_PYTHON = Path("/usr/bin/python3")
 BUILD_TIMEOUT_S = 1800
+# Loopback up, plus an address of global scope on it (still nowhere but this namespace): getaddrinfo
+# with AI_ADDRCONFIG, as slurmdbd calls it, finds no name at all on a host with loopback only.
+NETWORK_SETUP = 'ip link set lo up && ip addr add 10.254.254.1/32 dev lo && echo "127.0.0.1 $(hostname)" >> /etc/hosts'
+HOST_TMP = "/run/hpsite-host-tmp"  # the host's /tmp, inside a namespace with a /tmp of its own
 SYSTEM_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
 
@@ -109,10 +113,16 @@ mount --bind {building} {PREFIX}
 class SiteNamespace:
     """A private mount namespace laid out as a fresh controller (module doc); `run` enters it."""
 
-    def __init__(self, prefix: Path) -> None:
+    def __init__(self, prefix: Path, *, private_tmp: bool = False, private_network: bool = False) -> None:
+        """`private_tmp`: a fresh /tmp (host folders are bound in with `bind`), so that paths such as
+        the quick start's /tmp/history.swf are this test's alone. `private_network`: a network
+        namespace of its own with only loopback up, so that servers on fixed ports (the admin API
+        on 127.0.0.1:8765) never meet another test's."""
         self.prefix = prefix
         self.scratch = Path(tempfile.mkdtemp(prefix="hpsite"))
         self.holder: subprocess.Popen | None = None
+        self.private_tmp = private_tmp
+        self.private_network = private_network
 
     def start(self) -> SiteNamespace:
         _check_tools()
@@ -123,7 +133,7 @@ mkdir {s}/opt.u {s}/opt.w {s}/prefix.u {s}/prefix.w {s}/munge
 mount -t overlay hpsite-opt -o lowerdir=/opt,upperdir={s}/opt.u,workdir={s}/opt.w /opt
 mkdir -p {PREFIX}
 mount -t overlay hpsite-prefix -o lowerdir={self.prefix},upperdir={s}/prefix.u,workdir={s}/prefix.w {PREFIX}
-for d in etc var; do
+for d in etc var usr; do
   mkdir {s}/$d.u {s}/$d.w
   mount -t overlay hpsite-$d -o lowerdir=/$d,upperdir={s}/$d.u,workdir={s}/$d.w /$d
 done
@@ -131,10 +141,15 @@ if [ -d /run/munge ]; then mount --bind /run/munge {s}/munge; fi
 mount -t tmpfs -o mode=0755 hpsite-run /run
 mkdir -p /run/munge /run/lock
 if mountpoint -q {s}/munge; then mount --bind {s}/munge /run/munge; fi
+{f"mkdir {HOST_TMP} && mount --bind /tmp {HOST_TMP} && mount -t tmpfs -o mode=1777 hpsite-tmp /tmp" if self.private_tmp else ""}
+{NETWORK_SETUP if self.private_network else ""}
 echo ready
 exec sleep infinity
 """
-        self.holder = subprocess.Popen(["unshare", "--mount", "--propagation", "private", "bash", "-c", script],
+        if self.private_network and shutil.which("ip") is None:
+            raise SiteUnavailable("ip not found (Debian's iproute2): needed to bring up a private loopback")
+        namespaces = ["--mount", "--net"] if self.private_network else ["--mount"]
+        self.holder = subprocess.Popen(["unshare", *namespaces, "--propagation", "private", "bash", "-c", script],
                                        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         line = self.holder.stdout.readline().strip()
         if line != "ready":
@@ -147,7 +162,17 @@ exec sleep infinity
     def enter(self, command: list[str]) -> list[str]:
         """`command` run inside the namespace (as root, with the caller's environment)."""
         assert self.holder is not None
-        return ["nsenter", f"--target={self.holder.pid}", "--mount", "--", *command]
+        namespaces = ["--mount", "--net"] if self.private_network else ["--mount"]
+        return ["nsenter", f"--target={self.holder.pid}", *namespaces, "--", *command]
+
+    def bind(self, host_path: Path, inside: str | None = None) -> None:
+        """The host's folder `host_path` at `inside` (default: the same path) in the namespace."""
+        target = inside or str(host_path)
+        source = Path(host_path)
+        if self.private_tmp and source.is_relative_to("/tmp"):  # the host's /tmp, hidden by ours
+            source = Path(HOST_TMP) / source.relative_to("/tmp")
+        self.run(["mkdir", "-p", target])
+        self.run(["mount", "--bind", str(source), target])
 
     def run(self, command: list[str], *, check: bool = True, timeout: float = 300,
             env: dict[str, str] | None = None, input: str | None = None) -> subprocess.CompletedProcess:

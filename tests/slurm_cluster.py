@@ -96,7 +96,7 @@ class SlurmCluster:
                  accounting: bool = False, nodes: int = 1, node_cpus: int = NODE_CPUS,
                  min_job_age_s: int = 300, conf_dir: Path | None = None,
                  enter: Callable[[list[str]], list[str]] | None = None, conf_path_inside: str | None = None,
-                 slurm_user: str = "root") -> None:
+                 slurm_user: str = "root", over_time_limit_min: int | None = 0) -> None:
         """`conf_dir`: where slurm.conf and the scripts beside it are written (default: the
         cluster's folder). `enter`: wraps every command and daemon (e.g. into a mount namespace,
         tests/site_install.py), where slurm.conf is at `conf_path_inside`. `slurm_user`:
@@ -108,6 +108,7 @@ class SlurmCluster:
         self.enter = enter or (lambda command: command)
         self.env = {**os.environ, "SLURM_CONF": conf_path_inside or str(self.conf)}
         self.slurm_user = slurm_user
+        self.over_time_limit_min = over_time_limit_min  # None: no OverTimeLimit line (a site adds its own)
         self.controller: subprocess.Popen | None = None
         self.job_submit_lua = job_submit_lua
         self.jobcomp_lua = jobcomp_lua
@@ -341,7 +342,7 @@ class SlurmCluster:
             "ReturnToService=2",
             f"MinJobAge={self.min_job_age_s}",
             "KillWait=5",
-            "OverTimeLimit=0",
+            *([f"OverTimeLimit={self.over_time_limit_min}"] if self.over_time_limit_min is not None else []),
             *plugins,
             *(line.format(dir=d) for line in self.extra_config),
             self._node_line(host),

@@ -41,8 +41,7 @@ def test_ci_runs_the_readme_test_command_in_a_venv() -> None:
 def test_no_fixture_installs_packages() -> None:
     """apt-get only in the set-up step, never from a fixture in the middle of a run."""
     for path in (ROOT / "tests").glob("*.py"):
-        if path.name in ("system_packages.py", "test_system_packages.py", "site_install.py",
-                         "test_quickstart_cluster.py"):
+        if path.name in ("system_packages.py", "test_system_packages.py"):
             continue
         assert '"apt-get"' not in path.read_text() and "apt_get" not in path.read_text(), path
 
