@@ -13,9 +13,10 @@ Where the cache goes, in numba's own order (nothing here second-guesses it):
    ``CacheDirectory=`` (``/var/cache/hpcpredict``), which systemd creates for ``User=``;
 2. the package's own ``__pycache__`` when writable (a checkout, a user's own venv);
 3. ``$XDG_CACHE_HOME/numba`` (``~/.cache/numba``) when writable;
-4. otherwise no cache: the kernels are compiled in memory at each start (about a second or two,
-   measured in docs/performance.md), which only slows a command's start. The daemon compiles
-   them in its warm-up, before its socket opens, so no PREDICT ever waits for it.
+4. otherwise no cache: the kernels are compiled in memory at each start (seconds: the first
+   learning step took 7.6-22 s instead of 5-5.6 s from a warm cache on the loaded 2-core
+   development machine, docs/performance.md), which only slows a command's start. The daemon
+   compiles them in its warm-up, before its socket opens, so no PREDICT ever waits for it.
 
 The fallback is decided per kernel, by numba's own test (it writes a temporary file in each
 candidate folder), so a folder that exists but is not writable counts as absent.
