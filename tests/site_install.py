@@ -159,6 +159,19 @@ exec sleep infinity
             raise SiteUnavailable(f"cannot lay out the site's mount namespace: {error[-1000:]}")
         return self
 
+    def start_or_skip(self) -> SiteNamespace:
+        """`start`, for a fixture: skip where a site's install cannot be laid out here, or fail
+        with ``HPCPREDICT_REQUIRE_SERVERS=1`` (CI)."""
+        import pytest  # only the fixtures' path needs it
+
+        try:
+            return self.start()
+        except SiteUnavailable as error:
+            self.close()
+            if os.environ.get("HPCPREDICT_REQUIRE_SERVERS") == "1":
+                pytest.fail(f"a site's install is required here: {error}")
+            pytest.skip(str(error))
+
     def enter(self, command: list[str]) -> list[str]:
         """`command` run inside the namespace (as root, with the caller's environment)."""
         assert self.holder is not None

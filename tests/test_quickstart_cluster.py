@@ -36,7 +36,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from site_install import PREFIX, REPO_ROOT, SiteNamespace, SiteUnavailable, checkout_files
+from site_install import PREFIX, REPO_ROOT, SiteNamespace, checkout_files
 from slurm_cluster import SlurmCluster
 from unit_emulation import EmulatedUnit
 
@@ -128,15 +128,7 @@ def substituted(script: str) -> str:
 
 @pytest.fixture(scope="module")
 def controller(site_prefix: Path) -> Iterator[Controller]:
-    site = SiteNamespace(site_prefix, private_tmp=True, private_network=True)
-    try:
-        site.start()
-    except SiteUnavailable as error:
-        import os
-
-        if os.environ.get("HPCPREDICT_REQUIRE_SERVERS") == "1":
-            pytest.fail(str(error))
-        pytest.skip(str(error))
+    site = SiteNamespace(site_prefix, private_tmp=True, private_network=True).start_or_skip()
     etc_slurm = Path(tempfile.mkdtemp(prefix="hpetcslurm"))
     etc_slurm.chmod(0o755)
     cluster = SlurmCluster(accounting=True, conf_dir=etc_slurm, enter=site.enter,

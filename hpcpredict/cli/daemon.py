@@ -20,24 +20,19 @@ from hpcpredict.cli.common import check_file, load_log, progress_bar
 from hpcpredict.cli.options import deprecated_alias, format_option, lenient_option, log_argument, procs_option
 from hpcpredict.daemon.config import ConfigError, DaemonConfig, load_config, parse_host_port, parse_mode
 
-_config_option = click.option(
-    "--config",
-    "config_path",
-    type=click.Path(exists=True, dir_okay=False, path_type=Path),
-    default=None,
-    help="TOML configuration ([daemon] and [learner] sections; see docs/daemon.md). "
-    "Command-line options override it.",
-)
+def _config_file_option(help_text: str):  # -> click decorator
+    return click.option("--config", "config_path", default=None, help=help_text,
+                        type=click.Path(exists=True, dir_okay=False, path_type=Path))
+
+
+_config_option = _config_file_option(
+    "TOML configuration ([daemon] and [learner] sections; see docs/daemon.md). "
+    "Command-line options override it.")
 # The read-only views find the installed daemon's configuration by themselves (find_config).
-_view_config_option = click.option(
-    "--config",
-    "config_path",
-    type=click.Path(exists=True, dir_okay=False, path_type=Path),
-    default=None,
-    help="The daemon's TOML configuration, whose database to read. Default: $HPCPREDICT_CONFIG, "
+_view_config_option = _config_file_option(
+    "The daemon's TOML configuration, whose database to read. Default: $HPCPREDICT_CONFIG, "
     "else /etc/hpcpredict/daemon.toml when it exists and is readable, else the per-user state "
-    "directory ($HPCPREDICT_STATE_DIR or ~/.local/state/hpcpredict). --db overrides it.",
-)
+    "directory ($HPCPREDICT_STATE_DIR or ~/.local/state/hpcpredict). --db overrides it.")
 _db_option = click.option(
     "--db",
     "db_url",
