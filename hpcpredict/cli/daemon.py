@@ -81,8 +81,36 @@ def _open_service(config: DaemonConfig, store=None):  # -> PredictionService (SQ
             min_trained_jobs=config.min_trained_jobs,
             correction=config.correction_policy(),
         )
-    except (SQLAlchemyError, ValueError, ReplayError) as error:
+    except SQLAlchemyError as error:
+        raise click.ClickException(_database_error(config.db, error)) from None
+    except (ValueError, ReplayError) as error:
         raise click.ClickException(f"{config.db}: {error}") from None
+
+
+def _database_error(url: str, error: Exception) -> str:
+    """One line for a database that cannot be opened or written: the driver's own words without
+    SQLAlchemy's wrapping and link, and what to check."""
+    from sqlalchemy.engine import make_url
+    from sqlalchemy.exc import DBAPIError
+
+    reason = error.orig if isinstance(error, DBAPIError) else error
+    parsed = make_url(url)
+    shown = parsed.render_as_string(hide_password=True)
+    if parsed.get_backend_name() == "sqlite" and parsed.database:
+        folder = Path(parsed.database).parent
+        hint = f"check that {folder} is a folder this user ({_user_name()}) can write in, or give another --db"
+    else:
+        hint = "check the URL, that the server runs and that this user may connect"
+    return f"{shown}: cannot open the database ({reason}): {hint}"
+
+
+def _user_name() -> str:
+    import pwd
+
+    try:
+        return pwd.getpwuid(os.getuid()).pw_name
+    except KeyError:
+        return f"uid {os.getuid()}"
 
 
 _INTERVAL_TYPE = click.FloatRange(min=0, min_open=True)
@@ -490,11 +518,21 @@ def errors(config_path: Path | None, db_url: str | None, users: tuple[int, ...],
     elif output_format == "csv":
         click.echo(to_csv(table), nl=False)
     elif table.empty:
-        click.echo("no judged job yet (jobs count once they have ended after a prediction)")
+        click.echo(_nothing_judged(users, since, source))
     else:
         click.echo(format_table(table))
     if output_format == "table":  # last, so the table's header stays the first line
         click.echo(_source_label(judged, source))
+
+
+def _nothing_judged(users: tuple[int, ...], since: str | None, source: str) -> str:
+    """Why the table is empty: a filter that matched nothing is not a store with nothing in it."""
+    filters = ([f"user {', '.join(str(user) for user in dict.fromkeys(users))}"] if users else []) + \
+        ([f"ended since {since}"] if since else []) + ([f"--source {source}"] if source != "both" else [])
+    if filters:
+        return (f"no judged job matches {', '.join(filters)} (`hpcpredict errors` without the filter "
+                f"lists the users and jobs there are)")
+    return "no judged job yet (jobs count once they have ended after a prediction)"
 
 
 @click.command()
