@@ -85,10 +85,13 @@ def test_table_filters_by_user_and_date(filled_url: str) -> None:
         store.close()
     busiest = int(statistics.sort_values("count").iloc[-1]["user_id"])
     text = run("errors", "--db", filled_url, "--user", str(busiest))
-    lines = [line for line in text.strip().splitlines() if not line.startswith("jobs judged:")]  # the source label
+    # the site summary, a blank line, the table, the source label, then why (issue 28, item 8)
+    table = text.split("\n\n")[1]
+    lines = [line for line in table.strip().splitlines() if not line.startswith("jobs judged:")]
     assert lines[0].split()[:3] == ["user", "jobs", "MAE"]
     assert lines[1].split()[0] == str(busiest) and lines[-1].split()[0] == "all"
     assert len(lines) == 3
+    assert f"Why user {busiest}'s next job is predicted" in text
 
     rows = json.loads(run("errors", "--db", filled_url, "--since", "2100-01-01", "--format", "json"))
     assert rows == []

@@ -477,24 +477,31 @@ def _source_label(judged, source: str) -> str:  # judged: pd.DataFrame with a "s
 @click.command()
 @_config_option
 @_db_option
-@click.option("--user", "users", type=int, multiple=True, help="Only this user id (repeatable).")
+@click.option("--user", "users", type=int, multiple=True, help="Only this user id (repeatable); the "
+              "table is followed by why the model predicts what it does for the user's jobs.")
+@click.option("--job", "job_id", type=int, default=None, help="Why this live job got its prediction: "
+              "the model's largest terms at its submission, and the user's runtimes before it.")
 @_since_option
 @_source_option
 @format_option("csv")
-def errors(config_path: Path | None, db_url: str | None, users: tuple[int, ...], since: str | None,
-           source: str, output_format: str) -> None:
+def errors(config_path: Path | None, db_url: str | None, users: tuple[int, ...], job_id: int | None,
+           since: str | None, source: str, output_format: str) -> None:
     """Per-user prediction errors, from the daemon's database (running or not).
 
-    For each user: jobs judged, mean and median absolute error of the prediction given at
+    First what lowering limits does for the site: the share of jobs lowered, of those that
+    finished within their lowered limit, corrections per job, how much earlier the scheduler
+    can plan their ends, and the go/no-go gate for mode=lower (docs/admin-guide.md). Then, for
+    each user: jobs judged, mean and median absolute error of the prediction given at
     submission, share under-predicted, mean predicted/actual ratio, corrections, and what the
     user's own requests and AVE2 would have scored (MAE). The last row is over all users.
-    Never creates or changes the database.
+    JSON and CSV hold the table only. Never creates or changes the database.
 
     \b
     Examples:
       hpcpredict errors --db sqlite:///hpcpredict.db
       hpcpredict errors --db sqlite:///hpcpredict.db --user 1001 --since 2026-11-01 --format csv
-      hpcpredict errors --config deploy/daemon.toml --source live --format json
+      hpcpredict errors --db sqlite:///hpcpredict.db --job 123456          # why it got its limit
+      hpcpredict errors --config /etc/hpcpredict/daemon.toml --source live --format json
     """
     import json
 
@@ -503,36 +510,74 @@ def errors(config_path: Path | None, db_url: str | None, users: tuple[int, ...],
     from hpcpredict.daemon.errors import judged_jobs
     from hpcpredict.daemon.views import error_table, format_table, to_csv
 
+    config = _config(config_path, db=db_url)
     store = _read_store(config_path, db_url)
     try:
+        if job_id is not None:
+            _explain_job(store, config, job_id, output_format)
+            return
         since_s = _since_s(since)
         unique_users = dict.fromkeys(users)  # `--user 5 --user 5` counts user 5's jobs once
         frames = [judged_jobs(store, user_id=user, since_s=since_s, source=source)
                   for user in unique_users] or [judged_jobs(store, since_s=since_s, source=source)]
+        judged = pd.concat(frames, ignore_index=True) if len(frames) > 1 else frames[0]
+        table = error_table(judged)
+        if output_format == "json":
+            click.echo(json.dumps(json.loads(table.to_json(orient="records", double_precision=15)), indent=2))
+        elif output_format == "csv":
+            click.echo(to_csv(table), nl=False)
+        elif table.empty:
+            click.echo(_nothing_judged(users, since, source))
+        else:
+            from hpcpredict.daemon.site_summary import format_summary, killed_at_lowered_limit_count, site_summary
+
+            killed = killed_at_lowered_limit_count(store, since_s, list(unique_users))
+            click.echo(format_summary(site_summary(judged, killed), _shown_url(config.db)))
+            click.echo()
+            click.echo(format_table(table))
+        if output_format == "table":  # after the table: which judgements it holds, then why
+            click.echo(_source_label(judged, source))
+            if unique_users:
+                _explain_users(store, config, list(unique_users))
     finally:
         store.close()
-    judged = pd.concat(frames, ignore_index=True) if len(frames) > 1 else frames[0]
-    table = error_table(judged)
-    if output_format == "json":
-        click.echo(json.dumps(json.loads(table.to_json(orient="records", double_precision=15)), indent=2))
-    elif output_format == "csv":
-        click.echo(to_csv(table), nl=False)
-    elif table.empty:
-        click.echo(_nothing_judged(users, since, source))
-    else:
-        click.echo(format_table(table))
-    if output_format == "table":  # last, so the table's header stays the first line
-        click.echo(_source_label(judged, source))
+
+
+def _shown_url(url: str) -> str:
+    from sqlalchemy.engine import make_url
+
+    return make_url(url).render_as_string(hide_password=True)
+
+
+def _explain_job(store, config: DaemonConfig, job_id: int, output_format: str) -> None:
+    import json
+
+    from hpcpredict.daemon.explain import ExplainError, explain_job, format_why
+
+    try:
+        why = explain_job(store, job_id, config.predictor_factory)
+    except ExplainError as error:
+        raise click.ClickException(str(error)) from None
+    click.echo(json.dumps(why.to_dict(), indent=2) if output_format == "json" else format_why(why))
+
+
+def _explain_users(store, config: DaemonConfig, user_ids: list[int]) -> None:
+    from hpcpredict.daemon.explain import ExplainError, explain_users, format_why
+
+    for why in explain_users(store, user_ids, config.predictor_factory).values():
+        click.echo()
+        click.echo(str(why) if isinstance(why, ExplainError) else format_why(why))
 
 
 def _nothing_judged(users: tuple[int, ...], since: str | None, source: str) -> str:
     """Why the table is empty: a filter that matched nothing is not a store with nothing in it."""
     filters = ([f"user {', '.join(str(user) for user in dict.fromkeys(users))}"] if users else []) + \
-        ([f"ended since {since}"] if since else []) + ([f"--source {source}"] if source != "both" else [])
+        ([f"ended since {since}"] if since else [])
+    among = "" if source == "both" else f" (--source {source})"
     if filters:
-        return (f"no judged job matches {', '.join(filters)} (`hpcpredict errors` without the filter "
-                f"lists the users and jobs there are)")
-    return "no judged job yet (jobs count once they have ended after a prediction)"
+        return (f"no judged job matches {', '.join(filters)}{among}; `hpcpredict errors` without the "
+                f"filter lists the users and jobs there are")
+    return f"no judged job yet{among} (jobs count once they have ended after a prediction)"
 
 
 @click.command()
