@@ -168,3 +168,60 @@ def test_errors_user_says_why_and_job_gives_json(store_url: str) -> None:
     assert set(answer["user_history"]) >= {"completed_jobs", "last_run_s", "mean_run_s"}
     text = run("errors", "--db", store_url, "--job", str(int(job.job_id)))
     assert text.startswith(f"Why job {int(job.job_id)} is predicted") and "(the same)" in text
+
+
+def test_admin_api_summary_and_explanations_need_the_token(store_url: str, short_dir: Path) -> None:
+    import shutil
+    import urllib.error
+    import urllib.request
+
+    from daemon_thread import Running, write_token_file
+    from hpcpredict.daemon.config import DaemonConfig
+
+    source = Path(store_url.removeprefix("sqlite:///"))
+    for path in source.parent.glob(source.name + "*"):
+        shutil.copy(path, short_dir / path.name)
+    config = DaemonConfig(db=f"sqlite:///{short_dir / source.name}", socket=str(short_dir / "d.sock"),
+                          http="127.0.0.1:0", http_token_file=write_token_file(short_dir),
+                          spool=str(short_dir / "jobcomp.spool"))
+    store = Store(store_url)
+    try:
+        job = judged_jobs(store, source="live").iloc[-1]
+        judged = len(judged_jobs(store, source="both"))
+    finally:
+        store.close()
+    running = Running(config)
+    try:
+        def get(path: str, token: bool = True) -> tuple[int, dict]:
+            headers = {"Authorization": f"Bearer {running.token}"} if token else {}
+            try:
+                with urllib.request.urlopen(urllib.request.Request(running.url + path, headers=headers),
+                                            timeout=60) as answer:
+                    return answer.status, json.load(answer)
+            except urllib.error.HTTPError as error:
+                return error.code, json.load(error)
+
+        for path in ("/summary", f"/users/{int(job.user_id)}/explain", f"/jobs/{int(job.job_id)}/explain"):
+            assert get(path, token=False)[0] == 401, path
+        status, summary = get("/summary")
+        assert status == 200 and summary["judged_jobs"] == judged
+        assert {"lowered_share", "within_lowered_share", "corrections_per_lowered_job", "gate", "gate_text",
+                "scheduling_effect", "mae", "under_predicted"} <= set(summary)
+        status, why = get(f"/jobs/{int(job.job_id)}/explain")
+        assert status == 200 and why["recorded_prediction_s"] == why["prediction_s"] == int(job.predicted_s)
+        status, why = get(f"/users/{int(job.user_id)}/explain")
+        assert status == 200 and why["top_terms"] and why["recent_jobs"]
+        assert get("/users/99999/explain") == (404, {"error": get("/users/99999/explain")[1]["error"],
+                                                     "code": "unknown_user"})
+        assert get("/jobs/1/explain")[0] == 404  # a history job: its user says why
+        assert get("/jobs/x/explain")[0] == 400
+    finally:
+        running.stop()
+
+
+def test_report_leads_with_the_summary_and_says_why(store_url: str, tmp_path: Path) -> None:
+    run("report", "--db", store_url, "--out", str(tmp_path / "report"))
+    page = (tmp_path / "report" / "index.html").read_text()
+    assert page.index("What lowering limits does") < page.index("<h2>Per user</h2>")
+    assert "Go/no-go for mode=lower" in page and "MAE is the mean distance" in page
+    assert page.count("is predicted") == 5 and "largest terms of f = sum of w_i * phi_i" in page

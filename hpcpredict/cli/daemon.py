@@ -454,6 +454,8 @@ def _since_s(since: str | None) -> int | None:
         raise click.ClickException(str(error)) from None
 
 
+REPORT_WHY_USERS = 5  # the report explains the predictions of the users with most jobs
+
 _since_option = click.option(
     "--since", default=None,
     help="Only jobs that ended at or after this: a date (2026-11-01) or datetime "
@@ -598,9 +600,12 @@ def report(config_path: Path | None, db_url: str | None, since: str | None, sour
       hpcpredict report --config deploy/daemon.toml --since 2026-11-01 --source live --out november
     """
     from hpcpredict.daemon.errors import judged_jobs
+    from hpcpredict.daemon.explain import explain_users
+    from hpcpredict.daemon.site_summary import killed_at_lowered_limit_count
     from hpcpredict.daemon.views import write_error_report
     from hpcpredict.outputs import OutputPathError, check_output_dir
 
+    config = _config(config_path, db=db_url)
     store = _read_store(config_path, db_url)  # first: a refused store leaves no folder behind
     try:
         check_output_dir(out_dir, what="--out")  # before the reading, which can be long
@@ -608,10 +613,15 @@ def report(config_path: Path | None, db_url: str | None, since: str | None, sour
         store.close()
         raise click.ClickException(str(error)) from None
     try:
-        judged = judged_jobs(store, since_s=_since_s(since), source=source)
+        since_s = _since_s(since)
+        judged = judged_jobs(store, since_s=since_s, source=source)
+        killed = killed_at_lowered_limit_count(store, since_s)
+        busiest = judged["user_id"].value_counts().index[:REPORT_WHY_USERS].tolist() if len(judged) else []
+        whys = list(explain_users(store, [int(user) for user in busiest], config.predictor_factory).values())
     finally:
         store.close()
-    written = write_error_report(judged, out_dir)
+    written = write_error_report(judged, out_dir, db_url=_shown_url(config.db), killed_at_lowered_limit=killed,
+                                 whys=whys)
     click.echo(f"{len(judged):,} jobs reported: {written.index}; {_source_label(judged, source)}")
 
 

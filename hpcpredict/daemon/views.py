@@ -10,9 +10,11 @@ from __future__ import annotations
 import html
 import io
 import sqlite3
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
@@ -21,6 +23,9 @@ from sqlalchemy.engine import make_url
 
 from hpcpredict.daemon.errors import ERROR_COLUMNS, statistics_by_user
 from hpcpredict.daemon.store import Store
+
+if TYPE_CHECKING:
+    from hpcpredict.daemon.explain import ExplainError, Why
 
 TOTAL_ROW = "all"
 
@@ -170,8 +175,10 @@ class Report:
 
 
 def write_error_report(judged: pd.DataFrame, out_dir: Path, *, title: str = "hpcpredict: prediction errors",
-                 top_users: int = 20) -> Report:
-    """index.html with the per-user table and three plots (PNG files beside it)."""
+                       top_users: int = 20, db_url: str = "", killed_at_lowered_limit: int = 0,
+                       whys: Sequence[Why | ExplainError] = ()) -> Report:
+    """index.html: what lowering limits does (`site_summary`), the per-user table, three plots
+    (PNG files beside it) and, for the users in `whys`, why the model predicts what it does."""
     out_dir.mkdir(parents=True, exist_ok=True)
     table = error_table(judged)
     images = [
@@ -200,17 +207,46 @@ td,th{{border:1px solid #ccc;padding:.2em .6em;text-align:right}}img{{max-width:
 <p>{html.escape(span or "No judged job yet.")} Each job is judged on the prediction given at its
 submission, against its runtime; the user's own request and AVE2 (mean of the user's last two
 runtimes) are what a scheduler would have had without hpcpredict.</p>
+{_summary_html(judged, db_url, killed_at_lowered_limit)}
+<h2>Per user</h2>
 <table><thead><tr>{headers}</tr></thead><tbody>
 {rows}
 </tbody></table>
 <h2>Errors</h2><img src="error_ecdf.png" alt="ECDF of prediction errors">
 <h2>Users</h2><img src="users_mae.png" alt="Mean absolute error per user">
 <h2>Over time</h2><img src="error_over_time.png" alt="Error over time">
+{_whys_html(whys)}
 </body></html>
 """
     index = out_dir / "index.html"
     index.write_text(page, encoding="utf-8")
     return Report(index, images)
+
+
+def _summary_html(judged: pd.DataFrame, db_url: str, killed_at_lowered_limit: int) -> str:
+    """The report's opening section: what lowering limits does, the gate, how to read MAE."""
+    from hpcpredict.daemon.site_summary import GATE_TEXT, format_summary, site_summary
+
+    if judged.empty:
+        return ""
+    lines = format_summary(site_summary(judged, killed_at_lowered_limit), db_url).splitlines()
+    items = "".join(f"<li>{html.escape(line.strip())}</li>" for line in lines[1:])
+    return (f"<h2>{html.escape(lines[0].rstrip(':'))}</h2><ul>{items}</ul>"
+            f"<p>{html.escape(GATE_TEXT)}</p>")
+
+
+def _whys_html(whys: Sequence[Why | ExplainError]) -> str:
+    """Why the model predicts what it does for the users with most jobs."""
+    from hpcpredict.daemon.explain import format_why
+
+    if not whys:
+        return ""
+    blocks = "".join(f"<p>{html.escape(str(why))}</p>" if isinstance(why, Exception)
+                     else f"<pre>{html.escape(format_why(why))}</pre>" for why in whys)
+    return ("<h2>Why: the model's largest terms</h2><p>For the users with most jobs: what the model predicts "
+            "for a job like their last one, the terms w_i * phi_i of the degree-2 model that make up most of "
+            "it, and their recent runtimes. <code>hpcpredict errors --job ID</code> explains one job.</p>"
+            + blocks)
 
 
 def _html_cells(table: pd.DataFrame) -> list[list[str]]:
