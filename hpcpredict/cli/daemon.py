@@ -198,7 +198,7 @@ def serve(
     \b
     Examples:
       hpcpredict serve                                   # state directory, socket, API on 127.0.0.1:8765
-      hpcpredict serve --db sqlite:///hpcpredict.db --create-db --http ''
+      hpcpredict serve --db sqlite:////tmp/hpcpredict-try.db --create-db --http ''   # a throw-away store
       hpcpredict serve --config deploy/daemon.toml --slurm --slurm-interval-s 10 --correction-margin-s 120
     """
     from hpcpredict.daemon.server import Daemon, DaemonError
@@ -367,8 +367,9 @@ def _locked_store(config: DaemonConfig, *, create: bool = False):  # -> (Store, 
 @_db_option
 @procs_option()
 @lenient_option
-@click.option("--replace", is_flag=True, help="Replace a model bootstrapped earlier (allowed only "
-              "while the daemon has learned nothing live).")
+@click.option("--replace", is_flag=True, help="Replace the model a `train` stored earlier, with its "
+              "checkpoints and history judgements (refused once the daemon has learned a live job). "
+              "Without it, a store that already has a model is left alone.")
 @click.option("--time-zone", default=None, help="The site's IANA time zone (as for serve).")
 @_private_files
 def train(
@@ -389,8 +390,9 @@ def train(
 
     \b
     Examples:
-      hpcpredict train swf/KTH-SP2-sample.swf --db sqlite:///hpcpredict.db
-      hpcpredict train swf/KTH-SP2-sample.swf --config deploy/daemon.toml --replace
+      hpcpredict train swf/KTH-SP2-sample.swf --db sqlite:////tmp/hpcpredict-try.db   # a throw-away store
+      hpcpredict train swf/KTH-SP2-sample.swf --db sqlite:////tmp/hpcpredict-try.db --replace  # re-train it
+      hpcpredict train swf/KTH-SP2-sample.swf --config deploy/daemon.toml   # the site's store, before serve
     """
     from hpcpredict.daemon.history_judgements import JudgingPredictor
     from hpcpredict.daemon.staleness import history_age
@@ -500,10 +502,11 @@ def errors(config_path: Path | None, db_url: str | None, users: tuple[int, ...],
 
     \b
     Examples:
-      hpcpredict errors --db sqlite:///hpcpredict.db
-      hpcpredict errors --db sqlite:///hpcpredict.db --user 1001 --since 2026-11-01 --format csv
-      hpcpredict errors --db sqlite:///hpcpredict.db --job 123456          # why it got its limit
-      hpcpredict errors --config /etc/hpcpredict/daemon.toml --source live --format json
+      hpcpredict errors                                    # the daemon's store (see --db)
+      hpcpredict errors --user 1001 --since 2026-11-01 --format csv
+      hpcpredict errors --job 123456                       # why it got its limit
+      hpcpredict errors --db sqlite:////tmp/hpcpredict-try.db
+      hpcpredict errors --config deploy/daemon.toml --source live --format json
     """
     import json
 
@@ -596,8 +599,8 @@ def report(config_path: Path | None, db_url: str | None, since: str | None, sour
 
     \b
     Examples:
-      hpcpredict report --db sqlite:///hpcpredict.db --out error-report
-      hpcpredict report --config deploy/daemon.toml --since 2026-11-01 --source live --out november
+      hpcpredict report --out /tmp/hpcpredict-report
+      hpcpredict report --config deploy/daemon.toml --since 2026-11-01 --source live --out /var/www/hpcpredict
     """
     from hpcpredict.daemon.errors import judged_jobs
     from hpcpredict.daemon.explain import explain_users
@@ -650,8 +653,8 @@ def slurm_convert(use_sacct: bool, starttime: str, endtime: str, jobcomp_file: P
 
     \b
     Examples:
-      hpcpredict slurm-convert --sacct --starttime 2026-01-01 -o history.swf
-      hpcpredict slurm-convert --db sqlite:///hpcpredict.db --procs 128 -o history.swf.gz
+      hpcpredict slurm-convert --sacct --starttime 2026-01-01 -o /tmp/history.swf
+      hpcpredict slurm-convert --db sqlite:////var/lib/hpcpredict/hpcpredict.db --procs 128 -o /tmp/history.swf.gz
     """
     from hpcpredict.daemon.views import ViewError
     from hpcpredict.slurm.convert import (
