@@ -129,7 +129,7 @@ _MARGIN_TYPE = click.IntRange(min=0)
               "127.0.0.1:8765; '' disables it). An address other than loopback needs "
               "--http-token-file.")
 @click.option("--http-token-file", default=None, type=click.Path(dir_okay=False),
-              help="File holding the bearer token the admin API's per-user endpoints (/errors, "
+              help="File holding the bearer token the admin API's per-user endpoints (/summary, /errors, "
               "/users, /predictions, POST /predict) require; not readable by other users (mode "
               "0600 or 0640). Without it those endpoints are off.")
 @click.option("--spool", default=None, help="Completion reports jobcomp.lua wrote while the daemon "
@@ -190,7 +190,8 @@ def serve(
 
     It answers the SLURM plugin on a Unix socket (line protocol, docs/protocol.md), learns from
     every job reported to it, records jobs, predictions and corrections in the database, and
-    serves an admin JSON API (/health and /metrics open; /errors, /users, /users/UID/errors,
+    serves an admin JSON API (/health and /metrics open; /summary, /errors, /users, /users/UID/errors,
+    /users/UID/explain, /jobs/ID/explain,
     /predictions and POST /predict only with the token of --http-token-file). On start it restores
     the last checkpoint and replays the events logged after it, so a restart — even after kill -9
     — loses nothing learned.
