@@ -37,19 +37,24 @@ def filled_url(store_url: str, sample_log: Path) -> str:
     store = Store(store_url)
     try:
         service = PredictionService.open(store)
-        for event in events:
-            job = event.request
-            if event.kind == SUBMITTED:
-                service.submitted(job, event.time_s)
-            elif event.kind == STARTED:
-                service.started(job.job_id, event.time_s)
-            else:
-                assert event.kind == ENDED
-                service.ended(job.job_id, event.run_s, event.time_s, "COMPLETED")
+        report_to_service(service, events)
         service.limit_changed(workload.jobs[0].job_id, 10**6, 0)  # ignored: the job has ended
     finally:
         store.close()
     return store_url
+
+
+def report_to_service(service: PredictionService, events: list) -> None:
+    """`history_events` reported to the daemon's service as SLURM would report them."""
+    for event in events:
+        job = event.request
+        if event.kind == SUBMITTED:
+            service.submitted(job, event.time_s)
+        elif event.kind == STARTED:
+            service.started(job.job_id, event.time_s)
+        else:
+            assert event.kind == ENDED
+            service.ended(job.job_id, event.run_s, event.time_s, "COMPLETED")
 
 
 def run(*args: str) -> str:

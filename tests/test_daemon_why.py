@@ -24,9 +24,9 @@ from hpcpredict.daemon.site_summary import (
     site_summary,
 )
 from hpcpredict.daemon.store import Store
-from hpcpredict.instants import Instant
 from hpcpredict.learn.history import history_events
 from hpcpredict.workload import load_workload
+from test_daemon_views import report_to_service
 
 HISTORY_JOBS = 4000
 LIVE_JOBS = 300
@@ -50,17 +50,18 @@ def store_url(tmp_path_factory: pytest.TempPathFactory) -> str:
     events, _ = history_events(live, offset_s=workload.header.unix_start_time or 0)
     store = Store(url)
     try:
-        service = PredictionService.open(store, checkpoint_every=250)
-        for event in events:
-            if event.kind == Instant.SUBMISSION:
-                service.submitted(event.request, event.time_s)
-            elif event.kind == Instant.START:
-                service.started(event.request.job_id, event.time_s)
-            else:
-                service.ended(event.request.job_id, event.run_s, event.time_s, "COMPLETED")
+        report_to_service(PredictionService.open(store, checkpoint_every=250), events)
     finally:
         store.close()
     return url
+
+
+def judged_of(url: str, source: str):  # -> pd.DataFrame
+    store = Store(url)
+    try:
+        return judged_jobs(store, source=source)
+    finally:
+        store.close()
 
 
 def run(*args: str) -> str:
@@ -130,11 +131,7 @@ def test_errors_leads_with_what_matters_and_explains_mae(store_url: str) -> None
 
 
 def test_summary_numbers_are_the_judged_jobs(store_url: str) -> None:
-    store = Store(store_url)
-    try:
-        judged = judged_jobs(store, source="both")
-    finally:
-        store.close()
+    judged = judged_of(store_url, "both")
     summary = site_summary(judged)
     lowered = judged[judged["predicted_s"] < judged["requested_s"]]
     assert summary.lowered_jobs == len(lowered)
@@ -153,11 +150,7 @@ def test_corrections_are_counted_as_the_simulator_counts_them() -> None:
 
 
 def test_errors_user_says_why_and_job_gives_json(store_url: str) -> None:
-    store = Store(store_url)
-    try:
-        live = judged_jobs(store, source="live")
-    finally:
-        store.close()
+    live = judged_of(store_url, "live")
     job = live.iloc[len(live) // 2]
     text = run("errors", "--db", store_url, "--user", str(int(job.user_id)))
     assert f"Why user {int(job.user_id)}'s next job is predicted" in text
@@ -184,12 +177,8 @@ def test_admin_api_summary_and_explanations_need_the_token(store_url: str, short
     config = DaemonConfig(db=f"sqlite:///{short_dir / source.name}", socket=str(short_dir / "d.sock"),
                           http="127.0.0.1:0", http_token_file=write_token_file(short_dir),
                           spool=str(short_dir / "jobcomp.spool"))
-    store = Store(store_url)
-    try:
-        job = judged_jobs(store, source="live").iloc[-1]
-        judged = len(judged_jobs(store, source="both"))
-    finally:
-        store.close()
+    job = judged_of(store_url, "live").iloc[-1]
+    judged = len(judged_of(store_url, "both"))
     running = Running(config)
     try:
         def get(path: str, token: bool = True) -> tuple[int, dict]:
