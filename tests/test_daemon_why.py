@@ -149,6 +149,21 @@ def test_corrections_are_counted_as_the_simulator_counts_them() -> None:
     assert corrections_needed(100, 5000, 3600) == (5, 3600)  # capped at the request
 
 
+def test_corrections_needed_agrees_with_the_simulator_on_every_job(sample_log: Path) -> None:
+    """The summary's count is the simulator's: the same policy, asked by the same rule."""
+    import numpy as np
+
+    from hpcpredict.sim.metrics import job_arrays
+    from hpcpredict.sim.runner import RunSpec, run as simulate
+
+    jobs = job_arrays(simulate(load_workload(sample_log), RunSpec()))
+    counted = [corrections_needed(int(p), int(r), int(q))
+               for p, r, q in zip(jobs["initial_prediction_s"], jobs["run_s"], jobs["requested_s"])]
+    assert jobs["corrections"].sum() > 1000
+    assert np.array_equal([count for count, _ in counted], jobs["corrections"])
+    assert np.array_equal([limit for _, limit in counted], jobs["final_prediction_s"])
+
+
 def test_errors_user_says_why_and_job_gives_json(store_url: str) -> None:
     live = judged_of(store_url, "live")
     job = live.iloc[len(live) // 2]
