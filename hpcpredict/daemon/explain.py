@@ -56,8 +56,10 @@ def restore_model(
     """The learner as the daemon had it just before event `before_seq` (None: after the last).
 
     Starts from the newest readable checkpoint that includes no event from `before_seq` on,
-    else from `factory()` (the daemon's untrained learner: exact when no `train` bootstrapped
-    the store, whose bootstrap is a checkpoint at event 0), then applies the events after it.
+    else from `factory()` (the daemon's untrained learner), then applies the events after it.
+    Exact for any event: `train`'s bootstrap checkpoint (event 0) is never pruned, nor is the
+    log. The cost is the replay: up to `checkpoint_every` events for a recent job, every event
+    since the bootstrap for a job older than the two newest checkpoints.
     """
     stop = store.last_event_seq() + 1 if before_seq is None else before_seq
     predictor, start_seq = None, None
@@ -76,7 +78,11 @@ def restore_model(
     for event in store.events_after(through):
         if event.seq >= stop:
             break
-        apply_event(predictor, EventKind(event.kind), event.payload)
+        try:
+            apply_event(predictor, EventKind(event.kind), event.payload)
+        except (KeyError, TypeError, ValueError) as error:  # as the daemon's restore words it
+            raise ExplainError(f"event {event.seq} of the log ({event.kind}, job {event.job_id}) cannot be "
+                               f"replayed ({type(error).__name__}: {error}): the event log is damaged") from None
         through = event.seq
     return StoredModel(predictor, through, start_seq)
 
@@ -251,7 +257,9 @@ def format_why(why: Why) -> str:
     lines = [f"Why {why.subject} is predicted {_duration(explanation.published_s)} "
              f"(request {_duration(request.requested_s)}, {request.procs:,} processors):"]
     if why.recorded_s is not None:
-        same = "the same" if why.recorded_s == explanation.published_s else "DIFFERENT: see docs/admin-guide.md"
+        same = ("the same" if why.recorded_s == explanation.published_s else
+                "DIFFERENT: the store does not rebuild that model exactly (a checkpoint made with other "
+                "learner options?)")
         lines.append(f"  the daemon gave {_duration(why.recorded_s)} at submission ({same})")
     if explanation.published_s != explanation.model_s:
         lines.append(f"  the learned model says {_duration(explanation.model_s)}; the per-user experts or the "
