@@ -211,6 +211,9 @@ def test_admin_api_summary_and_explanations_need_the_token(store_url: str, short
         assert status == 200 and summary["judged_jobs"] == judged
         assert {"lowered_share", "within_lowered_share", "corrections_per_lowered_job", "gate", "gate_text",
                 "scheduling_effect", "mae", "under_predicted"} <= set(summary)
+        status, row = get(f"/users/{int(job.user_id)}/errors")  # led by what lowering does for them
+        assert status == 200 and list(row)[0] == "summary" and row["summary"]["lowered_jobs"] <= row["count"]
+        assert row["summary"]["live_judged_jobs"] == row["count"] and "corrector extends" in row["summary"]["under_predicted"]
         status, why = get(f"/jobs/{int(job.job_id)}/explain")
         assert status == 200 and why["recorded_prediction_s"] == why["prediction_s"] == int(job.predicted_s)
         status, why = get(f"/users/{int(job.user_id)}/explain")

@@ -621,7 +621,8 @@ def report(config_path: Path | None, db_url: str | None, since: str | None, sour
         judged = judged_jobs(store, since_s=since_s, source=source)
         killed = killed_at_lowered_limit_count(store, since_s)
         busiest = judged["user_id"].value_counts().index[:REPORT_WHY_USERS].tolist() if len(judged) else []
-        whys = list(explain_users(store, [int(user) for user in busiest], config.predictor_factory).values())
+        whys = list(explain_users(store, [int(user) for user in busiest], config.predictor_factory).values()) \
+            if busiest else []
     finally:
         store.close()
     written = write_error_report(judged, out_dir, db_url=_shown_url(config.db), killed_at_lowered_limit=killed,

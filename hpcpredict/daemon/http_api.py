@@ -307,10 +307,10 @@ class AdminApi:
     async def user_errors(self, request: web.Request) -> web.Response:
         uid = get_int({"uid": request.match_info["uid"]}, "uid", minimum=0)  # the uid column's range
         since_s = _query_int(request, "since")
-        rows = await self._off_loop(queries.error_rows, uid, since_s)  # one row: small
-        if not rows:
+        row = await self._off_loop(queries.user_error_row, uid, since_s)  # one row: small
+        if row is None:
             raise _HttpError(HTTPStatus.NOT_FOUND, "unknown_user", f"no judged jobs for user {uid}")
-        return _json(HTTPStatus.OK, rows[0])
+        return _json(HTTPStatus.OK, row)
 
     async def summary(self, request: web.Request) -> web.Response:
         since_s = _query_int(request, "since")

@@ -112,6 +112,26 @@ def metrics_exposition(
     return counts.render(gauges, counters, accept=accept, process_id=daemon_pid)
 
 
+def user_error_row(store: Store, user_id: int, since_s: int | None) -> dict[str, object] | None:
+    """One user's exact statistics (`error_rows`), led by what lowering limits does for them
+    (`site_summary` of their jobs, under "summary"); None for a user without judged jobs."""
+    from hpcpredict.daemon.errors import judged_jobs, statistics_by_user  # pandas: only when asked
+    from hpcpredict.daemon.site_summary import (
+        MAE_SENTENCE,
+        UNDER_SENTENCE,
+        killed_at_lowered_limit_count,
+        site_summary,
+    )
+
+    judged = judged_jobs(store, user_id=user_id, since_s=since_s, source="live")
+    rows = json.loads(statistics_by_user(judged).to_json(orient="records", double_precision=15))
+    if not rows:
+        return None
+    numbers = site_summary(judged, killed_at_lowered_limit_count(store, since_s, [user_id]))
+    lead = {key: (None if value != value else value) for key, value in numbers.to_dict().items()}
+    return {"summary": {**lead, "mae": MAE_SENTENCE, "under_predicted": UNDER_SENTENCE}, **rows[0]}
+
+
 def summary(store: Store, since_s: int | None, db_url: str) -> dict[str, object]:
     """What lowering limits does, site-wide (`site_summary`), with the gate's checks and the
     two sentences that say how to read MAE and the under-prediction rate."""
