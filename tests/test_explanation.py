@@ -105,3 +105,13 @@ def test_top_terms_rank_by_magnitude_with_shares(sample_log: Path) -> None:
     assert magnitudes == sorted(magnitudes, reverse=True) and magnitudes[0] > 0
     assert sum(abs(c) for c in explanation.contributions_s) * top[0].share == pytest.approx(magnitudes[0])
     assert all(term.term in term_names(FEATURE_NAMES) for term in top)
+
+
+def test_the_transform_is_said_for_each_branch() -> None:
+    from hpcpredict.learn.explanation import describe_transform
+
+    assert describe_transform(-30.4, 30, 600, abs_negative=True).endswith("(f < 0: its magnitude |f| is used; truncated to whole seconds)")
+    assert "f < 0: 1 s is used" in describe_transform(-30.4, 1, 600, abs_negative=False)
+    assert "capped at the request (600 s)" in describe_transform(9000.0, 600, 600, abs_negative=True)
+    assert "raised to the 1 s minimum" in describe_transform(0.2, 1, 600, abs_negative=True)
+    assert "NaN" in describe_transform(float("nan"), 600, 600, abs_negative=True)

@@ -68,6 +68,8 @@ class PredictionExplanation:
 
 def describe_transform(raw_s: float, model_s: int, requested_s: int, *, abs_negative: bool) -> str:
     """How f = `raw_s` became the whole seconds `model_s`, in one phrase."""
+    if raw_s != raw_s:
+        return f"f is NaN (a diverged model) -> the request, {model_s:,} s"
     steps = []
     value = raw_s
     if raw_s < 0:
