@@ -155,6 +155,30 @@ def _figure(path: Path, title: str, ylabel: str) -> Iterator[Any]:
         plt.close(fig)
 
 
+# Ticks of an error axis in seconds (symlog): 0 and, each side, 10 min, 2 h, 1 day, 10 days,
+# about a decade apart. None inside the linear region around 0 (|error| < 60 s), whose labels
+# would print over each other ("-10^1 0 10^1").
+_ERROR_TICKS_S: tuple[tuple[int, str], ...] = (
+    (600, "10 min"), (7200, "2 h"), (86_400, "1 day"), (864_000, "10 days"), (8_640_000, "100 days"))
+
+
+def error_axis(ax: Any, largest_abs_s: float) -> None:
+    """A prediction - runtime axis: symlog (linear within a minute of 0), labelled in durations,
+    negative = under-predicted. Shared by predict-eval's and the daemon report's ECDFs."""
+    from matplotlib.ticker import NullLocator
+
+    ax.set_xscale("symlog", linthresh=60)
+    ticks = [(0, "0")]
+    for seconds, label in _ERROR_TICKS_S:
+        if seconds <= max(largest_abs_s, 600) * 1.5:
+            ticks += [(-seconds, f"-{label}"), (seconds, label)]
+    ticks.sort()
+    ax.set_xticks([value for value, _ in ticks], [label for _, label in ticks])
+    ax.xaxis.set_minor_locator(NullLocator())
+    ax.axvline(0, color="grey", linewidth=0.8)
+    ax.set_xlabel("prediction - runtime (symlog; < 0: under-predicted, the job outlived it)")
+
+
 def plot_ecdfs(
     named: Sequence[tuple[str, SimulationResult]], out_dir: Path, title: str
 ) -> list[Path]:
@@ -173,9 +197,7 @@ def plot_ecdfs(
     with _figure(errors_png, f"{title}: prediction errors", "fraction of jobs") as ax:
         for name, values in errors:
             ax.plot(*_ecdf(values), label=name, drawstyle="steps-post")
-        ax.set_xscale("symlog", linthresh=60)
-        ax.axvline(0, color="grey", linewidth=0.8)
-        ax.set_xlabel("prediction - runtime (s, symlog; < 0 is under-prediction)")
+        error_axis(ax, max((float(np.abs(values).max()) for _, values in errors if len(values)), default=0.0))
 
     values_png = out_dir / "predicted_value_ecdf.png"
     with _figure(values_png, f"{title}: predicted values", "fraction of jobs") as ax:

@@ -29,6 +29,9 @@ def check_output_dir(folder: Path, *, what: str) -> None:
     """`folder` exists (created with its parents if needed) and accepts new files."""
     if folder.exists() and not folder.is_dir():
         raise OutputPathError(f"{what}: {folder} exists and is not a folder")
+    blocking = _file_in_the_way(folder.parent)
+    if blocking is not None:
+        raise OutputPathError(f"{what}: {folder}: {blocking} is a file, not a folder")
     try:
         folder.mkdir(parents=True, exist_ok=True)
     except OSError as error:
@@ -41,7 +44,21 @@ def check_output_file(path: Path, *, what: str) -> None:
     folders) and accepts new files, and `path` is not a folder."""
     folder = path.parent if str(path.parent) else Path(".")
     if not folder.is_dir():
+        blocking = _file_in_the_way(folder)
+        if blocking is not None:
+            raise OutputPathError(f"{what}: {path}: {blocking} is a file, not a folder; "
+                                  f"give a path inside a folder")
         raise OutputPathError(f"{what}: {path}: folder {folder} does not exist")
     if path.is_dir():
         raise OutputPathError(f"{what}: {path} is a folder")
     _probe(folder, what)
+
+
+def _file_in_the_way(folder: Path) -> Path | None:
+    """The nearest of `folder` and its parents that exists as something other than a folder
+    (``x.swf/out.swf`` where x.swf is a file): "does not exist" would send the user looking for
+    a folder that is not missing."""
+    for candidate in (folder, *folder.parents):
+        if candidate.exists():
+            return None if candidate.is_dir() else candidate
+    return None

@@ -37,19 +37,24 @@ def filled_url(store_url: str, sample_log: Path) -> str:
     store = Store(store_url)
     try:
         service = PredictionService.open(store)
-        for event in events:
-            job = event.request
-            if event.kind == SUBMITTED:
-                service.submitted(job, event.time_s)
-            elif event.kind == STARTED:
-                service.started(job.job_id, event.time_s)
-            else:
-                assert event.kind == ENDED
-                service.ended(job.job_id, event.run_s, event.time_s, "COMPLETED")
+        report_to_service(service, events)
         service.limit_changed(workload.jobs[0].job_id, 10**6, 0)  # ignored: the job has ended
     finally:
         store.close()
     return store_url
+
+
+def report_to_service(service: PredictionService, events: list) -> None:
+    """`history_events` reported to the daemon's service as SLURM would report them."""
+    for event in events:
+        job = event.request
+        if event.kind == SUBMITTED:
+            service.submitted(job, event.time_s)
+        elif event.kind == STARTED:
+            service.started(job.job_id, event.time_s)
+        else:
+            assert event.kind == ENDED
+            service.ended(job.job_id, event.run_s, event.time_s, "COMPLETED")
 
 
 def run(*args: str) -> str:
@@ -85,10 +90,13 @@ def test_table_filters_by_user_and_date(filled_url: str) -> None:
         store.close()
     busiest = int(statistics.sort_values("count").iloc[-1]["user_id"])
     text = run("errors", "--db", filled_url, "--user", str(busiest))
-    lines = [line for line in text.strip().splitlines() if not line.startswith("jobs judged:")]  # the source label
+    # the site summary, a blank line, the table, the source label, then why (issue 28, item 8)
+    table = text.split("\n\n")[1]
+    lines = [line for line in table.strip().splitlines() if not line.startswith("jobs judged:")]
     assert lines[0].split()[:3] == ["user", "jobs", "MAE"]
     assert lines[1].split()[0] == str(busiest) and lines[-1].split()[0] == "all"
     assert len(lines) == 3
+    assert f"Why user {busiest}'s next job is predicted" in text
 
     rows = json.loads(run("errors", "--db", filled_url, "--since", "2100-01-01", "--format", "json"))
     assert rows == []

@@ -82,7 +82,7 @@ def campaign(
     Examples:
       hpcpredict campaign sim/smoke.toml --dry-run                  # how many runs to do
       hpcpredict campaign sim/smoke.toml -j 2
-      hpcpredict campaign sim/smoke.toml --logs swf --store smoke-runs.jsonl
+      hpcpredict campaign sim/smoke.toml --logs swf --store /tmp/smoke-runs.jsonl
       hpcpredict campaign sim/smoke.toml --executor dask -j 2       # or --scheduler-address tcp://head:8786
     """
     from hpcpredict.sim.campaign import execute
@@ -149,8 +149,9 @@ def campaign(
 @_store_option
 @click.option(
     "--out", "out_dir", type=click.Path(file_okay=False, path_type=Path), default=None,
-    help="Folder for report.md, the CSV tables and the PNG plots. Default: "
-    "sim/results/<campaign name>/ next to the campaign file.",
+    help="Folder for report.md, the CSV tables and the PNG plots. Default: the campaign file's "
+    "report key (relative to the file; the tracked campaigns write sim/results/<name>/), else "
+    "<name>-report/ in the current directory.",
 )
 @click.option(
     "--pair-with", "pair_with", multiple=True, metavar="LABEL",
@@ -168,9 +169,9 @@ def campaign_report(
 
     \b
     Examples:
-      hpcpredict campaign-report sim/smoke.toml
-      hpcpredict campaign-report sim/smoke.toml --out smoke-report --pair-with EASY
-      hpcpredict campaign-report sim/smoke.toml --store smoke-runs.jsonl
+      hpcpredict campaign-report sim/smoke.toml                     # -> ./smoke-report/
+      hpcpredict campaign-report sim/smoke.toml --out /tmp/smoke-report --pair-with EASY
+      hpcpredict campaign-report sim/smoke.toml --store /tmp/smoke-runs.jsonl
     """
     from hpcpredict.sim.campaign_report import write_campaign_report
     from hpcpredict.sim.campaign_store import StoreError, open_store, store_file
@@ -201,7 +202,7 @@ def campaign_report(
     # A run is named as this campaign names it, not as the campaign that first stored it did
     # (runs are shared by key across campaigns of one database).
     runs["label"] = runs["key"].map(labels)
-    target = out_dir or definition.path.parent / "results" / definition.name
+    target = out_dir or definition.default_report_dir
     paths = write_campaign_report(runs, target, f"Campaign {definition.name}", pair_with=pair_with)
     click.echo(f"{len(runs):,} of {len(definition.cells):,} runs reported")
     for path in paths:

@@ -86,7 +86,9 @@ def _open_service(config: DaemonConfig, store=None):  # -> PredictionService (SQ
             min_trained_jobs=config.min_trained_jobs,
             correction=config.correction_policy(),
         )
-    except (SQLAlchemyError, ValueError, ReplayError) as error:
+    except SQLAlchemyError as error:
+        raise click.ClickException(_database_error(config.db, error)) from None
+    except (ValueError, ReplayError) as error:
         raise click.ClickException(f"{config.db}: {error}") from None
 
 
@@ -108,6 +110,32 @@ def _make_database_folder(database: Path) -> None:
         ) from None
 
 
+def _database_error(url: str, error: Exception) -> str:
+    """One line for a database that cannot be opened or written: the driver's own words without
+    SQLAlchemy's wrapping and link, and what to check."""
+    from sqlalchemy.engine import make_url
+    from sqlalchemy.exc import DBAPIError
+
+    reason = error.orig if isinstance(error, DBAPIError) else error
+    parsed = make_url(url)
+    shown = parsed.render_as_string(hide_password=True)
+    if parsed.get_backend_name() == "sqlite" and parsed.database:
+        folder = Path(parsed.database).parent
+        hint = f"check that {folder} is a folder this user ({_user_name()}) can write in, or give another --db"
+    else:
+        hint = "check the URL, that the server runs and that this user may connect"
+    return f"{shown}: cannot open the database ({reason}): {hint}"
+
+
+def _user_name() -> str:
+    import pwd
+
+    try:
+        return pwd.getpwuid(os.getuid()).pw_name
+    except KeyError:
+        return f"uid {os.getuid()}"
+
+
 _INTERVAL_TYPE = click.FloatRange(min=0, min_open=True)
 _MARGIN_TYPE = click.IntRange(min=0)
 
@@ -124,7 +152,7 @@ _MARGIN_TYPE = click.IntRange(min=0)
               "127.0.0.1:8765; '' disables it). An address other than loopback needs "
               "--http-token-file.")
 @click.option("--http-token-file", default=None, type=click.Path(dir_okay=False),
-              help="File holding the bearer token the admin API's per-user endpoints (/errors, "
+              help="File holding the bearer token the admin API's per-user endpoints (/summary, /errors, "
               "/users, /predictions, POST /predict) require; not readable by other users (mode "
               "0600 or 0640). Without it those endpoints are off.")
 @click.option("--spool", default=None, help="Completion reports jobcomp.lua wrote while the daemon "
@@ -185,7 +213,8 @@ def serve(
 
     It answers the SLURM plugin on a Unix socket (line protocol, docs/protocol.md), learns from
     every job reported to it, records jobs, predictions and corrections in the database, and
-    serves an admin JSON API (/health and /metrics open; /errors, /users, /users/UID/errors,
+    serves an admin JSON API (/health and /metrics open; /summary, /errors, /users, /users/UID/errors,
+    /users/UID/explain, /jobs/ID/explain,
     /predictions and POST /predict only with the token of --http-token-file). On start it restores
     the last checkpoint and replays the events logged after it, so a restart — even after kill -9
     — loses nothing learned.
@@ -193,7 +222,7 @@ def serve(
     \b
     Examples:
       hpcpredict serve                                   # state directory, socket, API on 127.0.0.1:8765
-      hpcpredict serve --db sqlite:///hpcpredict.db --create-db --http ''
+      hpcpredict serve --db sqlite:////tmp/hpcpredict-try.db --create-db --http ''   # a throw-away store
       hpcpredict serve --config deploy/daemon.toml --slurm --slurm-interval-s 10 --correction-margin-s 120
     """
     from hpcpredict.daemon.server import Daemon, DaemonError
@@ -362,8 +391,9 @@ def _locked_store(config: DaemonConfig, *, create: bool = False):  # -> (Store, 
 @_db_option
 @procs_option()
 @lenient_option
-@click.option("--replace", is_flag=True, help="Replace a model bootstrapped earlier (allowed only "
-              "while the daemon has learned nothing live).")
+@click.option("--replace", is_flag=True, help="Replace the model a `train` stored earlier, with its "
+              "checkpoints and history judgements (refused once the daemon has learned a live job). "
+              "Without it, a store that already has a model is left alone.")
 @click.option("--time-zone", default=None, help="The site's IANA time zone (as for serve).")
 @_private_files
 def train(
@@ -384,8 +414,9 @@ def train(
 
     \b
     Examples:
-      hpcpredict train swf/KTH-SP2-sample.swf --db sqlite:///hpcpredict.db
-      hpcpredict train swf/KTH-SP2-sample.swf --config deploy/daemon.toml --replace
+      hpcpredict train swf/KTH-SP2-sample.swf --db sqlite:////tmp/hpcpredict-try.db   # a throw-away store
+      hpcpredict train swf/KTH-SP2-sample.swf --db sqlite:////tmp/hpcpredict-try.db --replace  # re-train it
+      hpcpredict train swf/KTH-SP2-sample.swf --config deploy/daemon.toml   # the site's store, before serve
     """
     from hpcpredict.daemon.history_judgements import JudgingPredictor
     from hpcpredict.daemon.staleness import history_age
@@ -475,6 +506,8 @@ def _since_s(since: str | None) -> int | None:
         raise click.ClickException(str(error)) from None
 
 
+REPORT_WHY_USERS = 5  # the report explains the predictions of the users with most jobs
+
 _since_option = click.option(
     "--since", default=None,
     help="Only jobs that ended at or after this: a date (2026-11-01) or datetime "
@@ -498,23 +531,31 @@ def _source_label(judged, source: str) -> str:  # judged: pd.DataFrame with a "s
 @click.command()
 @_view_config_option
 @_db_option
-@click.option("--user", "users", type=int, multiple=True, help="Only this user id (repeatable).")
+@click.option("--user", "users", type=int, multiple=True, help="Only this user id (repeatable); the "
+              "table is followed by why the model predicts what it does for the user's jobs.")
+@click.option("--job", "job_id", type=int, default=None, help="Why this live job got its prediction: "
+              "the model's largest terms at its submission, and the user's runtimes before it.")
 @_since_option
 @_source_option
 @format_option("csv")
-def errors(config_path: Path | None, db_url: str | None, users: tuple[int, ...], since: str | None,
-           source: str, output_format: str) -> None:
+def errors(config_path: Path | None, db_url: str | None, users: tuple[int, ...], job_id: int | None,
+           since: str | None, source: str, output_format: str) -> None:
     """Per-user prediction errors, from the daemon's database (running or not).
 
-    For each user: jobs judged, mean and median absolute error of the prediction given at
+    First what lowering limits does for the site: the share of jobs lowered, of those that
+    finished within their lowered limit, corrections per job, how much earlier the scheduler
+    can plan their ends, and the go/no-go gate for mode=lower (docs/admin-guide.md). Then, for
+    each user: jobs judged, mean and median absolute error of the prediction given at
     submission, share under-predicted, mean predicted/actual ratio, corrections, and what the
     user's own requests and AVE2 would have scored (MAE). The last row is over all users.
-    Never creates or changes the database.
+    JSON and CSV hold the table only. Never creates or changes the database.
 
     \b
     Examples:
-      hpcpredict errors --db sqlite:///hpcpredict.db
-      hpcpredict errors --db sqlite:///hpcpredict.db --user 1001 --since 2026-11-01 --format csv
+      hpcpredict errors                                    # the daemon's store (see --db)
+      hpcpredict errors --user 1001 --since 2026-11-01 --format csv
+      hpcpredict errors --job 123456                       # why it got its limit
+      hpcpredict errors --db sqlite:////tmp/hpcpredict-try.db
       hpcpredict errors --config deploy/daemon.toml --source live --format json
     """
     import json
@@ -524,26 +565,74 @@ def errors(config_path: Path | None, db_url: str | None, users: tuple[int, ...],
     from hpcpredict.daemon.errors import judged_jobs
     from hpcpredict.daemon.views import error_table, format_table, to_csv
 
+    config = _config(config_path, db=db_url)
     store = _read_store(config_path, db_url)
     try:
+        if job_id is not None:
+            _explain_job(store, config, job_id, output_format)
+            return
         since_s = _since_s(since)
         unique_users = dict.fromkeys(users)  # `--user 5 --user 5` counts user 5's jobs once
         frames = [judged_jobs(store, user_id=user, since_s=since_s, source=source)
                   for user in unique_users] or [judged_jobs(store, since_s=since_s, source=source)]
+        judged = pd.concat(frames, ignore_index=True) if len(frames) > 1 else frames[0]
+        table = error_table(judged)
+        if output_format == "json":
+            click.echo(json.dumps(json.loads(table.to_json(orient="records", double_precision=15)), indent=2))
+        elif output_format == "csv":
+            click.echo(to_csv(table), nl=False)
+        elif table.empty:
+            click.echo(_nothing_judged(users, since, source))
+        else:
+            from hpcpredict.daemon.site_summary import format_summary, killed_at_lowered_limit_count, site_summary
+
+            killed = killed_at_lowered_limit_count(store, since_s, list(unique_users))
+            click.echo(format_summary(site_summary(judged, killed), _shown_url(config.db)))
+            click.echo()
+            click.echo(format_table(table))
+        if output_format == "table":  # after the table: which judgements it holds, then why
+            click.echo(_source_label(judged, source))
+            if unique_users:
+                _explain_users(store, config, list(unique_users))
     finally:
         store.close()
-    judged = pd.concat(frames, ignore_index=True) if len(frames) > 1 else frames[0]
-    table = error_table(judged)
-    if output_format == "json":
-        click.echo(json.dumps(json.loads(table.to_json(orient="records", double_precision=15)), indent=2))
-    elif output_format == "csv":
-        click.echo(to_csv(table), nl=False)
-    elif table.empty:
-        click.echo("no judged job yet (jobs count once they have ended after a prediction)")
-    else:
-        click.echo(format_table(table))
-    if output_format == "table":  # last, so the table's header stays the first line
-        click.echo(_source_label(judged, source))
+
+
+def _shown_url(url: str) -> str:
+    from sqlalchemy.engine import make_url
+
+    return make_url(url).render_as_string(hide_password=True)
+
+
+def _explain_job(store, config: DaemonConfig, job_id: int, output_format: str) -> None:
+    import json
+
+    from hpcpredict.daemon.explain import ExplainError, explain_job, format_why
+
+    try:
+        why = explain_job(store, job_id, config.predictor_factory)
+    except ExplainError as error:
+        raise click.ClickException(str(error)) from None
+    click.echo(json.dumps(why.to_dict(), indent=2) if output_format == "json" else format_why(why))
+
+
+def _explain_users(store, config: DaemonConfig, user_ids: list[int]) -> None:
+    from hpcpredict.daemon.explain import ExplainError, explain_users, format_why
+
+    for why in explain_users(store, user_ids, config.predictor_factory).values():
+        click.echo()
+        click.echo(str(why) if isinstance(why, ExplainError) else format_why(why))
+
+
+def _nothing_judged(users: tuple[int, ...], since: str | None, source: str) -> str:
+    """Why the table is empty: a filter that matched nothing is not a store with nothing in it."""
+    filters = ([f"user {', '.join(str(user) for user in dict.fromkeys(users))}"] if users else []) + \
+        ([f"ended since {since}"] if since else [])
+    among = "" if source == "both" else f" (--source {source})"
+    if filters:
+        return (f"no judged job matches {', '.join(filters)}{among}; `hpcpredict errors` without the "
+                f"filter lists the users and jobs there are")
+    return f"no judged job yet{among} (jobs count once they have ended after a prediction)"
 
 
 @click.command()
@@ -560,13 +649,16 @@ def report(config_path: Path | None, db_url: str | None, since: str | None, sour
 
     \b
     Examples:
-      hpcpredict report --db sqlite:///hpcpredict.db --out error-report
-      hpcpredict report --config deploy/daemon.toml --since 2026-11-01 --source live --out november
+      hpcpredict report --out /tmp/hpcpredict-report
+      hpcpredict report --config deploy/daemon.toml --since 2026-11-01 --source live --out /var/www/hpcpredict
     """
     from hpcpredict.daemon.errors import judged_jobs
+    from hpcpredict.daemon.explain import explain_users
+    from hpcpredict.daemon.site_summary import killed_at_lowered_limit_count
     from hpcpredict.daemon.views import write_error_report
     from hpcpredict.outputs import OutputPathError, check_output_dir
 
+    config = _config(config_path, db=db_url)
     store = _read_store(config_path, db_url)  # first: a refused store leaves no folder behind
     try:
         check_output_dir(out_dir, what="--out")  # before the reading, which can be long
@@ -574,10 +666,16 @@ def report(config_path: Path | None, db_url: str | None, since: str | None, sour
         store.close()
         raise click.ClickException(str(error)) from None
     try:
-        judged = judged_jobs(store, since_s=_since_s(since), source=source)
+        since_s = _since_s(since)
+        judged = judged_jobs(store, since_s=since_s, source=source)
+        killed = killed_at_lowered_limit_count(store, since_s)
+        busiest = judged["user_id"].value_counts().index[:REPORT_WHY_USERS].tolist() if len(judged) else []
+        whys = list(explain_users(store, [int(user) for user in busiest], config.predictor_factory).values()) \
+            if busiest else []
     finally:
         store.close()
-    written = write_error_report(judged, out_dir)
+    written = write_error_report(judged, out_dir, db_url=_shown_url(config.db), killed_at_lowered_limit=killed,
+                                 whys=whys)
     click.echo(f"{len(judged):,} jobs reported: {written.index}; {_source_label(judged, source)}")
 
 
@@ -606,8 +704,8 @@ def slurm_convert(use_sacct: bool, starttime: str, endtime: str, jobcomp_file: P
 
     \b
     Examples:
-      hpcpredict slurm-convert --sacct --starttime 2026-01-01 -o history.swf
-      hpcpredict slurm-convert --db sqlite:///hpcpredict.db --procs 128 -o history.swf.gz
+      hpcpredict slurm-convert --sacct --starttime 2026-01-01 -o /tmp/history.swf
+      hpcpredict slurm-convert --db sqlite:////var/lib/hpcpredict/hpcpredict.db --procs 128 -o /tmp/history.swf.gz
     """
     from hpcpredict.daemon.views import ViewError
     from hpcpredict.slurm.convert import (

@@ -81,8 +81,8 @@ def replay_slurm(log: Path, job_count: int, skip: int, speedup: float, mode: str
     \b
     Examples (docs/slurm-replay.md):
       hpcpredict replay-slurm swf/KTH-SP2-sample.swf --jobs 200 --skip 1000 --speedup 10 \\
-          --mode record -o record.swf
-      hpcpredict replay-slurm swf/KTH-SP2-sample.swf --jobs 50 --mode lower -o lower.swf --csv lower.csv
+          --mode record -o /tmp/record.swf
+      hpcpredict replay-slurm swf/KTH-SP2-sample.swf --jobs 50 --mode lower -o /tmp/lower.swf --csv /tmp/lower.csv
     """
     from hpcpredict.slurm import replay as slurm_replay
     from hpcpredict.slurm.adapter import CliBackend, SlurmError, run_command

@@ -161,7 +161,7 @@ def simulate(
       hpcpredict simulate swf/KTH-SP2-sample.swf --predictor ave2 --format json
       hpcpredict simulate swf/KTH-SP2-sample.swf --l2 0 --loss-unit-s 1 --feature-scaling robust
       hpcpredict simulate swf/KTH-SP2-sample.swf --scheduler slurm-backfill \\
-          --slurm-params bf_interval=10 --output kth.swf.gz --csv kth-jobs.csv
+          --slurm-params bf_interval=10 --output /tmp/kth.swf.gz --csv /tmp/kth-jobs.csv
     """
     try:
         if starvation_guard is None:  # the default: on wherever a prediction can starve a job
@@ -292,7 +292,7 @@ def predict_eval(
     \b
     Examples:
       hpcpredict predict-eval swf/KTH-SP2-sample.swf --no-plots
-      hpcpredict predict-eval swf/KTH-SP2-sample.swf --feature-scaling robust --plots kth-plots
+      hpcpredict predict-eval swf/KTH-SP2-sample.swf --feature-scaling robust --plots /tmp/kth-plots
       hpcpredict predict-eval swf/KTH-SP2-sample.swf --scheduler easy --no-plots --format json
     """
     from hpcpredict.analysis import error_by_history, plot_ecdfs, prediction_stats

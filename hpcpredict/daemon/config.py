@@ -253,7 +253,45 @@ def parse_host_port(value: str) -> tuple[str, int]:
     return host.strip("[]"), int(port)
 
 
+# Keys whose value is text (a URL, a path, a name): a TOML number or table there would otherwise
+# fail far from the file, in words that name neither the file nor the key.
+_TEXT_KEYS: dict[str, str] = {
+    "db": "a database URL such as \"sqlite:////var/lib/hpcpredict/hpcpredict.db\"",
+    "socket": "a socket path such as \"/run/hpcpredict/hpcpredict.sock\"",
+    "socket_group": "a group name such as \"slurm\"",
+    "http": f"HOST:PORT such as \"{DEFAULT_HTTP}\" (\"\" turns the API off)",
+    "http_token_file": "a file path such as \"/etc/hpcpredict/http-token\"",
+    "spool": "a file path such as \"/var/lib/hpcpredict/jobcomp.spool\"",
+    "slurm_backend": "\"auto\", \"cli\" or \"pyslurm\"",
+    "correction": "a policy name such as \"incremental\"",
+}
+
+
+def _check_time_zone(time_zone: str | None) -> None:
+    """An IANA name zoneinfo knows: said as the key's fault, not the learner's."""
+    if time_zone is None:
+        return
+    from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+    if not isinstance(time_zone, str):
+        raise ConfigError(f"time_zone: expected an IANA time zone name such as \"Europe/Paris\", "
+                          f"got {time_zone!r}")
+    try:
+        ZoneInfo(time_zone)
+    except (ZoneInfoNotFoundError, ValueError):
+        raise ConfigError(
+            f"time_zone {time_zone!r}: no such IANA time zone (expected a name such as "
+            f"\"Europe/Paris\" or \"UTC\"; `timedatectl list-timezones` lists them; leave it "
+            f"unset for UTC)"
+        ) from None
+
+
 def _checked(config: DaemonConfig) -> DaemonConfig:
+    for key, expected in _TEXT_KEYS.items():
+        value = getattr(config, key)
+        if not isinstance(value, str):
+            raise ConfigError(f"{key}: expected {expected}, got {value!r}")
+    _check_time_zone(config.time_zone)
     if config.checkpoint_every < 1:
         raise ConfigError(f"checkpoint_every must be >= 1, got {config.checkpoint_every}")
     if isinstance(config.min_trained_jobs, bool) or not isinstance(config.min_trained_jobs, int) \

@@ -1,7 +1,8 @@
 """The admin JSON API over HTTP, served by aiohttp on the daemon's own event loop.
 
-GET /health, /metrics (open); GET /errors, /users, /users/<uid>/errors, /predictions and
-POST /predict (per-user data: bearer token, `http_auth`). Every answer is JSON
+GET /health, /metrics (open); GET /summary, /errors, /users, /users/<uid>/errors,
+/users/<uid>/explain, /jobs/<id>/explain, /predictions and POST /predict (per-user data: bearer
+token, `http_auth`). Every answer is JSON
 ``{"error": ..., "code": ...}`` on failure, with a 4xx status for anything the client got wrong.
 
 Sharing the loop that answers the SLURM plugin is safe because nothing here blocks it:
@@ -48,7 +49,8 @@ logger = logging.getLogger(__name__)
 _T = TypeVar("_T")
 
 # Endpoints showing users' jobs, runtimes or errors, or acting for a user: token required.
-PER_USER_ENDPOINTS = frozenset({"errors", "users", "user_errors", "predictions", "predict"})
+PER_USER_ENDPOINTS = frozenset({"summary", "errors", "users", "user_errors", "user_explain", "job_explain",
+                                "predictions", "predict"})
 MAX_PREDICTIONS_LISTED = 1000
 
 
@@ -158,6 +160,9 @@ class AdminApi:
         app.router.add_get("/errors", self.errors, name="errors")
         app.router.add_get("/users", self.users, name="users")
         app.router.add_get("/users/{uid}/errors", self.user_errors, name="user_errors")
+        app.router.add_get("/summary", self.summary, name="summary")
+        app.router.add_get("/users/{uid}/explain", self.user_explain, name="user_explain")
+        app.router.add_get("/jobs/{job_id}/explain", self.job_explain, name="job_explain")
         app.router.add_get("/predictions", self.predictions, name="predictions")
         app.router.add_post("/predict", self.predict, name="predict")
         self._runner = web.AppRunner(
@@ -302,10 +307,31 @@ class AdminApi:
     async def user_errors(self, request: web.Request) -> web.Response:
         uid = get_int({"uid": request.match_info["uid"]}, "uid", minimum=0)  # the uid column's range
         since_s = _query_int(request, "since")
-        rows = await self._off_loop(queries.error_rows, uid, since_s)  # one row: small
-        if not rows:
+        row = await self._off_loop(queries.user_error_row, uid, since_s)  # one row: small
+        if row is None:
             raise _HttpError(HTTPStatus.NOT_FOUND, "unknown_user", f"no judged jobs for user {uid}")
-        return _json(HTTPStatus.OK, rows[0])
+        return _json(HTTPStatus.OK, row)
+
+    async def summary(self, request: web.Request) -> web.Response:
+        since_s = _query_int(request, "since")
+        db_url = self.daemon.service.store.engine.url.render_as_string(hide_password=True)
+        return _json(HTTPStatus.OK, await self._off_loop(queries.summary, since_s, db_url))
+
+    async def user_explain(self, request: web.Request) -> web.Response:
+        uid = get_int({"uid": request.match_info["uid"]}, "uid", minimum=0)
+        return await self._explain("user", uid)
+
+    async def job_explain(self, request: web.Request) -> web.Response:
+        job_id = get_int({"job_id": request.match_info["job_id"]}, "job_id", minimum=0)
+        return await self._explain("job", job_id)
+
+    async def _explain(self, kind: str, key: int) -> web.Response:
+        """Why the model predicts what it does: restored from the store in a read worker (a
+        checkpoint and the events after it), never from the loop's learner."""
+        status, answer = await self._off_loop(queries.explain, kind, key, self.daemon.config)
+        if status != HTTPStatus.OK:
+            raise _HttpError(status, str(answer["code"]), str(answer["error"]))
+        return _json(HTTPStatus.OK, answer)
 
     async def users(self, request: web.Request) -> web.Response:
         return _encoded(await self._off_loop(queries.as_json, queries.user_totals))

@@ -110,3 +110,63 @@ def metrics_exposition(
         name, help_text = user_errors.SITE_GAUGES[key]
         gauges[name] = (help_text, value)
     return counts.render(gauges, counters, accept=accept, process_id=daemon_pid)
+
+
+def user_error_row(store: Store, user_id: int, since_s: int | None) -> dict[str, object] | None:
+    """One user's exact statistics (`error_rows`), led by what lowering limits does for them
+    (`site_summary` of their jobs, under "summary"); None for a user without judged jobs."""
+    from hpcpredict.daemon.errors import judged_jobs, statistics_by_user  # pandas: only when asked
+    from hpcpredict.daemon.site_summary import (
+        MAE_SENTENCE,
+        UNDER_SENTENCE,
+        killed_at_lowered_limit_count,
+        site_summary,
+    )
+
+    judged = judged_jobs(store, user_id=user_id, since_s=since_s, source="live")
+    rows = json.loads(statistics_by_user(judged).to_json(orient="records", double_precision=15))
+    if not rows:
+        return None
+    numbers = site_summary(judged, killed_at_lowered_limit_count(store, since_s, [user_id]))
+    lead = {key: (None if value != value else value) for key, value in numbers.to_dict().items()}
+    return {"summary": {**lead, "mae": MAE_SENTENCE, "under_predicted": UNDER_SENTENCE}, **rows[0]}
+
+
+def summary(store: Store, since_s: int | None, db_url: str) -> dict[str, object]:
+    """What lowering limits does, site-wide (`site_summary`), with the gate's checks and the
+    two sentences that say how to read MAE and the under-prediction rate."""
+    from hpcpredict.daemon.errors import judged_jobs  # pandas: only when asked
+    from hpcpredict.daemon.site_summary import (
+        GATE_TEXT,
+        MAE_SENTENCE,
+        UNDER_SENTENCE,
+        gate_checks,
+        killed_at_lowered_limit_count,
+        simulate_hint,
+        site_summary,
+    )
+
+    judged = judged_jobs(store, since_s=since_s, source="both")
+    numbers = site_summary(judged, killed_at_lowered_limit_count(store, since_s))
+    return json.loads(json.dumps({
+        **{key: (None if value != value else value) for key, value in numbers.to_dict().items()},
+        "gate": [{"verdict": verdict, "check": what} for verdict, what in gate_checks(numbers)],
+        "gate_text": GATE_TEXT,
+        "scheduling_effect": simulate_hint(db_url),
+        "mae": MAE_SENTENCE,
+        "under_predicted": UNDER_SENTENCE,
+    }))
+
+
+def explain(store: Store, kind: str, key: int, config: object) -> tuple[int, dict[str, object]]:
+    """(404, an error) or (200, why the model predicted what it did) for job `key` (kind "job")
+    or user `key` (kind "user"); `config` is the daemon's `DaemonConfig` (its untrained learner,
+    for a store with no checkpoint yet)."""
+    from hpcpredict.daemon.explain import ExplainError, explain_job, explain_user
+
+    factory = config.predictor_factory  # type: ignore[attr-defined]
+    try:
+        why = explain_job(store, key, factory) if kind == "job" else explain_user(store, key, factory)
+    except ExplainError as error:
+        return 404, {"error": str(error), "code": f"unknown_{kind}"}
+    return 200, json.loads(json.dumps(why.to_dict(), default=float))

@@ -138,7 +138,8 @@ class Daemon:
             await self._loop.run_in_executor(None, self.writer.stop)
             await self._loop.run_in_executor(None, self.service.close)
             self.service.on_learner = previous_on_learner
-            logger.info("stopped")
+            if self.ready.is_set():  # a start that failed says why, not "stopped"
+                logger.info("stopped")
 
     async def _serve(self, path: Path) -> None:
         self._warm_up()

@@ -10,9 +10,11 @@ from __future__ import annotations
 import html
 import io
 import sqlite3
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
@@ -21,6 +23,9 @@ from sqlalchemy.engine import make_url
 
 from hpcpredict.daemon.errors import ERROR_COLUMNS, statistics_by_user
 from hpcpredict.daemon.store import Store
+
+if TYPE_CHECKING:
+    from hpcpredict.daemon.explain import ExplainError, Why
 
 TOTAL_ROW = "all"
 
@@ -172,8 +177,10 @@ class Report:
 
 
 def write_error_report(judged: pd.DataFrame, out_dir: Path, *, title: str = "hpcpredict: prediction errors",
-                 top_users: int = 20) -> Report:
-    """index.html with the per-user table and three plots (PNG files beside it)."""
+                       top_users: int = 20, db_url: str = "", killed_at_lowered_limit: int = 0,
+                       whys: Sequence[Why | ExplainError] = ()) -> Report:
+    """index.html: what lowering limits does (`site_summary`), the per-user table, three plots
+    (PNG files beside it) and, for the users in `whys`, why the model predicts what it does."""
     out_dir.mkdir(parents=True, exist_ok=True)
     table = error_table(judged)
     images = [
@@ -202,17 +209,46 @@ td,th{{border:1px solid #ccc;padding:.2em .6em;text-align:right}}img{{max-width:
 <p>{html.escape(span or "No judged job yet.")} Each job is judged on the prediction given at its
 submission, against its runtime; the user's own request and AVE2 (mean of the user's last two
 runtimes) are what a scheduler would have had without hpcpredict.</p>
+{_summary_html(judged, db_url, killed_at_lowered_limit)}
+<h2>Per user</h2>
 <table><thead><tr>{headers}</tr></thead><tbody>
 {rows}
 </tbody></table>
 <h2>Errors</h2><img src="error_ecdf.png" alt="ECDF of prediction errors">
 <h2>Users</h2><img src="users_mae.png" alt="Mean absolute error per user">
 <h2>Over time</h2><img src="error_over_time.png" alt="Error over time">
+{_whys_html(whys)}
 </body></html>
 """
     index = out_dir / "index.html"
     index.write_text(page, encoding="utf-8")
     return Report(index, images)
+
+
+def _summary_html(judged: pd.DataFrame, db_url: str, killed_at_lowered_limit: int) -> str:
+    """The report's opening section: what lowering limits does, the gate, how to read MAE."""
+    from hpcpredict.daemon.site_summary import GATE_TEXT, format_summary, site_summary
+
+    if judged.empty:
+        return ""
+    lines = format_summary(site_summary(judged, killed_at_lowered_limit), db_url).splitlines()
+    items = "".join(f"<li>{html.escape(line.strip())}</li>" for line in lines[1:])
+    return (f"<h2>{html.escape(lines[0].rstrip(':'))}</h2><ul>{items}</ul>"
+            f"<p>{html.escape(GATE_TEXT)}</p>")
+
+
+def _whys_html(whys: Sequence[Why | ExplainError]) -> str:
+    """Why the model predicts what it does for the users with most jobs."""
+    from hpcpredict.daemon.explain import format_why
+
+    if not whys:
+        return ""
+    blocks = "".join(f"<p>{html.escape(str(why))}</p>" if isinstance(why, Exception)
+                     else f"<pre>{html.escape(format_why(why))}</pre>" for why in whys)
+    return ("<h2>Why: the model's largest terms</h2><p>For the users with most jobs: what the model predicts "
+            "for a job like their last one, the terms w_i * phi_i of the degree-2 model that make up most of "
+            "it, and their recent runtimes. <code>hpcpredict errors --job ID</code> explains one job.</p>"
+            + blocks)
 
 
 def _html_cells(table: pd.DataFrame) -> list[list[str]]:
@@ -225,16 +261,16 @@ def _html_cells(table: pd.DataFrame) -> list[list[str]]:
 
 
 def _plot_error_ecdf(judged: pd.DataFrame, path: Path) -> Path:
-    from hpcpredict.analysis import _ecdf, _figure
+    from hpcpredict.analysis import _ecdf, _figure, error_axis
 
     with _figure(path, "Prediction errors", "fraction of jobs") as ax:
         run = judged["run_s"].to_numpy(dtype=np.float64)
+        largest_s = 0.0
         for label, column in (("hpcpredict", "predicted_s"), ("request", "requested_s"), ("AVE2", "ave2_s")):
             errors_s = judged[column].to_numpy(dtype=np.float64) - run
+            largest_s = max(largest_s, float(np.abs(errors_s).max()) if len(errors_s) else 0.0)
             ax.plot(*(_ecdf(errors_s) if len(run) else ([], [])), label=label, drawstyle="steps-post")
-        ax.set_xscale("symlog", linthresh=60)
-        ax.axvline(0, color="grey", linewidth=0.8)
-        ax.set_xlabel("prediction - runtime (s, symlog; < 0 is under-prediction)")
+        error_axis(ax, largest_s)
         _mark_if_empty(ax, judged)
     return path
 
@@ -262,35 +298,57 @@ DAILY_UP_TO_DAYS = 90
 
 
 def _plot_over_time(judged: pd.DataFrame, path: Path) -> Path:
-    """Median |error| and the under-prediction rate per day (or week) of the jobs' ends, in
-    local time like the page's dates."""
-    from hpcpredict.analysis import _figure
+    """Median |error| (top) and the under-prediction rate (bottom) per day (or week) of the
+    jobs' ends, in local time like the page's dates; `train`'s history replay and the live jobs
+    as separate lines (the replay judges a model still learning the history: not the same
+    thing as live predictions), the legend below the plots where it covers nothing."""
+    import matplotlib
 
-    under_style = {"color": "tab:red", "marker": ".", "label": "under-predicted % (right axis)"}
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
     # fromtimestamp per job, not one UTC offset: the machine's rules, summer time included.
     ends = pd.Series(pd.to_datetime([datetime.fromtimestamp(int(t)) for t in judged["end_s"]]),
                      index=judged.index, dtype="datetime64[ns]")
     span_days = (ends.max() - ends.min()).days if len(ends) else 0
     period = "day" if span_days <= DAILY_UP_TO_DAYS else "week"
-    with _figure(path, f"Error over time (by {period} of the job's end)", "median |error| (s)") as ax:
-        if not judged.empty:
-            buckets = ends.dt.floor("D") if period == "day" else ends.dt.to_period("W").dt.start_time
+    fig, (top, bottom) = plt.subplots(2, 1, figsize=(7.5, 5.5), sharex=True)
+    try:
+        for source, color in (("history", "tab:blue"), ("live", "tab:orange")):
+            mask = (judged["source"] == source) if "source" in judged else pd.Series(True, index=judged.index)
+            if not mask.any():
+                continue
+            jobs, at = judged[mask], ends[mask]
+            buckets = at.dt.floor("D") if period == "day" else at.dt.to_period("W").dt.start_time
             grouped = pd.DataFrame({
                 "bucket": buckets,
-                "error": (judged["predicted_s"] - judged["run_s"]).abs(),
-                "under": judged["predicted_s"] < judged["run_s"],
+                "error": (jobs["predicted_s"] - jobs["run_s"]).abs(),
+                "under": jobs["predicted_s"] < jobs["run_s"],
             }).groupby("bucket")
             median = grouped["error"].median()
-            ax.plot(median.index, median.to_numpy(), marker="o", label="median |error|")
-            twin = ax.twinx()
             rate = grouped["under"].mean()
-            twin.plot(rate.index, 100 * rate.to_numpy(), **under_style)
-            twin.set_ylabel("under-predicted (%)")
-            twin.set_ylim(0, 100)
-            ax.plot([], [], **under_style)  # its legend entry: `_figure` legends `ax` only
-            ax.figure.autofmt_xdate()
-        ax.set_xlabel(f"{period} (local time)")
-        _mark_if_empty(ax, judged)
+            label = "history replay (train)" if source == "history" else "live (the daemon)"
+            top.plot(median.index, np.maximum(median.to_numpy(), 1.0), marker="o", markersize=3,
+                     color=color, label=label)
+            bottom.plot(rate.index, 100 * rate.to_numpy(), marker=".", color=color)
+        top.set_title(f"Error over time (by {period} of the job's end)")
+        top.set_ylabel("median |error| (s, log)")
+        bottom.set_ylabel("under-predicted (%)")
+        bottom.set_ylim(0, 100)
+        bottom.set_xlabel(f"{period} (local time)")
+        for ax in (top, bottom):
+            ax.grid(True, alpha=0.3)
+        if judged.empty:
+            _mark_if_empty(top, judged)
+        else:
+            top.set_yscale("log")
+            fig.autofmt_xdate()
+        handles, labels = top.get_legend_handles_labels()
+        fig.legend(handles, labels, loc="lower center", ncol=max(len(labels), 1), frameon=False)
+        fig.tight_layout(rect=(0, 0.06, 1, 1))
+        fig.savefig(path, dpi=120)
+    finally:
+        plt.close(fig)
     return path
 
 

@@ -168,6 +168,26 @@ _ALIASES: dict[str, AsymmetricLoss] = {
 }
 
 
+# The names people use for the losses that have one (reports show both: the canonical name is
+# what --loss and the campaign files take back).
+_COMMON_NAMES: dict[str, str] = {
+    E_LOSS.name: "E-Loss",
+    _ALIASES["squared"].name: "squared",
+}
+
+
+def display_name(name: str) -> str:
+    """A loss's canonical name with its common one first, for reports:
+
+    >>> display_name("over=square,under=linear,weight=large_area")
+    'E-Loss (over=square,under=linear,weight=large_area)'
+    >>> display_name("over=linear,under=square,weight=constant")
+    'over=linear,under=square,weight=constant'
+    """
+    common = _COMMON_NAMES.get(name)
+    return f"{common} ({name})" if common else name
+
+
 def all_losses() -> list[AsymmetricLoss]:
     """The 2 x 2 x 5 = 20 losses of docs/method.md §4, in a fixed order."""
     return [

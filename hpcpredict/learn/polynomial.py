@@ -39,6 +39,25 @@ def quadratic_pairs(n_features: int) -> tuple[np.ndarray, np.ndarray]:
     return np.array(left, dtype=np.intp), np.array(right, dtype=np.intp)
 
 
+def term_names(feature_names: tuple[str, ...] | list[str]) -> tuple[str, ...]:
+    """A readable name for each term of Phi, in `quadratic_pairs` order: "bias", the feature's
+    name, "name^2", "name x other". What explanations show beside w_i * phi_i.
+
+    >>> term_names(["a", "b"])
+    ('bias', 'a', 'b', 'a^2', 'b^2', 'a x b')
+    """
+    names = ("1", *feature_names)
+    terms = []
+    for left, right in zip(*quadratic_pairs(len(feature_names))):
+        if left == 0:
+            terms.append("bias" if right == 0 else names[right])
+        elif left == right:
+            terms.append(f"{names[left]}^2")
+        else:
+            terms.append(f"{names[left]} x {names[right]}")
+    return tuple(terms)
+
+
 class QuadraticExpansion:
     """Phi for a fixed number of features."""
 
@@ -58,6 +77,11 @@ class QuadraticExpansion:
         it bit for bit (the same BLAS ddot), for one compiled call instead of two calls. `x`
         must be a float64 array already (the prediction's hot path: no conversion)."""
         return expand_and_score(x, w, out)
+
+    def contributions(self, phi: np.ndarray, w: np.ndarray) -> np.ndarray:
+        """w_i * phi_i for each term: the parts f = w . Phi is the sum of (up to rounding), in
+        the model's output space. What an explanation of one prediction ranks."""
+        return np.multiply(w, phi)
 
     def _features(self, x: np.ndarray) -> np.ndarray:
         """x as the kernels read it (float64). The kernel sizes its loops by x and refuses an

@@ -81,6 +81,7 @@ import numpy as np
 from hpcpredict.features import (
     AVE2_S,
     BREAK_TIME_S,
+    FEATURE_NAMES,
     N_FEATURES,
     SECOND_LAST_RUN_S,
     FeatureContext,
@@ -89,6 +90,7 @@ from hpcpredict.features import (
 from hpcpredict.jobs import JobRequest
 from hpcpredict.learn.calibration import ConformalCalibration
 from hpcpredict.learn.experts import AVE2, EXPERTS, LEARNED, ExpertScores
+from hpcpredict.learn.explanation import PredictionExplanation, describe_transform
 from hpcpredict.learn.losses import AsymmetricLoss, parse_loss
 from hpcpredict.learn.nag import (
     ETA_REFERENCE,
@@ -100,7 +102,7 @@ from hpcpredict.learn.nag import (
     step_constants,
 )
 from hpcpredict.learn.nag_kernels import expand_and_score
-from hpcpredict.learn.polynomial import QuadraticExpansion
+from hpcpredict.learn.polynomial import QuadraticExpansion, term_names
 from hpcpredict.predictors import clip_prediction
 
 NegativeRule = Literal["clip", "abs"]
@@ -116,6 +118,7 @@ DEFAULT_FEATURE_SCALING: FeatureScaling = "raw"  # docs/results.md, "Cold start"
 DEFAULT_PER_USER_EXPERTS = False  # docs/results.md, "Per-user expert choice": idem
 DEFAULT_CALIBRATION_ALPHA: float | None = None  # docs/results.md, "Calibrated confidence": idem
 _STATE_VERSION = 1
+_TERM_NAMES = term_names(FEATURE_NAMES)
 
 
 class HyperparameterMismatchError(ValueError):
@@ -411,6 +414,41 @@ class LearnedPredictor:
 
         return restore
 
+    def explain(
+        self, request: JobRequest, now_s: int, *, features: np.ndarray | None = None
+    ) -> PredictionExplanation:
+        """Why the model predicts what it does for `request` at `now_s`: f = w . Phi split into
+        its terms w_i * phi_i, without recording anything (as `peek`).
+
+        The same code as a prediction: the job's Phi as submitted if it has one, else x_j from
+        `features` (those of a served prediction) or computed now, scaled and expanded by the
+        model's own `_scaled` and `QuadraticExpansion`; the contributions use Phi as `_score`
+        does (clamped with robust features), so they sum to `raw_s`, and `model_s` is
+        `_to_seconds(raw_s)`, the learned model's answer.
+        """
+        phi = self._pending_phi.get(request.job_id)
+        if phi is None:
+            x = self.features.compute(request, now_s) if features is None else np.array(features, dtype=np.float64)
+            published_s = self._peek(request, x.copy())  # scales its own copy
+            phi = self._expansion.expand(self._scaled(x))
+        else:
+            published_s = self._peek(request, self._x)  # reuses the job's Phi; x unread
+        x_seen = phi[1:1 + N_FEATURES]  # the linear terms are x_j itself, as scaled
+        used = np.clip(phi, -self.nag.state.s, self.nag.state.s) if self._robust else phi
+        raw_s = self._score(phi)
+        model_s = self._to_seconds(raw_s, request.requested_s)
+        return PredictionExplanation(
+            features={name: float(value) for name, value in zip(FEATURE_NAMES, x_seen)},
+            term_names=_TERM_NAMES,
+            contributions_s=self._expansion.contributions(used, self.nag.state.w),
+            raw_s=raw_s,
+            model_s=model_s,
+            published_s=published_s,
+            requested_s=request.requested_s,
+            transform=describe_transform(raw_s, model_s, request.requested_s,
+                                         abs_negative=self._abs_negative),
+        )
+
     def raw_prediction(self, request: JobRequest) -> float:
         """f = w . Phi(x_j) before the negative rule and clipping, for a job already predicted or
         observed (with robust features, Phi clamped as for a prediction)."""
@@ -602,6 +640,12 @@ class LearnedPredictor:
         """A predictor rebuilt from a checkpoint, hyperparameters included."""
         with np.load(path, allow_pickle=False) as data:
             state = dict(data)
+        return cls.from_state(state)
+
+    @classmethod
+    def from_state(cls, state: dict[str, np.ndarray]) -> LearnedPredictor:
+        """A predictor rebuilt from a `state_dict()`, hyperparameters included (a read-only view
+        of a store needs no configuration to restore its model)."""
         loss = parse_loss(str(state["hyper/loss"]))
         loss = AsymmetricLoss(
             loss.over, loss.under, loss.weight, float(state["hyper/weight_floor"])

@@ -66,6 +66,7 @@ from pathlib import Path
 from typing import Any
 
 from hpcpredict.learn import all_losses, parse_loss
+from hpcpredict.learn.losses import display_name
 from hpcpredict.sim.metrics import compute_metrics
 from hpcpredict.sim.runner import RunSpec, run
 from hpcpredict.sim.shaking import DEFAULT_SEED, DEFAULT_SHAKE_S, replica
@@ -118,6 +119,14 @@ class Campaign:
     shake_s: int = DEFAULT_SHAKE_S
     seed: int = DEFAULT_SEED
     store: str | None = None  # the file's `store`: an absolute .jsonl path or a URL
+    report: Path | None = None  # the file's `report`: the report's folder, made absolute
+
+    @property
+    def default_report_dir(self) -> Path:
+        """The file's `report` folder (relative to the file: the tracked campaigns keep their
+        results in sim/results/<name>/), else <name>-report/ in the current directory: a quick
+        try such as sim/smoke.toml writes where its user is, not into the source tree."""
+        return self.report or Path(f"{self.name}-report")
 
     @property
     def default_database_url(self) -> str:
@@ -144,13 +153,16 @@ def load_campaign(
     if not isinstance(data.get("learned", {}), dict):
         raise CampaignError(f"{path}: learned must be written [learned] (one table)")
     unknown = set(data) - {"name", "logs", "baselines", "learned", "replicas", "shake", "seed",
-                           "store"}
+                           "store", "report"}
     if unknown:
         raise CampaignError(f"{path}: unknown keys {sorted(unknown)}")
     replicas = _natural(path, data, "replicas", 1, minimum=1)
     shake_s = _natural(path, data, "shake", DEFAULT_SHAKE_S, minimum=0)
     seed = _natural(path, data, "seed", DEFAULT_SEED, minimum=0)
     store = _store(path, data.get("store"))
+    report = data.get("report")
+    if report is not None and (not isinstance(report, str) or not report):
+        raise CampaignError(f"{path}: report must be a folder path (relative to the file), got {report!r}")
     logs = tuple(
         _log_entry(path, index, entry, logs_dir)
         for index, entry in enumerate(data.get("logs", []))
@@ -179,7 +191,8 @@ def load_campaign(
     if len({cell.key for cell in cells}) != len(cells):
         raise CampaignError(f"{path}: two configurations are the same simulation")
     return Campaign(name=name, path=path, logs=logs, cells=cells, replicas=replicas,
-                    shake_s=shake_s, seed=seed, store=store)
+                    shake_s=shake_s, seed=seed, store=store,
+                    report=None if report is None else path.parent / report)
 
 
 def _store(path: Path, value: object) -> str | None:
@@ -290,7 +303,7 @@ def _learned_grid(path: Path, entry: dict[str, Any]) -> Iterator[tuple[str, RunS
         settings = dict(zip(axes, values))
         spec = _spec(where, predictor="learned", **settings)
         label = (
-            f"learned {spec.loss} + {spec.correction_label} + {spec.scheduler}"
+            f"learned {display_name(spec.loss)} + {spec.correction_label} + {spec.scheduler}"
             f"{f'({spec.slurm_params})' if spec.slurm_params else ''}"
             f" (eta={spec.eta:g}, lambda={spec.l2:g}, unit={spec.loss_unit_s:g}s, {spec.negative}"
             f"{spec.learning_label}){spec.guard_label}"

@@ -184,7 +184,8 @@ def write_campaign_report(
     save_csv(learned, "learned.csv")
     lines = [f"# {title}", ""]
     replicas = int(runs["replica"].max()) + 1 if "replica" in runs and len(runs) else 1
-    lines += [f"{len(runs):,} runs on {len(logs)} logs, up to {replicas} replica(s) each; total "
+    lines += [f"{_count(len(runs), 'run')} on {_count(len(logs), 'log')}, "
+              f"{'1 replica' if replicas == 1 else f'up to {replicas} replicas'} each; total "
               f"simulation time {runs['wall_time_s'].sum() / 3600:.2f} h (one core each)."]
     lines += ["Every AVEbsld below is the mean over the replicas stored." if replicas > 1 else
               "One replay per configuration: differences below ~20% may be chaos, not effect.", ""]
@@ -280,6 +281,11 @@ def write_campaign_report(
     return [report, *written]
 
 
+def _count(number: int, noun: str) -> str:
+    """ "1 log", "3 logs", "1,200 runs". """
+    return f"{number:,} {noun}{'' if number == 1 else 's'}"
+
+
 def _fmt(value: object) -> str:
     return "" if value is None or (isinstance(value, float) and np.isnan(value)) else f"{value:.2f}"
 
@@ -299,33 +305,72 @@ def _cell(value: object) -> str:
     return str(value)
 
 
+MAX_NAMED_POINTS = 8  # triples_per_log.png names every point up to this many, else the extremes
+
+
+def _short_label(label: str) -> str:
+    """A learned triple's label without its learning constants (the table has them):
+    "learned E-Loss (...) + incremental + easy-sjbf (eta=..., ...)" -> "E-Loss + incremental"."""
+    text = label.removeprefix("learned ")
+    loss, _, rest = text.partition(" + ")
+    loss = loss.split(" (")[0]
+    if loss.startswith("over="):  # over=linear,under=square,weight=constant -> linear/square/constant
+        loss = "/".join(part.partition("=")[2] for part in loss.split(","))
+    correction = rest.split(" + ")[0] if rest else ""
+    return f"{loss} + {correction}" if correction else loss
+
+
+def _baseline_values(baselines: pd.DataFrame, log: str) -> list[float]:
+    """The baselines' AVEbsld on `log` (the horizontal lines of triples_per_log.png)."""
+    if log not in baselines.columns:
+        return []
+    return [float(value) for value in baselines[log].dropna()]
+
+
 def _plots(learned: pd.DataFrame, baselines: pd.DataFrame, logs: list[str], out_dir: Path) -> list[Path]:
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    from matplotlib.ticker import FuncFormatter, LogLocator, MaxNLocator, NullFormatter
+
     paths = []
     present = [log for log in logs if log in learned.columns]
     if present:
-        fig, axes = plt.subplots(1, len(present), figsize=(5 * len(present), 4), squeeze=False)
+        fig, axes = plt.subplots(1, len(present), figsize=(5.5 * len(present), 4.5), squeeze=False)
         for ax, log in zip(axes[0], present):
-            values = np.sort(learned[log].dropna().to_numpy())
-            ax.plot(np.arange(1, len(values) + 1), values, marker=".", linestyle="none",
-                    label="learned triples")
+            ranked = learned[log].dropna().sort_values()
+            values = ranked.to_numpy()
+            ranks = np.arange(1, len(values) + 1)
+            ax.plot(ranks, values, marker="o", markersize=4, linestyle="none", label="learned triples")
+            # Name the points: all of them when few, else the best and the worst.
+            named = range(len(values)) if len(values) <= MAX_NAMED_POINTS else (0, len(values) - 1)
+            for index in named:
+                ax.annotate(_short_label(str(ranked.index[index])), (ranks[index], values[index]),
+                            textcoords="offset points", xytext=(6, -3), fontsize=7)
             for label, style in (("EASY", "--"), ("EASY++", ":"), ("clairvoyant EASY-SJBF", "-.")):
                 if label in baselines.index and log in baselines.columns:
                     ax.axhline(baselines.loc[label, log], linestyle=style, color="grey",
-                               label=label)
+                               label=f"{label} ({baselines.loc[label, log]:.1f})")
             ax.set_yscale("log")
+            # Plain numbers on the log axis ("80", not "8x10^1"), at 1, 2 and 5 of each decade.
+            decades = np.log10(max(values.max(), *_baseline_values(baselines, log)) /
+                               max(min(values.min(), *_baseline_values(baselines, log)), 1e-9))
+            subs = np.arange(1.0, 10.0) if decades < 1 else (1.0, 2.0, 5.0) if decades < 3 else (1.0,)
+            ax.yaxis.set_major_locator(LogLocator(subs=subs))
+            ax.yaxis.set_major_formatter(FuncFormatter(lambda value, _: f"{value:g}"))
+            ax.yaxis.set_minor_formatter(NullFormatter())
+            ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+            ax.set_xlim(0.5, len(values) + max(1.5, 0.6 * len(values)))  # room for the names
             ax.set_title(log)
-            ax.set_xlabel("triples, sorted")
-            ax.set_ylabel("AVEbsld")
+            ax.set_xlabel("learned triples, ranked by AVEbsld (1 = best)")
+            ax.set_ylabel("AVEbsld (log)")
             ax.grid(True, alpha=0.3)
-            ax.legend(fontsize=8)
+            ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(0.0, -0.18), ncol=2, frameon=False)
         fig.tight_layout()
         path = out_dir / "triples_per_log.png"
-        fig.savefig(path, dpi=110)
+        fig.savefig(path, dpi=110, bbox_inches="tight")
         plt.close(fig)
         paths.append(path)
     complete = learned.dropna()
