@@ -209,8 +209,8 @@ def serve(
     except DaemonError as error:
         raise click.ClickException(str(error)) from None
     finally:
+        store.close()  # first: releasing the lock closes a descriptor of the file (lock.py)
         lock.release()
-        store.close()
 
 
 def _check_http_auth(config: DaemonConfig) -> None:
@@ -306,17 +306,30 @@ def _locked_store(config: DaemonConfig, *, create: bool = False):  # -> (Store, 
     replaying or checkpointing a log another daemon is writing; then checked for damage."""
     from sqlalchemy.exc import SQLAlchemyError
 
-    from hpcpredict.daemon.lock import StoreLockedError, lock_store
+    from hpcpredict.daemon.lock import StoreLockedError, lock_sqlite_file, lock_store
     from hpcpredict.daemon.store import Store
 
     database = None
-    if config.db.startswith("sqlite:///"):
-        database = Path(config.db.removeprefix("sqlite:///"))
-        _check_sqlite_file(database, create=create)
-        database.parent.mkdir(parents=True, exist_ok=True)
+    lock = None
+    try:
+        if config.db.startswith("sqlite:///"):
+            database = Path(config.db.removeprefix("sqlite:///"))
+            if database.is_file():  # locked before SQLite opens it, even read-only (lock.py)
+                lock = lock_sqlite_file(database)
+            _check_sqlite_file(database, create=create)
+            database.parent.mkdir(parents=True, exist_ok=True)
+    except StoreLockedError as error:
+        raise click.ClickException(str(error)) from None
+    except OSError as error:
+        raise click.ClickException(f"{config.db}: cannot lock the store: {error}") from None
+    except click.ClickException:
+        if lock is not None:
+            lock.release()
+        raise
     store = Store(config.db)
     try:
-        lock = lock_store(store.engine)
+        if lock is None:
+            lock = lock_store(store.engine)
     except StoreLockedError as error:
         store.close()
         raise click.ClickException(str(error)) from None
@@ -327,8 +340,8 @@ def _locked_store(config: DaemonConfig, *, create: bool = False):  # -> (Store, 
         if database is not None:
             _check_integrity(store, database)
     except click.ClickException:
-        lock.release()
         store.close()
+        lock.release()
         raise
     return store, lock
 

@@ -109,6 +109,10 @@ class Daemon:
             asyncio.run(self._main(install_signal_handlers))
         finally:
             if own_lock and self.lock is not None:
+                # Closed connections first: releasing a SQLite store's lock closes a descriptor
+                # of the file, which drops the process's POSIX locks on it (lock.py). The pool
+                # opens new connections if the caller goes on using the store.
+                self.service.store.engine.dispose()
                 self.lock.release()
                 self.lock = None
 
