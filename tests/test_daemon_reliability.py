@@ -9,6 +9,7 @@ import os
 import subprocess
 import sys
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -16,7 +17,12 @@ from sqlalchemy import create_engine, text
 from sqlalchemy.engine import make_url
 
 from hpcpredict.daemon.config import DaemonConfig
+from hpcpredict.jobs import JobRequest
+from hpcpredict.learn.history import replay_history
+from hpcpredict.learn.predictor import LearnedPredictor
+from hpcpredict.workload import load_workload
 
+from conftest import SAMPLE_LOG
 from daemon_thread import Running
 from pg_server import PostgresServer
 
@@ -92,3 +98,58 @@ def test_a_second_daemon_is_refused_on_one_postgresql_database_named_differently
         with admin.connect() as connection:
             connection.execute(text(f'DROP ROLE IF EXISTS "{role}"'))
         admin.dispose()
+
+
+# ------------------------------------------------------------------ item 7: bounded influence
+YEAR_S = 365 * 86_400
+
+
+@pytest.fixture(scope="module")
+def trained_on_sample() -> tuple[LearnedPredictor, dict[int, JobRequest], int]:
+    """The daemon's learner after the KTH-SP2 sample, each user's last request, the log's end."""
+    jobs = load_workload(SAMPLE_LOG).jobs
+    learner = DaemonConfig().predictor_factory()
+    replay_history(jobs, learner)
+    last = {job.request.user_id: job.request for job in jobs}
+    end_s = max(job.request.submit_s + max(job.wait_s, 0) + job.run_s for job in jobs)
+    return learner, last, end_s
+
+
+def _others(learner: LearnedPredictor, last: dict[int, JobRequest], now_s: int, adversary: int) -> dict[int, int]:
+    return {user: learner.peek(replace(request, job_id=10**9 + user, submit_s=now_s), now_s)
+            for user, request in last.items() if user != adversary}
+
+
+def _after_one_end(trained: tuple[LearnedPredictor, dict[int, JobRequest], int], requested_s: int,
+                   run_s: int, *, submitted: bool = True) -> tuple[bool, dict[int, int], dict[int, int]]:
+    base, last, end_s = trained
+    learner = base.clone()
+    learner.load_state_dict(base.state_dict())
+    now_s, adversary = end_s + 60, 18
+    before = _others(learner, last, now_s + 60, adversary)
+    job = JobRequest(job_id=1, submit_s=now_s, procs=1, requested_s=requested_s, user_id=adversary)
+    if submitted:
+        learner.predict(job, now_s)
+        learner.job_started(job, now_s)
+    stepped = learner.job_ended(job, run_s, now_s + run_s)
+    return stepped, before, _others(learner, last, now_s + 60, adversary)
+
+
+def test_an_absurd_runtime_teaches_no_more_than_the_request_it_asked_for(trained_on_sample) -> None:
+    """A 10-year END of a 1-hour job moves the others exactly as a 1-hour END does, submitted
+    or not (its end is taken at its limit, so no 10-year break time either)."""
+    for submitted in (True, False):
+        ordinary = _after_one_end(trained_on_sample, 3600, 3600, submitted=submitted)
+        absurd = _after_one_end(trained_on_sample, 3600, 10 * YEAR_S, submitted=submitted)
+        assert absurd[0] and absurd[2] == ordinary[2]
+        assert absurd[2] != absurd[1]  # it was learned, and learning moves predictions
+
+
+def test_a_job_far_outside_everything_learned_is_not_learned(trained_on_sample) -> None:
+    """A 10-year request (Phi holds its square: millions of times the largest learned) would
+    shrink that coordinate's weight for everybody (NAG's rescaling); it takes no step."""
+    stepped, before, after = _after_one_end(trained_on_sample, 10 * YEAR_S, 10 * YEAR_S)
+    assert not stepped
+    assert after == before
+    ordinary_request = _after_one_end(trained_on_sample, 48 * 3600, 3600)  # within 32x: learned
+    assert ordinary_request[0]

@@ -86,6 +86,17 @@ def rescale_and_score(phi: np.ndarray, table: np.ndarray) -> tuple[float, float]
 
 
 @njit(cache=True)
+def exceeds_scale(phi: np.ndarray, table: np.ndarray, factor: float) -> bool:  # pragma: no cover - compiled
+    """True when some |Phi_i| is more than `factor` times s_i, the largest seen so far (an
+    outlier: `LearnedPredictor` does not learn from it). Stops at the first one."""
+    s = table[S_ROW]
+    for i in range(phi.shape[0]):
+        if abs(phi[i]) > factor * s[i]:
+            return True
+    return False
+
+
+@njit(cache=True)
 def descend(
     phi: np.ndarray,
     table: np.ndarray,
