@@ -6,6 +6,7 @@ Each test here failed on main at 195fcb0; docs/daemon.md ("Reliability") lists t
 from __future__ import annotations
 
 import os
+import sqlite3
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -153,3 +154,41 @@ def test_a_job_far_outside_everything_learned_is_not_learned(trained_on_sample) 
     assert after == before
     ordinary_request = _after_one_end(trained_on_sample, 48 * 3600, 3600)  # within 32x: learned
     assert ordinary_request[0]
+
+
+# ------------------------------------------------------------------ item 6: two start-up messages
+def _store_with_one_event(short_dir: Path, tmp_path: Path) -> Path:
+    """A SQLite store whose log holds one SUBMIT after its last checkpoint (none)."""
+    database = tmp_path / "state.db"
+    config = DaemonConfig(db=f"sqlite:///{database}", socket=str(short_dir / "d.sock"), http="",
+                          spool=str(short_dir / "jobcomp.spool"))
+    running = Running(config)
+    try:
+        with running.client() as daemon:
+            daemon.request("SUBMIT", job=5, uid=1000, procs=2, time_limit=600, submit=10)
+    finally:
+        running.stop()
+    with sqlite3.connect(database) as connection:
+        connection.execute("DELETE FROM checkpoints")  # the next start replays the event
+    return database
+
+
+def test_an_unknown_schema_version_is_refused_in_one_line(short_dir: Path, tmp_path: Path) -> None:
+    database = _store_with_one_event(short_dir, tmp_path)
+    with sqlite3.connect(database) as connection:
+        connection.execute("UPDATE alembic_version SET version_num = '9999abcd'")
+    stderr = serve_refused(short_dir, f"sqlite:///{database}")
+    assert stderr.count("\n") == 1, stderr
+    assert str(database) in stderr and "'9999abcd'" in stderr
+    assert "newer hpcpredict" in stderr and "restore a backup" in stderr
+
+
+def test_a_corrupt_event_payload_is_refused_in_one_line_naming_the_event(short_dir: Path, tmp_path: Path) -> None:
+    database = _store_with_one_event(short_dir, tmp_path)
+    with sqlite3.connect(database) as connection:
+        connection.execute("UPDATE events SET payload_json = '{\"job\": [1, 2' WHERE job_id = 5")
+    stderr = serve_refused(short_dir, f"sqlite:///{database}")
+    assert stderr.count("\n") == 1, stderr
+    assert str(database) in stderr
+    assert "event 1 of the log (submitted, job 5)" in stderr and "not JSON" in stderr
+    assert "Restore the database from a backup" in stderr

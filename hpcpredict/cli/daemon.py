@@ -65,6 +65,7 @@ def _private_files(command: Callable[..., None]) -> Callable[..., None]:
 
 def _open_service(config: DaemonConfig, store=None):  # -> PredictionService (SQLAlchemy lazily)
     """The service on `config.db`, or on `store` when the caller already opened (and locked) it."""
+    from sqlalchemy.engine import make_url
     from sqlalchemy.exc import SQLAlchemyError
 
     from hpcpredict.daemon.service import PredictionService, ReplayError
@@ -82,7 +83,8 @@ def _open_service(config: DaemonConfig, store=None):  # -> PredictionService (SQ
             correction=config.correction_policy(),
         )
     except (SQLAlchemyError, ValueError, ReplayError) as error:
-        raise click.ClickException(f"{config.db}: {error}") from None
+        shown = make_url(config.db).render_as_string(hide_password=True)
+        raise click.ClickException(f"{shown}: {error}") from None
 
 
 _INTERVAL_TYPE = click.FloatRange(min=0, min_open=True)

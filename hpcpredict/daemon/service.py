@@ -315,7 +315,9 @@ class PredictionService:
             except (KeyError, TypeError, ValueError) as error:
                 raise ReplayError(
                     f"event {stored.seq} of the log ({stored.kind}, job {stored.job_id}) cannot be "
-                    f"replayed ({type(error).__name__}: {error}): the event log is damaged"
+                    f"replayed ({type(error).__name__}: {error}): the event log is damaged. Restore "
+                    "the database from a backup (the log is the model's source of truth: the "
+                    "daemon does not skip an event)"
                 ) from None
             replayed += 1
             last_seq = stored.seq
