@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import sqlite3
+import stat
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -24,7 +25,7 @@ from hpcpredict.learn.predictor import LearnedPredictor
 from hpcpredict.workload import load_workload
 
 from conftest import SAMPLE_LOG
-from daemon_thread import Running
+from daemon_thread import Running, wait_until_answering
 from pg_server import PostgresServer
 
 
@@ -192,3 +193,28 @@ def test_a_corrupt_event_payload_is_refused_in_one_line_naming_the_event(short_d
     assert str(database) in stderr
     assert "event 1 of the log (submitted, job 5)" in stderr and "not JSON" in stderr
     assert "Restore the database from a backup" in stderr
+
+
+# ------------------------------------------------------------------ item 5: file modes
+def test_a_world_readable_database_is_tightened_and_its_wal_never_0644(short_dir: Path, tmp_path: Path) -> None:
+    database = _store_with_one_event(short_dir, tmp_path)
+    for path in (database, Path(f"{database}-wal"), Path(f"{database}-shm")):
+        if path.exists():
+            os.chmod(path, 0o644)
+    os.chmod(database, 0o644)
+    log = tmp_path / "serve.log"
+    with log.open("w") as stderr:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "hpcpredict.cli", "serve", "--db", f"sqlite:///{database}",
+             "--socket", str(short_dir / "d.sock"), "--http", "", "--spool", str(short_dir / "s.spool")],
+            stderr=stderr,
+        )
+    try:
+        wait_until_answering(str(short_dir / "d.sock"), process, log.read_text)
+        modes = {path.name: stat.S_IMODE(path.stat().st_mode)
+                 for path in (database, Path(f"{database}-wal"), Path(f"{database}-shm"))}
+        assert modes == {"state.db": 0o640, "state.db-wal": 0o640, "state.db-shm": 0o640}
+    finally:
+        process.terminate()
+        process.wait(timeout=60)
+    assert f"{database}: mode 0644 let every user read the store (every user's jobs); made 0640" in log.read_text()

@@ -230,6 +230,17 @@ def _check_http_auth(config: DaemonConfig) -> None:
         raise click.ClickException(str(error)) from None
 
 
+def _tighten_modes(database: Path) -> None:
+    """The store's files closed to other users (file_modes.py), saying what changed."""
+    from hpcpredict.daemon.file_modes import LooseModeError, tighten_store_modes
+
+    try:
+        for line in tighten_store_modes(database):
+            click.echo(line, err=True)
+    except LooseModeError as error:
+        raise click.ClickException(str(error)) from None
+
+
 def _check_sqlite_file(database: Path, *, create: bool) -> None:
     """Refuse, in one line, a --db file hpcpredict must not serve from or write into.
 
@@ -318,6 +329,7 @@ def _locked_store(config: DaemonConfig, *, create: bool = False):  # -> (Store, 
             database = Path(config.db.removeprefix("sqlite:///"))
             if database.is_file():  # locked before SQLite opens it, even read-only (lock.py)
                 lock = lock_sqlite_file(database)
+            _tighten_modes(database)  # before SQLite makes a -wal of the database's mode
             _check_sqlite_file(database, create=create)
             database.parent.mkdir(parents=True, exist_ok=True)
     except StoreLockedError as error:
@@ -388,6 +400,8 @@ def train(
     offset_s = workload.header.unix_start_time or 0
     if not offset_s:
         click.echo(f"{log}: no UnixStartTime in the header: times are taken as Unix seconds", err=True)
+    if config.db.startswith("sqlite:///"):
+        _tighten_modes(Path(config.db.removeprefix("sqlite:///")))
     service = _open_service(config)
     try:
         predictor = config.predictor_factory()
