@@ -5,11 +5,16 @@ Each test here failed on main at 195fcb0; docs/daemon.md ("Reliability") lists t
 
 from __future__ import annotations
 
+import json
 import os
+import random
 import sqlite3
 import stat
 import subprocess
 import sys
+import time
+import urllib.error
+import urllib.request
 from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
@@ -18,6 +23,7 @@ import pytest
 from sqlalchemy import create_engine, text
 from sqlalchemy.engine import make_url
 
+from hpcpredict.daemon.client import DaemonReplyError
 from hpcpredict.daemon.config import DaemonConfig
 from hpcpredict.jobs import JobRequest
 from hpcpredict.learn.history import replay_history
@@ -218,3 +224,76 @@ def test_a_world_readable_database_is_tightened_and_its_wal_never_0644(short_dir
         process.terminate()
         process.wait(timeout=60)
     assert f"{database}: mode 0644 let every user read the store (every user's jobs); made 0640" in log.read_text()
+
+
+# ------------------------------------------------------------------ item 4: damage while running
+def test_damage_written_into_a_live_store_turns_it_unhealthy_and_refuses_events(
+    short_dir: Path, tmp_path: Path
+) -> None:
+    """5 x 16 KiB of random bytes into the live SQLite file (the issue's case): within one
+    check period (0.5 s here; 60 s by default, integrity_watch.py) PING and /health say
+    unhealthy, events get ERR store_damaged, PREDICT is still answered (the plugin fails open)."""
+    database = tmp_path / "state.db"
+    config = DaemonConfig(db=f"sqlite:///{database}", socket=str(short_dir / "d.sock"),
+                          http="127.0.0.1:0", spool=str(short_dir / "jobcomp.spool"))
+    running = Running(config, integrity_interval_s=0.5)
+    try:
+        with running.client() as daemon:
+            for job in range(1, 301):
+                daemon.request("SUBMIT", job=job, uid=1000 + job % 7, procs=2, time_limit=3600, submit=100 * job)
+                daemon.request("END", job=job, run=60 + job, end=100 * job + 200)
+            assert daemon.request("PING")["healthy"] == "1"
+            with sqlite3.connect(database) as reader:  # the pages into the main file
+                reader.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+            rng = random.Random(29)
+            size = database.stat().st_size
+            fd = os.open(database, os.O_WRONLY)
+            try:
+                for _ in range(5):
+                    os.pwrite(fd, rng.randbytes(16384), rng.randrange(4096, size - 16384))
+            finally:
+                os.close(fd)
+            deadline = time.monotonic() + 60  # a hang guard; the bound is one period + one check
+            while daemon.request("PING")["healthy"] == "1":
+                assert time.monotonic() < deadline, "the damage was not found"
+                time.sleep(0.1)
+            with pytest.raises(DaemonReplyError, match="store_damaged: .*restore the database"):
+                daemon.request("SUBMIT", job=999, uid=1000, procs=2, time_limit=3600, submit=40_000)
+            answer = daemon.request("PREDICT", uid=1000, procs=2, time_limit=3600)
+            assert 1 <= int(answer["prediction"]) <= 3600
+        try:
+            urllib.request.urlopen(running.url + "/health", timeout=30)
+            raise AssertionError("/health answered 200 on a damaged store")
+        except urllib.error.HTTPError as error:
+            assert error.code == 503
+            health = json.loads(error.read())
+        assert health["status"] == "unhealthy"
+        assert "quick_check" in health["store_damage"] or "malformed" in health["store_damage"]
+    finally:
+        running.stop()
+
+
+def test_a_statement_meeting_a_damaged_page_is_taken_for_damage_and_nothing_else_is(tmp_path: Path) -> None:
+    """service.store_damage: what makes an event's failure mark the store damaged at once."""
+    from sqlalchemy.exc import OperationalError
+
+    from hpcpredict.daemon.service import store_damage
+
+    database = tmp_path / "damaged.db"
+    with sqlite3.connect(database) as connection:
+        connection.execute("CREATE TABLE t (v TEXT)")
+        connection.executemany("INSERT INTO t VALUES (?)", [("x" * 300,)] * 200)
+    with database.open("r+b") as stream:  # the table's pages, not the header
+        stream.seek(4096)
+        stream.write(random.Random(1).randbytes(3 * 4096))
+    engine = create_engine(f"sqlite:///{database}")
+    try:
+        with pytest.raises(Exception) as damaged, engine.connect() as connection:
+            connection.exec_driver_sql("SELECT count(*), max(v) FROM t").fetchall()
+    finally:
+        engine.dispose()
+    assert store_damage(damaged.value) is not None
+    assert "malformed" in store_damage(damaged.value)
+    full = OperationalError("INSERT", {}, sqlite3.OperationalError("database or disk is full"))
+    assert store_damage(full) is None
+    assert store_damage(RuntimeError("anything")) is None
