@@ -8,10 +8,13 @@ from __future__ import annotations
 import json
 import os
 import random
+import select
+import socket
 import sqlite3
 import stat
 import subprocess
 import sys
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -25,6 +28,7 @@ from sqlalchemy.engine import make_url
 
 from hpcpredict.daemon.client import DaemonReplyError
 from hpcpredict.daemon.config import DaemonConfig
+from hpcpredict.daemon.http_api import HttpLimits
 from hpcpredict.jobs import JobRequest
 from hpcpredict.learn.history import replay_history
 from hpcpredict.learn.predictor import LearnedPredictor
@@ -177,6 +181,8 @@ def _store_with_one_event(short_dir: Path, tmp_path: Path) -> Path:
         running.stop()
     with sqlite3.connect(database) as connection:
         connection.execute("DELETE FROM checkpoints")  # the next start replays the event
+    for path in tmp_path.glob("state.db*"):
+        os.chmod(path, 0o600)  # as `serve` makes them (this process's umask may be 022)
     return database
 
 
@@ -297,3 +303,67 @@ def test_a_statement_meeting_a_damaged_page_is_taken_for_damage_and_nothing_else
     full = OperationalError("INSERT", {}, sqlite3.OperationalError("database or disk is full"))
     assert store_damage(full) is None
     assert store_damage(RuntimeError("anything")) is None
+
+
+# ------------------------------------------------------------------ item 3: /health under a held cap
+class _Holder:
+    """One unauthenticated client holding `count` HTTP connections that never ask anything,
+    reopening each as the daemon closes it (the issue's attacker), in a thread."""
+
+    def __init__(self, address: tuple[str, int], count: int) -> None:
+        self.address = address
+        self.sockets = [self._open() for _ in range(count)]
+        self.reopened = 0
+        self.stopping = threading.Event()
+        self.thread = threading.Thread(target=self._hold)
+        self.thread.start()
+
+    def _open(self) -> socket.socket:
+        connection = socket.create_connection(self.address)
+        connection.setblocking(False)
+        return connection
+
+    def _hold(self) -> None:
+        while not self.stopping.is_set():
+            readable, _, _ = select.select(self.sockets, [], [], 0.05)
+            for connection in readable:
+                try:
+                    closed = connection.recv(65536) == b""
+                except OSError:
+                    closed = True
+                if closed:
+                    connection.close()
+                    self.sockets[self.sockets.index(connection)] = self._open()
+                    self.reopened += 1
+
+    def stop(self) -> None:
+        self.stopping.set()
+        self.thread.join(10)
+        for connection in self.sockets:
+            connection.close()
+
+
+def test_health_and_metrics_answer_while_an_unauthenticated_client_holds_the_connection_cap(
+    short_dir: Path, tmp_path: Path
+) -> None:
+    config = DaemonConfig(db=f"sqlite:///{tmp_path / 'state.db'}", socket=str(short_dir / "d.sock"),
+                          http="127.0.0.1:0", spool=str(short_dir / "jobcomp.spool"))
+    running = Running(config)
+    holder = None
+    try:
+        cap = HttpLimits().max_connections
+        holder = _Holder(running.daemon.http_address, cap + 44)  # 300, as in the issue
+        time.sleep(0.5)  # the held connections are all accepted
+        statuses = []
+        for path in ["/health", "/metrics"] * 20:
+            try:
+                with urllib.request.urlopen(running.url + path, timeout=10) as response:
+                    statuses.append(response.status)
+            except urllib.error.HTTPError as error:
+                statuses.append(error.code)
+        assert statuses == [200] * 40
+        assert holder.reopened >= 40  # it did take its connections back, one per probe at least
+    finally:
+        if holder is not None:
+            holder.stop()
+        running.stop()
