@@ -36,6 +36,16 @@ def shared_log(name: str) -> Path:
     return path
 
 
+@pytest.fixture(autouse=True, scope="session")
+def private_umask() -> Iterator[None]:
+    """Files this process makes (stores built in-process, then served by `hpcpredict serve`)
+    are private, as the daemon's own are (its umask, the unit's UMask=0077): a 0644 store is
+    tightened by serve with a line saying so (file_modes.py), which tests ask for on purpose."""
+    previous = os.umask(0o077)
+    yield
+    os.umask(previous)
+
+
 @pytest.fixture
 def short_dir() -> Iterator[Path]:
     """A private folder with a short path: Unix socket paths are limited to ~107 bytes, and

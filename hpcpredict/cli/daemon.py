@@ -251,7 +251,8 @@ def _check_sqlite_file(database: Path, *, create: bool) -> None:
     * Empty (zero bytes): SQLite would happily turn a truncated copy into a new store.
     * Not SQLite, or SQLite holding none of hpcpredict's tables but others (some other
       application's database): the migrations would add hpcpredict's tables to it. Read here
-      read-only, before `Store` connects, whose connections switch the file to WAL mode.
+      read-only, before `Store` connects, whose connections switch the file to WAL mode, and
+      before its mode is tightened (file_modes.py: never someone else's file).
     """
     from hpcpredict.daemon.paths import DB_FILE_NAME, state_dir
     from hpcpredict.daemon.store import Base
@@ -278,7 +279,10 @@ def _check_sqlite_file(database: Path, *, create: bool) -> None:
     if header != b"SQLite format 3\x00":
         raise click.ClickException(f"{database}: not an SQLite database, so not an hpcpredict store; check --db")
     try:
-        connection = sqlite3.connect(f"{database.resolve().as_uri()}?mode=ro", uri=True)
+        # immutable: no lock, no -wal or -shm made beside the file (of its mode, and under the
+        # name given: a hard link's), only its pages read; tables still in a -wal are not seen,
+        # which can only make a store look empty, never someone else's.
+        connection = sqlite3.connect(f"{database.resolve().as_uri()}?mode=ro&immutable=1", uri=True)
         try:
             tables = {name for (name,) in connection.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
         finally:
@@ -329,8 +333,8 @@ def _locked_store(config: DaemonConfig, *, create: bool = False):  # -> (Store, 
             database = Path(config.db.removeprefix("sqlite:///"))
             if database.is_file():  # locked before SQLite opens it, even read-only (lock.py)
                 lock = lock_sqlite_file(database)
-            _tighten_modes(database)  # before SQLite makes a -wal of the database's mode
             _check_sqlite_file(database, create=create)
+            _tighten_modes(database)  # hpcpredict's: before SQLite makes a -wal of its mode
             database.parent.mkdir(parents=True, exist_ok=True)
     except StoreLockedError as error:
         raise click.ClickException(str(error)) from None

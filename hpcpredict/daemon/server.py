@@ -36,6 +36,7 @@ from hpcpredict.daemon.integrity_watch import DEFAULT_INTERVAL_S as DEFAULT_INTE
 from hpcpredict.daemon.integrity_watch import IntegrityWatch
 from hpcpredict.daemon.http_auth import BearerAuth, TokenFileError, load_token, require_token_off_loopback
 from hpcpredict.daemon.lock import StoreLock, StoreLockedError, lock_store
+from hpcpredict.daemon.open_files import raise_open_files_limit
 from hpcpredict.daemon.protocol import PROTOCOL_VERSION, check_event
 from hpcpredict.daemon.service import PredictionService
 from hpcpredict.daemon.socket_server import SocketServer, start_socket
@@ -93,6 +94,7 @@ class Daemon:
         self.ready = threading.Event()  # set once both endpoints accept connections
         self.watcher = None  # the SLURM watcher, when config.slurm
         self.integrity_interval_s = integrity_interval_s
+        self.open_files_limit: int | None = None  # the soft limit `run` raised
         self.integrity_watch: IntegrityWatch | None = None  # while serving a SQLite store
 
     # ------------------------------------------------------------------ life cycle
@@ -112,6 +114,9 @@ class Daemon:
         # Python waits for it to let go, up to the switch interval (5 ms by default), once or
         # twice per request. 0.5 ms keeps that wait under the p99 goal of 2 ms while events flow.
         sys.setswitchinterval(GIL_SWITCH_INTERVAL_S)
+        # Every connection is a descriptor: the soft limit (1,024 under systemd) would stop
+        # accept() long before the hard one the unit sets (open_files.py).
+        self.open_files_limit = raise_open_files_limit()
         try:
             asyncio.run(self._main(install_signal_handlers))
         finally:
@@ -153,7 +158,8 @@ class Daemon:
 
     async def _serve(self, path: Path) -> None:
         self._warm_up()
-        server = self.socket_server = start_socket(path, self.config, self.handlers, self.writer)
+        server = self.socket_server = start_socket(path, self.config, self.handlers, self.writer,
+                                                   open_files_limit=self.open_files_limit)
         spool = asyncio.create_task(self._spool_forever())  # reports of jobs ended while down
         try:
             if self.config.http:
