@@ -187,23 +187,25 @@ def _store_with_one_event(short_dir: Path, tmp_path: Path) -> Path:
     return database
 
 
-def test_an_unknown_schema_version_is_refused_in_one_line(short_dir: Path, tmp_path: Path) -> None:
+def _one_line_refusal(short_dir: Path, tmp_path: Path, damage_sql: str) -> str:
+    """`serve`'s stderr on the one-event store after `damage_sql`: one line naming the file."""
     database = _store_with_one_event(short_dir, tmp_path)
     with sqlite3.connect(database) as connection:
-        connection.execute("UPDATE alembic_version SET version_num = '9999abcd'")
+        connection.execute(damage_sql)
     stderr = serve_refused(short_dir, f"sqlite:///{database}")
-    assert stderr.count("\n") == 1, stderr
-    assert str(database) in stderr and "'9999abcd'" in stderr
+    assert stderr.count("\n") == 1 and str(database) in stderr, stderr
+    return stderr
+
+
+def test_an_unknown_schema_version_is_refused_in_one_line(short_dir: Path, tmp_path: Path) -> None:
+    stderr = _one_line_refusal(short_dir, tmp_path, "UPDATE alembic_version SET version_num = '9999abcd'")
+    assert "'9999abcd'" in stderr
     assert "newer hpcpredict" in stderr and "restore a backup" in stderr
 
 
 def test_a_corrupt_event_payload_is_refused_in_one_line_naming_the_event(short_dir: Path, tmp_path: Path) -> None:
-    database = _store_with_one_event(short_dir, tmp_path)
-    with sqlite3.connect(database) as connection:
-        connection.execute("UPDATE events SET payload_json = '{\"job\": [1, 2' WHERE job_id = 5")
-    stderr = serve_refused(short_dir, f"sqlite:///{database}")
-    assert stderr.count("\n") == 1, stderr
-    assert str(database) in stderr
+    stderr = _one_line_refusal(short_dir, tmp_path,
+                               "UPDATE events SET payload_json = '{\"job\": [1, 2' WHERE job_id = 5")
     assert "event 1 of the log (submitted, job 5)" in stderr and "not JSON" in stderr
     assert "Restore the database from a backup" in stderr
 
