@@ -63,6 +63,21 @@ def site_prefix() -> Path:
         pytest.skip(str(error))
 
 
+@pytest.fixture(autouse=True)
+def private_umask(request: pytest.FixtureRequest) -> Iterator[None]:
+    """Files this process makes (stores built in-process, then served by `hpcpredict serve`)
+    are private, as the daemon's own are (its umask, the unit's UMask=0077): a 0644 store is
+    tightened by serve with a line saying so (file_modes.py), which tests ask for on purpose.
+    Not for the SLURM and site tests: there root lays out files (slurm.conf, the plugins, a
+    site's install) that SlurmUser and the users must read, as a root shell's umask 022 lets them."""
+    if request.node.get_closest_marker("slurm") or request.node.get_closest_marker("site"):
+        yield
+        return
+    previous = os.umask(0o077)
+    yield
+    os.umask(previous)
+
+
 @pytest.fixture
 def short_dir() -> Iterator[Path]:
     """A private folder with a short path: Unix socket paths are limited to ~107 bytes, and

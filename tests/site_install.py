@@ -87,7 +87,10 @@ def dependencies_prefix() -> Path:
         building.chmod(0o755)
         scratch = Path(tempfile.mkdtemp(prefix="hpbuild"))
         requirements = " ".join(f"'{requirement}'" for requirement in dependencies())
+        # umask 022 as a root shell has it: pytest's own umask (conftest's private_umask) would make
+        # the venv unreadable to the unprivileged user the tests run it as.
         script = f"""set -eu
+umask 022
 mount -t tmpfs -o mode=0755 hpbuild {scratch}
 mkdir {scratch}/u {scratch}/w
 mount -t overlay hpbuild -o lowerdir=/opt,upperdir={scratch}/u,workdir={scratch}/w /opt

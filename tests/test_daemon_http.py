@@ -326,24 +326,48 @@ def test_a_connection_without_a_request_is_closed(config: DaemonConfig) -> None:
         running.stop()
 
 
-def test_connections_over_the_cap_get_503_at_once(config: DaemonConfig) -> None:
+def test_at_the_connection_cap_a_new_connection_takes_the_place_of_the_one_idle_longest(
+    config: DaemonConfig,
+) -> None:
+    """Issue 29, item 3: ten idle connections no longer keep /health out."""
     running = Running(config, http_limits=HttpLimits(max_connections=10))
     host, port = running.daemon.http_address
     held = [socket.create_connection((host, port), timeout=30) for _ in range(10)]
     try:
         call(running, "/health")  # let the loop see the ten connections (made, not only accepted)
         answer = raw_exchange(running, b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
-        assert status_of(answer) == 503 and b'"code": "busy"' in answer and b"Retry-After: 1" in answer
+        assert status_of(answer) == 200
+        assert held[0].recv(1024) == b""  # the oldest idle one was closed to make room
+        metrics = call(running, "/metrics")[2].decode()
+        assert metric_sample(metrics, "hpcpredict_http_requests_total", endpoint="shed_idle", status="503") >= 1
     finally:
         for connection in held:
             connection.close()
+        running.stop()
+
+
+def test_connections_over_the_cap_get_503_at_once_when_every_one_has_a_request_running(
+    config: DaemonConfig, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    blocked = _BlockedReads()
+    monkeypatch.setattr(queries, "user_totals", blocked)
+    running = Running(config, http_limits=HttpLimits(max_connections=2, read_processes=0))
     try:
+        with ThreadPoolExecutor(2) as pool:
+            waiting = [pool.submit(call, running, "/users") for _ in range(2)]
+            for _ in range(2):
+                assert blocked.inside.acquire(timeout=30)
+            answer = raw_exchange(running, b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
+            assert status_of(answer) == 503 and b'"code": "busy"' in answer and b"Retry-After: 1" in answer
+            blocked.release.set()
+            assert [future.result()[0] for future in waiting] == [200, 200]
         status = 0
-        while status != 200:  # the closed ones are forgotten once the loop sees them go
+        while status != 200:  # the finished ones are idle (or gone) once the loop sees them
             status = call(running, "/health")[0]
         metrics = call(running, "/metrics")[2].decode()
         assert metric_sample(metrics, "hpcpredict_http_requests_total", endpoint="refused", status="503") >= 1
     finally:
+        blocked.release.set()
         running.stop()
 
 

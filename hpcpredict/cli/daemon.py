@@ -89,7 +89,7 @@ def _open_service(config: DaemonConfig, store=None):  # -> PredictionService (SQ
     except SQLAlchemyError as error:
         raise click.ClickException(_database_error(config.db, error)) from None
     except (ValueError, ReplayError) as error:
-        raise click.ClickException(f"{config.db}: {error}") from None
+        raise click.ClickException(f"{_shown_url(config.db)}: {error}") from None
 
 
 def _make_database_folder(database: Path) -> None:
@@ -118,7 +118,7 @@ def _database_error(url: str, error: Exception) -> str:
 
     reason = error.orig if isinstance(error, DBAPIError) else error
     parsed = make_url(url)
-    shown = parsed.render_as_string(hide_password=True)
+    shown = _shown_url(url)
     if parsed.get_backend_name() == "sqlite" and parsed.database:
         folder = Path(parsed.database).parent
         hint = f"check that {folder} is a folder this user ({_user_name()}) can write in, or give another --db"
@@ -261,8 +261,8 @@ def serve(
     except DaemonError as error:
         raise click.ClickException(str(error)) from None
     finally:
+        store.close()  # first: releasing the lock closes a descriptor of the file (lock.py)
         lock.release()
-        store.close()
 
 
 def _check_http_auth(config: DaemonConfig) -> None:
@@ -280,6 +280,17 @@ def _check_http_auth(config: DaemonConfig) -> None:
         raise click.ClickException(str(error)) from None
 
 
+def _tighten_modes(database: Path) -> None:
+    """The store's files closed to other users (file_modes.py), saying what changed."""
+    from hpcpredict.daemon.file_modes import LooseModeError, tighten_store_modes
+
+    try:
+        for line in tighten_store_modes(database):
+            click.echo(line, err=True)
+    except LooseModeError as error:
+        raise click.ClickException(str(error)) from None
+
+
 def _check_sqlite_file(database: Path, *, create: bool) -> None:
     """Refuse, in one line, a --db file hpcpredict must not serve from or write into.
 
@@ -290,7 +301,8 @@ def _check_sqlite_file(database: Path, *, create: bool) -> None:
     * Empty (zero bytes): SQLite would happily turn a truncated copy into a new store.
     * Not SQLite, or SQLite holding none of hpcpredict's tables but others (some other
       application's database): the migrations would add hpcpredict's tables to it. Read here
-      read-only, before `Store` connects, whose connections switch the file to WAL mode.
+      read-only, before `Store` connects, whose connections switch the file to WAL mode, and
+      before its mode is tightened (file_modes.py: never someone else's file).
     """
     from hpcpredict.daemon.paths import DB_FILE_NAME, state_dir
     from hpcpredict.daemon.store import Base
@@ -317,7 +329,10 @@ def _check_sqlite_file(database: Path, *, create: bool) -> None:
     if header != b"SQLite format 3\x00":
         raise click.ClickException(f"{database}: not an SQLite database, so not an hpcpredict store; check --db")
     try:
-        connection = sqlite3.connect(f"{database.resolve().as_uri()}?mode=ro", uri=True)
+        # immutable: no lock, no -wal or -shm made beside the file (of its mode, and under the
+        # name given: a hard link's), only its pages read; tables still in a -wal are not seen,
+        # which can only make a store look empty, never someone else's.
+        connection = sqlite3.connect(f"{database.resolve().as_uri()}?mode=ro&immutable=1", uri=True)
         try:
             tables = {name for (name,) in connection.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
         finally:
@@ -358,17 +373,31 @@ def _locked_store(config: DaemonConfig, *, create: bool = False):  # -> (Store, 
     replaying or checkpointing a log another daemon is writing; then checked for damage."""
     from sqlalchemy.exc import SQLAlchemyError
 
-    from hpcpredict.daemon.lock import StoreLockedError, lock_store
+    from hpcpredict.daemon.lock import StoreLockedError, lock_sqlite_file, lock_store
     from hpcpredict.daemon.store import Store
 
     database = None
-    if config.db.startswith("sqlite:///"):
-        database = Path(config.db.removeprefix("sqlite:///"))
-        _check_sqlite_file(database, create=create)
-        _make_database_folder(database)
+    lock = None
+    try:
+        if config.db.startswith("sqlite:///"):
+            database = Path(config.db.removeprefix("sqlite:///"))
+            if database.is_file():  # locked before SQLite opens it, even read-only (lock.py)
+                lock = lock_sqlite_file(database)
+            _check_sqlite_file(database, create=create)
+            _tighten_modes(database)  # hpcpredict's: before SQLite makes a -wal of its mode
+            _make_database_folder(database)
+    except StoreLockedError as error:
+        raise click.ClickException(str(error)) from None
+    except OSError as error:
+        raise click.ClickException(f"{config.db}: cannot lock the store: {error}") from None
+    except click.ClickException:
+        if lock is not None:
+            lock.release()
+        raise
     store = Store(config.db)
     try:
-        lock = lock_store(store.engine)
+        if lock is None:
+            lock = lock_store(store.engine)
     except StoreLockedError as error:
         store.close()
         raise click.ClickException(str(error)) from None
@@ -379,8 +408,8 @@ def _locked_store(config: DaemonConfig, *, create: bool = False):  # -> (Store, 
         if database is not None:
             _check_integrity(store, database)
     except click.ClickException:
-        lock.release()
         store.close()
+        lock.release()
         raise
     return store, lock
 
@@ -427,6 +456,8 @@ def train(
     offset_s = workload.header.unix_start_time or 0
     if not offset_s:
         click.echo(f"{log}: no UnixStartTime in the header: times are taken as Unix seconds", err=True)
+    if config.db.startswith("sqlite:///"):
+        _tighten_modes(Path(config.db.removeprefix("sqlite:///")))
     service = _open_service(config)
     try:
         predictor = config.predictor_factory()

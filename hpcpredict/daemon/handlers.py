@@ -35,6 +35,7 @@ from hpcpredict.daemon.protocol import (
 from hpcpredict.daemon.service import (
     PredictionService,
     ServiceBrokenError,
+    StoreDamagedError,
     StoreUnavailableError,
     UnknownJobError,
 )
@@ -115,6 +116,8 @@ class Handlers:
             raise
         except UnknownJobError as error:
             raise ProtocolError("unknown_job", str(error)) from error
+        except StoreDamagedError as error:
+            raise ProtocolError("store_damaged", str(error)) from error
         except (ServiceBrokenError, StoreUnavailableError) as error:
             raise ProtocolError("unavailable", str(error)) from error
         except (ValueError, TypeError, OverflowError) as error:

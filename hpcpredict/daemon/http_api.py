@@ -58,8 +58,14 @@ MAX_PREDICTIONS_LISTED = 1000
 class HttpLimits:
     """Bounds that keep the admin API from costing the plugin anything, whatever clients do."""
 
-    # Open connections; beyond, a new one is answered 503 and closed. Counted at connection_made,
-    # so one burst of accepts (at most `backlog`) can overshoot it.
+    # Open connections. At the cap, a new connection takes the place of the one idle longest
+    # (no request in progress: just opened, or between keep-alive requests); only when every
+    # connection has a request in progress is it answered 503 and closed. Issue 29, item 3: a
+    # client holding every slot without asking anything kept /health and /metrics at 503. A
+    # client that reopens its connections as they are closed churns them (about 4,000/s here,
+    # as it did against the 503s before) but cannot keep a probe out: the probe's request is
+    # read a turn of the loop after it connects, long before it becomes the idle longest.
+    # Counted at connection_made, so one burst of accepts (at most `backlog`) can overshoot it.
     max_connections: int = 256
     # Requests being answered at once (/health excepted: a liveness probe must get through while
     # admin reads run), and store reads queued or running (a read whose request timed out still
@@ -190,10 +196,23 @@ class AdminApi:
 
     def _accept(self) -> asyncio.BaseProtocol:
         assert self._runner is not None and self._runner.server is not None
-        if len(self._connections) >= self.limits.max_connections:
+        if len(self._connections) >= self.limits.max_connections and not self._shed_one_idle():
             self.daemon.handlers.metrics.http_requests[("refused", HTTPStatus.SERVICE_UNAVAILABLE)] += 1
             return _Refuse()
         return _Connection(self, self._runner.server(), asyncio.get_running_loop())
+
+    def _shed_one_idle(self) -> bool:
+        """Close the connection idle longest: its slot is the new connection's. A server may
+        close an idle connection at any time (RFC 9112 §9.6); a client holding hundreds without
+        asking anything loses them first. False when every connection has a request running."""
+        idle = [c for c in self._connections.values() if c.idle_since is not None]
+        if not idle:
+            return False
+        victim = min(idle, key=lambda connection: connection.idle_since)
+        self._connections.pop(victim.transport, None)  # its slot is free now
+        victim.transport.close()
+        self.daemon.handlers.metrics.http_requests[("shed_idle", HTTPStatus.SERVICE_UNAVAILABLE)] += 1
+        return True
 
     # ------------------------------------------------------------------ every request
     @web.middleware
@@ -381,6 +400,7 @@ class _Connection(asyncio.Protocol):
         self.transport: asyncio.BaseTransport | None = None
         self.requests = 0  # in progress (pipelined requests are answered one at a time)
         self.deadline: asyncio.TimerHandle | None = None
+        self.idle_since: float | None = None  # loop time since no request is in progress
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport
@@ -408,6 +428,7 @@ class _Connection(asyncio.Protocol):
 
     def request_started(self) -> None:
         self.requests += 1
+        self.idle_since = None
         if self.deadline is not None:
             self.deadline.cancel()
             self.deadline = None
@@ -419,6 +440,7 @@ class _Connection(asyncio.Protocol):
 
     def _arm(self) -> None:
         assert self.transport is not None
+        self.idle_since = self.loop.time()
         self.deadline = self.loop.call_later(self.api.limits.idle_timeout_s, self.transport.close)
 
 

@@ -219,14 +219,15 @@ def _apply_end(
         censored_at_limit=censored,
     )
     learned_run_s = min(run_s, request.requested_s)  # docs/method.md §10, cleaning rule 7
+    end_s -= run_s - learned_run_s  # as it would have ended at its limit (learn/predictor.py)
     if rule.lower_bound:
         # The learner compares the same prediction with the same bound: it steps exactly for
         # LOWER_BOUND and TIMEOUT_BOUND, and enters the job in the user's history either way.
         stepped = predictor.learn_lower_bound(request, learned_run_s, end_s)
         return Applied(rule=rule, learned=stepped)
     if rule.trains:  # a true runtime: the rule above has already judged any kill
-        predictor.job_ended(request, learned_run_s, end_s, killed_at_limit=False)
-        learned = rule is not LearnRule.UNSEEN or predictor.learn_unseen
+        # False for an outlier the learner refuses (bounded influence, learn/predictor.py)
+        learned = predictor.job_ended(request, learned_run_s, end_s, killed_at_limit=False)
         return Applied(rule=rule, learned=learned)
     if rule is LearnRule.NEVER_RAN:
         _leave_running_set(predictor, request)

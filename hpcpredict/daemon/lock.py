@@ -4,11 +4,24 @@ Two daemons on one store each checkpoint events the other learned, so after a re
 has skipped learning steps the log holds. The socket cannot prevent it: two
 daemons may be given two sockets. So the store itself is locked:
 
-* SQLite: an exclusive ``flock`` on ``<database>.lock`` beside the file (not on the database
-  file: SQLite's own POSIX locks on it must stay its business). The kernel drops the lock when
-  the process dies, kill -9 included, so a crash never leaves a stale lock behind.
+* SQLite: an exclusive ``flock`` on the database file itself, i.e. on its inode, whatever name
+  reaches it. A lock on ``<given path>.lock`` (what it was) followed the name: a second daemon
+  through a symlink or a hard link locked another file and served beside the first; through a
+  hard link each kept its own -wal file (SQLite names it after the path it was given), so an
+  event one acknowledged was never in the other's database (issue 29, item 1).
+  ``flock`` and SQLite's own locks (POSIX ``fcntl`` byte ranges) are separate kinds on Linux and
+  do not see each other, so readers (``hpcpredict errors``) and SQLite's WAL locking are
+  untouched. One rule of POSIX locks matters: closing *any* descriptor of a file drops every
+  POSIX lock the process holds on it. The descriptor taken here is therefore closed only by
+  `StoreLock.release`, after the store's connections are closed (the callers' order). The
+  kernel drops the flock when the process dies, kill -9 included: no stale lock ever. (On NFS,
+  Linux emulates flock with a whole-file POSIX lock, which would fight SQLite's; WAL needs a
+  local file system anyway: store.py.)
 * PostgreSQL: a session-level advisory lock (``pg_try_advisory_lock``) on a connection kept open
-  for the daemon's life; the server releases it when that connection ends, for any reason.
+  for the daemon's life; the server releases it when that connection ends, for any reason. The
+  lock lives in the server, keyed by the database (its OID) and a fixed key: two daemons naming
+  one database differently (a host alias, 127.0.0.1 and localhost, another user) meet the same
+  lock.
 * An in-memory SQLite database is private to its process: nothing to lock.
 """
 
@@ -57,7 +70,11 @@ def lock_store(engine: Engine) -> StoreLock:
     if engine.dialect.name == "sqlite":
         if not url.database or url.database == ":memory:":
             return StoreLock("in-memory database")
-        return _lock_file(Path(url.database + ".lock"))
+        database = Path(url.database)
+        if not database.exists():
+            with engine.connect():  # SQLite creates the file: there is an inode to lock
+                pass
+        return lock_sqlite_file(database)
     if engine.dialect.name == "postgresql":
         connection = engine.connect()
         try:
@@ -78,19 +95,23 @@ def lock_store(engine: Engine) -> StoreLock:
     return StoreLock(f"no lock for {engine.dialect.name}")
 
 
-def _lock_file(path: Path) -> StoreLock:
-    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+def lock_sqlite_file(database: Path) -> StoreLock:
+    """An exclusive flock on the SQLite file `database` (an existing file, any of its names),
+    or `StoreLockedError` at once. What `lock_store` takes for SQLite; `serve` takes it before
+    even reading the file's tables, since SQLite opening the file under another name (a hard
+    link) would make a -wal file of that name beside the live one."""
+    path = database.resolve()
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
-        os.close(fd)
+        inode = os.fstat(fd).st_ino
+        os.close(fd)  # this process has no store open yet (the callers lock first)
         raise StoreLockedError(
-            f"another hpcpredict daemon is already serving this store (it holds {path}); stop it first"
+            f"another hpcpredict daemon is already serving this store (it holds a lock on {path}, "
+            f"inode {inode}, whatever name it is given); stop it first"
         ) from None
     except BaseException:
         os.close(fd)
         raise
-    # Who holds it, for an admin looking at the file (informative only: the flock is the lock).
-    os.ftruncate(fd, 0)
-    os.write(fd, f"{os.getpid()}\n".encode())
     return StoreLock(str(path), fd=fd)

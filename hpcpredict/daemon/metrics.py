@@ -47,6 +47,7 @@ class ServiceCounters:
     latency: dict[str, Latency] = field(default_factory=dict)
     connections: int = 0
     answered_at_accept: int = 0  # connections whose one PING/PREDICT was answered as accepted
+    shed_connections: int = 0  # idle held connections closed to make room (open_files.py)
     # PREDICTs answered with the request because the model was not ready, by reason(s)
     fallbacks: Counter[str] = field(default_factory=Counter)
     # The admin API's answers, by endpoint (route name, never the raw path) and status code
@@ -125,6 +126,12 @@ class ServiceCounters:
             "Socket connections whose one PING or PREDICT had arrived with the client's half-close "
             "when accepted, answered there without a transport (the plugin's pattern).",
             value=self.answered_at_accept,
+        )
+        yield CounterMetricFamily(
+            "hpcpredict_connections_shed",
+            "Idle socket connections closed to make room: too many were held open for the "
+            "open-files limit, or accept() found no descriptor left.",
+            value=self.shed_connections,
         )
         fallbacks = CounterMetricFamily(
             "hpcpredict_fallback_predictions",

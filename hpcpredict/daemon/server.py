@@ -32,8 +32,11 @@ from typing import TYPE_CHECKING, TypeVar
 
 from hpcpredict.daemon.config import DaemonConfig, DaemonError, parse_host_port
 from hpcpredict.daemon.handlers import Handlers
+from hpcpredict.daemon.integrity_watch import DEFAULT_INTERVAL_S as DEFAULT_INTEGRITY_INTERVAL_S
+from hpcpredict.daemon.integrity_watch import IntegrityWatch
 from hpcpredict.daemon.http_auth import BearerAuth, TokenFileError, load_token, require_token_off_loopback
 from hpcpredict.daemon.lock import StoreLock, StoreLockedError, lock_store
+from hpcpredict.daemon.open_files import raise_open_files_limit
 from hpcpredict.daemon.protocol import PROTOCOL_VERSION, check_event
 from hpcpredict.daemon.service import PredictionService
 from hpcpredict.daemon.socket_server import SocketServer, start_socket
@@ -66,11 +69,14 @@ class Daemon:
         lock: StoreLock | None = None,
         http_limits: HttpLimits | None = None,
         max_backlog: int = DEFAULT_MAX_BACKLOG,
+        integrity_interval_s: float | None = DEFAULT_INTEGRITY_INTERVAL_S,
     ) -> None:
         """`lock`: the store's lock when the caller took it before opening the service (the CLI
         does, so that a second ``serve`` does not even replay); otherwise `run` takes it.
         `http_limits`: the admin API's bounds (`HttpLimits`' defaults unless given).
-        `max_backlog`: events the store writer may hold before answering ``ERR busy``."""
+        `max_backlog`: events the store writer may hold before answering ``ERR busy``.
+        `integrity_interval_s`: the least time between two quick_checks of a SQLite store while
+        serving (integrity_watch.py); None: none."""
         self.config = config
         self.service = service
         self.lock = lock
@@ -87,6 +93,9 @@ class Daemon:
         self.socket_server: SocketServer | None = None  # the plugin's socket, while serving
         self.ready = threading.Event()  # set once both endpoints accept connections
         self.watcher = None  # the SLURM watcher, when config.slurm
+        self.integrity_interval_s = integrity_interval_s
+        self.open_files_limit: int | None = None  # the soft limit `run` raised
+        self.integrity_watch: IntegrityWatch | None = None  # while serving a SQLite store
 
     # ------------------------------------------------------------------ life cycle
     def run(self, *, install_signal_handlers: bool = True) -> None:
@@ -105,10 +114,17 @@ class Daemon:
         # Python waits for it to let go, up to the switch interval (5 ms by default), once or
         # twice per request. 0.5 ms keeps that wait under the p99 goal of 2 ms while events flow.
         sys.setswitchinterval(GIL_SWITCH_INTERVAL_S)
+        # Every connection is a descriptor: the soft limit (1,024 under systemd) would stop
+        # accept() long before the hard one the unit sets (open_files.py).
+        self.open_files_limit = raise_open_files_limit()
         try:
             asyncio.run(self._main(install_signal_handlers))
         finally:
             if own_lock and self.lock is not None:
+                # Closed connections first: releasing a SQLite store's lock closes a descriptor
+                # of the file, which drops the process's POSIX locks on it (lock.py). The pool
+                # opens new connections if the caller goes on using the store.
+                self.service.store.engine.dispose()
                 self.lock.release()
                 self.lock = None
 
@@ -143,7 +159,8 @@ class Daemon:
 
     async def _serve(self, path: Path) -> None:
         self._warm_up()
-        server = self.socket_server = start_socket(path, self.config, self.handlers, self.writer)
+        server = self.socket_server = start_socket(path, self.config, self.handlers, self.writer,
+                                                   open_files_limit=self.open_files_limit)
         spool = asyncio.create_task(self._spool_forever())  # reports of jobs ended while down
         try:
             if self.config.http:
@@ -157,11 +174,16 @@ class Daemon:
             )
             self.service.readiness(time.time())  # logs "ready: ..." or "not ready, ..." once
             self._start_watcher()
+            if self.integrity_interval_s is not None and self.service.store.engine.dialect.name == "sqlite":
+                self.integrity_watch = IntegrityWatch(self.service, self.integrity_interval_s)
+                self.integrity_watch.start()
             self.ready.set()
             await self._stop.wait()
         finally:
             if self.watcher is not None:  # its calls need the loop: stop it from a thread
                 await asyncio.get_running_loop().run_in_executor(None, self.watcher.stop)
+            if self.integrity_watch is not None:
+                await asyncio.get_running_loop().run_in_executor(None, self.integrity_watch.stop)
             server.close()
             await server.wait_closed()
             spool.cancel()
@@ -295,7 +317,8 @@ class Daemon:
 
     def health(self) -> dict[str, object]:
         """``status``: "ok"; "not_ready" (answering, with the users' requests: `reasons`); or
-        "unhealthy" (events fail, or the learner awaits a rebuild), answered with HTTP 503."""
+        "unhealthy" (events fail, the learner awaits a rebuild, or the store is damaged),
+        answered with HTTP 503."""
         readiness = self.service.readiness(time.time())
         age = readiness.history
         if not self.service.healthy:
@@ -311,6 +334,7 @@ class Daemon:
             "min_trained_jobs": readiness.min_trained_jobs,
             "failing_events": self.service.failing_events,
             "event_failures": self.service.event_failures,
+            "store_damage": self.service.store_damage,
             "history_age_days": age.age_days,
             "stale_history": age.stale,
             "warning": age.warning(),
@@ -338,6 +362,8 @@ class Daemon:
                                    int(self.service.healthy)),
             "hpcpredict_failing_events": ("Events failed in a row (0 once one commits).",
                                           self.service.failing_events),
+            "hpcpredict_store_damaged": ("1 once the store's file is found damaged (events refused "
+                                         "until it is restored).", int(self.service.store_damage is not None)),
             "hpcpredict_model_updates": ("Learning steps taken by the model.", self.service.model_updates),
             "hpcpredict_last_event_seq": ("Sequence number of the last event applied.", self.service.last_event_seq),
             "hpcpredict_uptime_seconds": ("Seconds since the daemon started.", time.time() - self.started_at),

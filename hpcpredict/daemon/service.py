@@ -118,6 +118,11 @@ class ServiceBrokenError(RuntimeError):
     """The in-memory learner could not be rebuilt from the store after a failed event."""
 
 
+class StoreDamagedError(RuntimeError):
+    """The store's file is damaged (SQLite's quick_check, or a statement that met a malformed
+    page): every event is refused until the database is restored and the daemon restarted."""
+
+
 class StoreUnavailableError(RuntimeError):
     """The learner must be rebuilt from the store before the next event, and the store does not
     answer yet (the event is refused; the sender retries, and the next event tries again)."""
@@ -189,6 +194,9 @@ class PredictionService:
         # keeps its users' runtimes from them), and its state is checkpointed with the learner's.
         self.correction: CorrectionPolicy = IncrementalCorrection() if correction is None else correction
         self._broken: BaseException | None = None
+        # Why the store's file is known to be damaged (None: not known to be); set once, by
+        # `mark_damaged`, from the writer's thread or the integrity watch's (integrity_watch.py).
+        self.store_damage: str | None = None
         self._needs_rebuild = False  # a failed commit left the learner possibly ahead of the log
         self._touched = False
         self._undo: Callable[[], None] | None = None
@@ -252,7 +260,20 @@ class PredictionService:
     @property
     def healthy(self) -> bool:
         """False while events fail (the last one did) or the learner awaits a rebuild."""
-        return self.failing_events == 0 and not self._needs_rebuild and self._broken is None
+        return (self.failing_events == 0 and not self._needs_rebuild and self._broken is None
+                and self.store_damage is None)
+
+    def mark_damaged(self, reason: str) -> None:
+        """The store is damaged: unhealthy, and every later event refused (`StoreDamagedError`)
+        so that nothing more is written into a damaged file; PREDICT answers from memory. Said
+        once in the log."""
+        if self.store_damage is not None:
+            return
+        self.store_damage = reason
+        logger.error(
+            "the store is damaged (%s): every event is refused from now on (jobcomp.lua spools "
+            "completion reports; PREDICT answers from memory). Stop the daemon, restore the "
+            "database from a backup (or move it aside for a new store) and start it again", reason)
 
     @property
     def replayed_events(self) -> int:
@@ -315,7 +336,9 @@ class PredictionService:
             except (KeyError, TypeError, ValueError) as error:
                 raise ReplayError(
                     f"event {stored.seq} of the log ({stored.kind}, job {stored.job_id}) cannot be "
-                    f"replayed ({type(error).__name__}: {error}): the event log is damaged"
+                    f"replayed ({type(error).__name__}: {error}): the event log is damaged. Restore "
+                    "the database from a backup (the log is the model's source of truth: the "
+                    "daemon does not skip an event)"
                 ) from None
             replayed += 1
             last_seq = stored.seq
@@ -671,7 +694,7 @@ class PredictionService:
     def close(self, *, checkpoint: bool = True) -> None:
         """Checkpoint (unless told not to) so that the next start replays nothing. A learner that
         awaits a rebuild is not checkpointed: the next start replays the log instead."""
-        if checkpoint and self._broken is None and not self._needs_rebuild:
+        if checkpoint and self._broken is None and not self._needs_rebuild and self.store_damage is None:
             self.checkpoint()
 
     def _after_event(self, connection: Connection, seq: int) -> None:
@@ -725,6 +748,10 @@ class PredictionService:
                     self._after_failed_commit()
                 else:
                     self._put_learner_back()
+            damage = store_damage(error)
+            if damage is not None:
+                self.mark_damaged(damage)
+                self._check_usable()  # raises StoreDamagedError: the answer says what happened
             raise
         finally:
             connection.close()
@@ -753,6 +780,10 @@ class PredictionService:
             self._put_learner_back()
 
     def _check_usable(self) -> None:
+        if self.store_damage is not None:
+            raise StoreDamagedError(
+                f"the store is damaged ({self.store_damage}): events are refused; restore the "
+                "database from a backup and restart the daemon")
         if self._broken is not None:
             raise ServiceBrokenError(
                 "the learner could not be rebuilt from the store after a failed event; restart "
@@ -897,3 +928,20 @@ def _whole_request(request: JobRequest) -> JobRequest:
     if all(type(value) is int for value in values):
         return request
     return JobRequest(*map(operator.index, values))
+
+
+# SQLite's result codes for a damaged file (the primary code: the low byte of an extended one).
+_SQLITE_CORRUPT, _SQLITE_NOTADB = 11, 26
+
+
+def store_damage(error: BaseException) -> str | None:
+    """What a failed statement says of damage to the store's file ("database disk image is
+    malformed", "file is not a database"), or None for any other failure (a full disk, a lost
+    connection: not damage)."""
+    orig = getattr(error, "orig", None)
+    code = getattr(orig, "sqlite_errorcode", None)
+    if code is not None and code & 0xFF in (_SQLITE_CORRUPT, _SQLITE_NOTADB):
+        return f"SQLite: {orig}"
+    if code is None and any(words in str(orig) for words in ("disk image is malformed", "not a database")):
+        return f"SQLite: {orig}"  # a Python before 3.11 gives no sqlite_errorcode
+    return None

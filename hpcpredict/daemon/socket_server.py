@@ -22,6 +22,7 @@ import errno
 import grp
 import logging
 import os
+import resource
 import socket
 import stat
 import time
@@ -30,6 +31,7 @@ from typing import Any
 
 from hpcpredict.daemon.config import DaemonConfig, DaemonError
 from hpcpredict.daemon.handlers import EVENT_VERBS, Handlers
+from hpcpredict.daemon.open_files import listen_backlog, max_held_connections
 from hpcpredict.daemon.paths import state_dir
 from hpcpredict.daemon.protocol import MAX_LINE_BYTES, Request, format_error
 from hpcpredict.daemon.writer import LoopInbox, StoreWriter, WriterBusyError, WriterStoppedError
@@ -37,15 +39,16 @@ from hpcpredict.daemon.writer import LoopInbox, StoreWriter, WriterBusyError, Wr
 logger = logging.getLogger(__name__)
 
 IDLE_TIMEOUT_S = 60.0  # a socket client silent this long is disconnected
-LISTEN_BACKLOG = 100  # connections the kernel holds while the loop is busy (asyncio's default)
 # Connections accepted (and answered, when they can be at once) per turn of the loop. Small: an
 # event needs three turns (its request read, its learning step, its answer), and under a storm of
 # PREDICTs new connections keep arriving while the batch is served. With 64, a turn served up to
 # 64 connections (64 x ~130 µs) and events got 24-25/s of the 200/s offered; with 4, 150-183/s.
 ACCEPT_BATCH = 4
-# Out of file descriptors or memory: accepting pauses this long (the pending connections wait in
-# the kernel's queue; the plugin's timeout makes them fail open) instead of spinning on the error.
+# Out of file descriptors or memory with no idle connection to close: accepting pauses this long
+# (the pending connections wait in the kernel's queue; the plugin's timeout makes them fail open)
+# instead of spinning on the error.
 ACCEPT_RETRY_S = 1.0
+SHED_ON_EMFILE = 16  # idle held connections closed when accept() finds no descriptor left
 RECEIVE_BYTES = 65536
 # Events of one connection waiting for the writer; past it the connection is not read until they
 # drain, so a client pipelining 3,000 ENDs is slowed by its socket buffer, not refused, and
@@ -53,9 +56,10 @@ RECEIVE_BYTES = 65536
 MAX_EVENTS_IN_FLIGHT = 64
 
 
-def start_socket(path: Path, config: DaemonConfig, handlers: Handlers, writer: StoreWriter) -> SocketServer:
+def start_socket(path: Path, config: DaemonConfig, handlers: Handlers, writer: StoreWriter,
+                 *, open_files_limit: int | None = None) -> SocketServer:
     """Listen on `path` for the plugin (on the running loop); refuse to replace a socket some
-    daemon still answers on."""
+    daemon still answers on. `open_files_limit`: the process's (open_files.py; None: read it)."""
     clear_stale_socket(path)
     socket_folder(path)
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -65,7 +69,7 @@ def start_socket(path: Path, config: DaemonConfig, handlers: Handlers, writer: S
             listener.bind(str(path))
         finally:
             os.umask(previous)
-        listener.listen(LISTEN_BACKLOG)
+        listener.listen(listen_backlog())
         listener.setblocking(False)
         os.chmod(path, config.socket_mode)
         if config.socket_group:
@@ -76,7 +80,10 @@ def start_socket(path: Path, config: DaemonConfig, handlers: Handlers, writer: S
     except BaseException:
         listener.close()
         raise
-    server = SocketServer(listener, handlers, writer, asyncio.get_running_loop())
+    if open_files_limit is None:
+        open_files_limit = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+    server = SocketServer(listener, handlers, writer, asyncio.get_running_loop(),
+                          max_held=max_held_connections(open_files_limit))
     server.start()
     return server
 
@@ -109,8 +116,11 @@ class SocketServer:
     """
 
     def __init__(
-        self, listener: socket.socket, handlers: Handlers, writer: StoreWriter, loop: asyncio.AbstractEventLoop
+        self, listener: socket.socket, handlers: Handlers, writer: StoreWriter, loop: asyncio.AbstractEventLoop,
+        *, max_held: int = 1 << 20,
     ) -> None:
+        """`max_held`: connections served past their first read (`LineProtocol`) at most; past
+        it the one idle longest is closed to make room (open_files.py says why)."""
         self.listener = listener
         self.handlers = handlers
         self.writer = writer
@@ -119,6 +129,44 @@ class SocketServer:
         self.handovers: set[asyncio.Task[Any]] = set()  # connections being given their transport
         self.accepting = False
         self.closed = False
+        self.max_held = max_held
+        # The `LineProtocol` connections, the least recently active first (`touched` moves one
+        # to the end): who is closed first when the cap or the descriptors run out.
+        self.held: collections.OrderedDict[LineProtocol, None] = collections.OrderedDict()
+        self.shed = 0  # idle connections closed to make room, since start
+
+    # ------------------------------------------------------------------ held connections
+    def joined(self, connection: LineProtocol) -> bool:
+        """A connection is served past its first read; False (it is refused) when the cap is
+        reached and no other connection is idle."""
+        if len(self.held) >= self.max_held and not self.shed_idle(1):
+            return False
+        self.held[connection] = None
+        return True
+
+    def touched(self, connection: LineProtocol) -> None:
+        if connection in self.held:
+            self.held.move_to_end(connection)
+
+    def left(self, connection: LineProtocol) -> None:
+        self.held.pop(connection, None)
+
+    def shed_idle(self, count: int) -> int:
+        """Close up to `count` idle connections (nothing waiting, nothing half-read), the least
+        recently active first; how many were closed."""
+        victims = []
+        for connection in self.held:
+            if connection.is_idle():
+                victims.append(connection)
+                if len(victims) == count:
+                    break
+        for connection in victims:
+            self.held.pop(connection, None)
+            connection.shed()
+        if victims:
+            self.shed += len(victims)
+            self.handlers.metrics.shed_connections += len(victims)
+        return len(victims)
 
     def start(self) -> None:
         if not self.closed and not self.accepting:
@@ -146,6 +194,9 @@ class SocketServer:
             except (BlockingIOError, InterruptedError):
                 return
             except OSError as error:
+                if error.errno in (errno.EMFILE, errno.ENFILE) and self.shed_idle(SHED_ON_EMFILE):
+                    self.loop.call_soon(self._accept_ready)  # descriptors freed: accept again
+                    return
                 if error.errno in (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM):
                     logger.error("socket: cannot accept connections (%s); retrying in %g s",
                                  error.strerror or error, ACCEPT_RETRY_S)
@@ -203,7 +254,8 @@ class SocketServer:
         """Serve `connection` with a `LineProtocol` that starts from the bytes already read."""
 
         def protocol() -> LineProtocol:
-            return LineProtocol(self.handlers, self.writer, self.loop, self.inbox, received=received, unsent=unsent)
+            return LineProtocol(self.handlers, self.writer, self.loop, self.inbox, received=received, unsent=unsent,
+                                server=self)
 
         async def connect() -> None:
             try:
@@ -251,10 +303,12 @@ class LineProtocol(asyncio.Protocol):
 
     def __init__(
         self, handlers: Handlers, writer: StoreWriter, loop: asyncio.AbstractEventLoop, inbox: LoopInbox,
-        *, received: bytes = b"", unsent: bytes = b"",
+        *, received: bytes = b"", unsent: bytes = b"", server: SocketServer | None = None,
     ) -> None:
         """`received`: what `SocketServer` read before handing the connection over; `unsent`:
-        an answer it could not write whole (the connection is then closed once it is written)."""
+        an answer it could not write whole (the connection is then closed once it is written);
+        `server`: the one counting held connections (None: not counted)."""
+        self.server = server
         self.received = received
         self.unsent = unsent
         self.handlers = handlers
@@ -274,6 +328,11 @@ class LineProtocol(asyncio.Protocol):
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]
+        if self.server is not None and not self.server.joined(self):
+            self.transport.write(format_error("busy", "too many connections are held open; retry shortly"))
+            self.transport.close()
+            self.server = None
+            return
         self.idle = self.loop.call_later(IDLE_TIMEOUT_S, transport.close)
         if self.unsent:
             self.transport.write(self.unsent)
@@ -309,6 +368,8 @@ class LineProtocol(asyncio.Protocol):
 
     def _serve(self, line: bytes) -> None:
         began = time.perf_counter()
+        if self.server is not None:
+            self.server.touched(self)
         request = self.handlers.parse(line)
         if isinstance(request, bytes):
             self._reply(request)
@@ -396,6 +457,20 @@ class LineProtocol(asyncio.Protocol):
     def connection_lost(self, exc: Exception | None) -> None:
         if self.idle is not None:
             self.idle.cancel()
+        if self.server is not None:
+            self.server.left(self)
+
+    def is_idle(self) -> bool:
+        """Nothing to answer and nothing half-read: closing it now loses nobody anything."""
+        return not self.pending and self.in_flight == 0 and not self.buffer
+
+    def shed(self) -> None:
+        """Closed by the server to make room (`SocketServer.shed_idle`): said on the line first,
+        so a tool knows why (an idle client may be closed at any time, as after IDLE_TIMEOUT_S)."""
+        self.server = None  # the server has forgotten it already
+        if self.transport is not None and not self.transport.is_closing():
+            self.transport.write(format_error("busy", "connection closed to make room: too many are held open"))
+            self.transport.close()
 
     def pause_writing(self) -> None:
         self.paused_by_client = True  # a client not reading its answers gets no new ones

@@ -316,6 +316,14 @@ def user_totals_summary(totals: Any) -> dict[str, float | int]:
     }
 
 
+class UnknownSchemaError(ValueError):
+    """The database is at a schema revision the shipped migrations do not know."""
+
+
+class DamagedLogError(ValueError):
+    """An event of the log cannot be read back (its payload is not JSON)."""
+
+
 @dataclass(frozen=True, slots=True)
 class StoredEvent:
     """An event read back from the log, as plain data (ORM rows never reach the learner)."""
@@ -371,13 +379,39 @@ class Store:
         return config
 
     def upgrade(self, revision: str = "head") -> None:
-        """Bring the schema to `revision` (Alembic ``upgrade``), creating it on an empty database."""
+        """Bring the schema to `revision` (Alembic ``upgrade``), creating it on an empty database.
+
+        A database at a revision these migrations do not know (written by a newer hpcpredict,
+        or not by hpcpredict) raises `UnknownSchemaError`, in one line: nothing is changed."""
         from alembic import command
+        from alembic.util import CommandError
 
         config = self.alembic_config()
         with self.engine.begin() as connection:
             config.attributes["connection"] = connection
-            command.upgrade(config, revision)
+            try:
+                command.upgrade(config, revision)
+            except CommandError as error:
+                current = self._revision_on(connection)
+                if current is None or current in self._known_revisions():
+                    raise
+                raise UnknownSchemaError(
+                    f"the database is at schema revision {current!r}, which this hpcpredict does "
+                    f"not know (it knows up to {self.head_revision()!r}): it was written by a "
+                    "newer hpcpredict. Run that version, or restore a backup this version wrote; "
+                    "hpcpredict never downgrades a store"
+                ) from None
+
+    @staticmethod
+    def _revision_on(connection: Any) -> str | None:
+        from alembic.migration import MigrationContext
+
+        return MigrationContext.configure(connection).get_current_revision()
+
+    def _known_revisions(self) -> set[str]:
+        from alembic.script import ScriptDirectory
+
+        return {script.revision for script in ScriptDirectory.from_config(self.alembic_config()).walk_revisions()}
 
     def current_revision(self) -> str | None:
         """The Alembic revision the database is at (None: never upgraded)."""
@@ -463,9 +497,16 @@ class Store:
                 select(EventRow).where(EventRow.seq > seq).order_by(EventRow.seq)
             )
             for row in rows:
-                yield StoredEvent(
-                    row.seq, row.kind, row.job_id, json.loads(row.payload_json), row.occurred_at_s
-                )
+                try:
+                    payload = json.loads(row.payload_json)
+                except ValueError as error:
+                    raise DamagedLogError(
+                        f"event {row.seq} of the log ({row.kind}, job {row.job_id}) has a payload "
+                        f"that is not JSON ({error}): the event log is damaged. Restore the "
+                        "database from a backup (the log is the model's source of truth: the "
+                        "daemon does not skip an event)"
+                    ) from None
+                yield StoredEvent(row.seq, row.kind, row.job_id, payload, row.occurred_at_s)
 
     def last_event_seq(self) -> int:
         """Sequence number of the last event stored, 0 when the log is empty."""

@@ -60,6 +60,7 @@ from hpcpredict.learn.nag_kernels import (
     TABLE_ROWS,
     W_ROW,
     descend,
+    exceeds_scale,
     learn_step,
     rescale_and_score,
 )
@@ -227,6 +228,10 @@ class Nag:
         rate = -self.config.eta * (state.t / state.n_sum) ** 0.5
         descend(phi, self._table, self.config.l2, gradient, rate, _SQRT_G_FLOOR)
         return f
+
+    def beyond_scale(self, phi: np.ndarray, factor: float) -> bool:
+        """True when some |Phi_i| exceeds `factor` times the largest |Phi_i| learned from (s_i)."""
+        return bool(exceeds_scale(phi, self._table, factor))
 
     def step_on_loss(self, phi: np.ndarray, constants: np.ndarray, p: float, q: float) -> float:
         """`step(phi, lambda f: loss.gradient(f, p, q))` bit for bit, in one compiled call:

@@ -88,6 +88,17 @@ def rescale_and_score(phi: np.ndarray, table: np.ndarray) -> tuple[float, float]
 
 
 @compiled
+def exceeds_scale(phi: np.ndarray, table: np.ndarray, factor: float) -> bool:  # pragma: no cover - compiled
+    """True when some |Phi_i| is more than `factor` times s_i, the largest seen so far (an
+    outlier: `LearnedPredictor` does not learn from it). Stops at the first one."""
+    s = table[S_ROW]
+    for i in range(phi.shape[0]):
+        if abs(phi[i]) > factor * s[i]:
+            return True
+    return False
+
+
+@compiled
 def descend(
     phi: np.ndarray,
     table: np.ndarray,
