@@ -1,6 +1,15 @@
-"""slurm-plugin/*.lua run by the real Lua 5.1 and luasocket against a real daemon, with only
-slurmctld's host table (`slurm.*`) provided by the driver; tests/test_slurm_e2e.py runs them
-inside a real slurmctld. Skipped where lua5.1 or luasocket is missing (CI installs both)."""
+"""slurm-plugin/*.lua run by the real Lua 5.1 and luasocket, with only slurmctld's host table
+(`slurm.*`) provided by the driver; tests/test_slurm_e2e.py runs them inside a real slurmctld.
+
+Not every test talks to a real daemon. Most run the scripts against one (`daemon_thread.Running`,
+the `daemon` fixture, or a daemon of their own). Nine (five tests, some parametrized) feed the
+plugin answers a healthy daemon does not give, or not on demand: keys in another order, ready=0,
+a held job, malformed tokens, garbage. They use a one-shot fake daemon that answers one
+scripted line (`answering`, `submit_answered`): fault injection, not a check of the daemon.
+Three have no daemon at all: one down (no socket), one hung (a socket that accepts and never
+answers), and jobcomp.lua's spool.
+
+Skipped where lua5.1 or luasocket is missing (CI installs both; failed there instead)."""
 
 from __future__ import annotations
 
