@@ -270,8 +270,11 @@ def test_daemon_hung_sbatch_returns_within_the_timeout(cluster: SlurmCluster, da
 
 
 def test_jobs_without_a_time_limit_pass_untouched(cluster: SlurmCluster, daemon: ServeProcess) -> None:
+    """No --time: the job keeps the partition's limit (MaxTime=INFINITE, no DefaultTime in
+    tests/slurm_cluster.py: UNLIMITED) and gets no mark."""
     job_id = cluster.sbatch(script="sleep 1")
     fields = cluster.job_fields(job_id)
+    assert fields["TimeLimit"] == "UNLIMITED"
     assert "hpcpredict" not in fields.get("AdminComment", "")
 
 
