@@ -19,7 +19,7 @@ from hpcpredict.corrections.survival import (
     conditional_quantile_s,
     incremental_above_s,
 )
-from hpcpredict.corrections.policies import INCREMENTAL_STEPS_S
+from hpcpredict.corrections.policies import INCREMENTAL_STEPS_S, DoublingCorrection
 from hpcpredict.jobs import JobRequest
 
 
@@ -154,3 +154,9 @@ def test_bad_starvation_guards_are_refused_saying_what_was_expected(value: objec
     with pytest.raises(ValueError) as error:
         parse_starvation_guard(value)
     assert str(error.value) == message
+
+
+def test_doubling_at_the_first_seconds_still_extends() -> None:
+    """2 x elapsed, but at least one second past it: at 0 s it gives 1 s, at 1 s 2 s."""
+    doubling = DoublingCorrection()
+    assert [doubling.corrected_prediction_s(100, 1, 0, elapsed) for elapsed in (0, 1, 2, 60)] == [1, 2, 4, 100]
