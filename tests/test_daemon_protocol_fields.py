@@ -13,8 +13,12 @@ from __future__ import annotations
 import pytest
 
 from hpcpredict.daemon.protocol import (
+    INT32_MAX,
+    MAX_DURATION_S,
     MAX_LINE_BYTES,
+    MAX_UNIX_S,
     ProtocolError,
+    check_event,
     ended_event,
     format_error,
     format_request,
@@ -207,3 +211,47 @@ def test_error_and_request_lines() -> None:
     assert format_error("bad_request", "two\nlines  here") == b"ERR bad_request two lines here\n"
     assert format_error("x", "caf\u00e9") == b"ERR x caf?\n"
     assert format_request("SUBMIT", {"a": None, "b": 1, "c": True, "d": "x y"}) == b"SUBMIT b=1 c=1 d=x%20y\n"
+
+
+# ------------------------------------------------------------------ events built elsewhere
+# check_event holds the SLURM watcher's typed events to the limits the protocol holds its fields
+# to (the store's columns): every field, just within and just beyond.
+REQUEST = JobRequest(1, 0, 1, 60, 0)
+
+
+@pytest.mark.parametrize("within", [
+    Submitted(REQUEST),
+    Submitted(JobRequest(1, MAX_UNIX_S, INT32_MAX, MAX_DURATION_S, INT32_MAX, -1), MAX_DURATION_S,
+              MAX_DURATION_S),
+    Started(1, MAX_UNIX_S), Started(1, 0, REQUEST),
+    Ended(1, MAX_DURATION_S, MAX_UNIX_S, "TIMEOUT", True, REQUEST, MAX_DURATION_S),
+    Ended(1, 0, 0), LimitChanged(1, MAX_DURATION_S, MAX_UNIX_S), LimitChanged(1, 60, -1),
+])
+def test_events_within_the_limits_pass(within: object) -> None:
+    check_event(within)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("beyond, message", [
+    (Submitted(JobRequest(1, 0, 1, 60, INT32_MAX + 1)), f"uid: {INT32_MAX + 1} is out of range"),
+    (Submitted(JobRequest(1, 0, 1, 60, 0, INT32_MAX + 1)), f"gid: {INT32_MAX + 1} is out of range"),
+    (Submitted(JobRequest(1, 0, 1, 60, 0, -2)), "gid: must be >= -1, got -2"),
+    (Submitted(JobRequest(1, 0, INT32_MAX + 1, 60, 0)), f"procs: {INT32_MAX + 1} is out of range"),
+    (Submitted(JobRequest(1, 0, 1, MAX_DURATION_S + 1, 0)), f"time_limit: {MAX_DURATION_S + 1} is out"),
+    (Submitted(JobRequest(1, MAX_UNIX_S + 1, 1, 60, 0)), f"submit: {MAX_UNIX_S + 1} is out of range"),
+    (Submitted(REQUEST, MAX_DURATION_S + 1), f"predicted: {MAX_DURATION_S + 1} is out of range"),
+    (Submitted(REQUEST, None, MAX_DURATION_S + 1), f"limit: {MAX_DURATION_S + 1} is out of range"),
+    (Started(1, MAX_UNIX_S + 1), f"start: {MAX_UNIX_S + 1} is out of range"),
+    (Started(1, 0, JobRequest(1, 0, 1, 60, -2)), "uid: must be >= -1, got -2"),
+    (Ended(1, MAX_DURATION_S + 1, 0), f"run: {MAX_DURATION_S + 1} is out of range"),
+    (Ended(1, 0, MAX_UNIX_S + 1), f"end: {MAX_UNIX_S + 1} is out of range"),
+    (Ended(1, 0, 0, given_prediction_s=MAX_DURATION_S + 1), f"predicted: {MAX_DURATION_S + 1} is out"),
+    (Ended(1, 0, 0, "NOT A STATE"), "state: expected a SLURM state name"),
+    (Ended(1, 0, 0, request=JobRequest(1, 0, 1, 60, INT32_MAX + 1)), f"uid: {INT32_MAX + 1} is out"),
+    (LimitChanged(1, MAX_DURATION_S + 1, 0), f"time_limit: {MAX_DURATION_S + 1} is out of range"),
+    (LimitChanged(1, 60, MAX_UNIX_S + 1), f"at: {MAX_UNIX_S + 1} is out of range"),
+    (LimitChanged(1, 60, -2), "at: must be >= -1, got -2"),
+])
+def test_events_beyond_the_limits_are_refused_naming_the_field(beyond: object, message: str) -> None:
+    with pytest.raises(ProtocolError) as error:
+        check_event(beyond)  # type: ignore[arg-type]
+    assert error.value.code == "bad_request" and str(error.value).startswith(message)
