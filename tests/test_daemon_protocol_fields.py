@@ -73,6 +73,8 @@ JOB = "uid=1001 procs=4 time_limit=3600"
     ("END job=7 start=200 end=160", Ended(7, 0, 160)),  # a clock step: never negative
     ("END job=7 run=5 start=100 end=160", Ended(7, 5, 160)),  # run, when given, wins
     ("END job=7 run=5 start= end=160", Ended(7, 5, 160)),
+    ("END job=7 run= start=100 end=160", Ended(7, 60, 160)),  # an empty run is no run
+    ("START job=7 procs= time_limit=", Started(7, NOW, None)),  # empty: no job description
     (f"END job=7 run=5 end=9 state=TIMEOUT lowered_kill=1 predicted=1 token=ff {JOB}",
      Ended(7, 5, 9, "TIMEOUT", True, JobRequest(7, NOW, 4, 3600, 1001), 1, "ff")),
     ("END job=7 run=5 state= lowered_kill=0", Ended(7, 5, NOW, "COMPLETED", False)),
@@ -118,6 +120,8 @@ def test_bad_fields_are_refused_naming_the_field_and_what_was_expected(line: str
 
 
 @pytest.mark.parametrize("line, message", [
+    ("START job=7 procs=2 uid=1", "missing field 'time_limit'"),  # a half job description
+    ("START job=7 time_limit=60 uid=1", "missing field 'procs'"),
     ("SUBMIT uid=1 procs=1 time_limit=60", "missing field 'job'"),
     ("SUBMIT job=1 uid=1 time_limit=60", "missing field 'procs'"),
     ("SUBMIT job=1 procs=1 time_limit=60", "missing field 'uid' (or 'user')"),
@@ -174,8 +178,9 @@ def test_an_empty_state_is_the_default() -> None:
     assert get_state({"state": ""}) == "COMPLETED"
     assert get_state({}, default="FAILED") == "FAILED"
     assert get_state({"state": "X" * 32}) == "X" * 32
-    with pytest.raises(ProtocolError):
-        get_state({"state": "X" * 33})
+    with pytest.raises(ProtocolError) as error:
+        get_state({"state": "X" * 50})
+    assert str(error.value).endswith("got '" + "X" * 40 + "'")
 
 
 @pytest.mark.parametrize("line, code, message", [
