@@ -160,3 +160,12 @@ def test_doubling_at_the_first_seconds_still_extends() -> None:
     """2 x elapsed, but at least one second past it: at 0 s it gives 1 s, at 1 s 2 s."""
     doubling = DoublingCorrection()
     assert [doubling.corrected_prediction_s(100, 1, 0, elapsed) for elapsed in (0, 1, 2, 60)] == [1, 2, 4, 100]
+
+
+def test_an_end_whose_start_the_history_never_saw_is_kept() -> None:
+    """A job reported only at its end (the daemon restarted, say) while the user has others
+    running: its runtime is kept, the running ones stay."""
+    history = RuntimeHistory()
+    history.job_started(job(1), 100)
+    history.job_ended(job(2), 70, 200)
+    assert history.observations(1, 200) == ([70], [100])
