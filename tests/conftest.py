@@ -9,6 +9,7 @@ import sqlite3
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
+from typing import NoReturn
 
 import pytest
 from sqlalchemy.engine import make_url
@@ -41,11 +42,24 @@ def pytest_sessionstart(session: pytest.Session) -> None:
     install_missing(say)
 
 
+REQUIRE_SERVERS_VARIABLE = "HPCPREDICT_REQUIRE_SERVERS"  # "1" in CI: fail, never skip
+
+
+def skip_or_fail(reason: str) -> NoReturn:
+    """Skip the calling test for want of something the machine lacks (a real log, a tool), or
+    fail it under HPCPREDICT_REQUIRE_SERVERS=1 (CI), where it must be there: a broken set-up
+    must not pass as "skipped"."""
+    if os.environ.get(REQUIRE_SERVERS_VARIABLE) == "1":
+        pytest.fail(f"{reason}\n({REQUIRE_SERVERS_VARIABLE}=1: failing, not skipping)")
+    pytest.skip(reason)
+
+
 def shared_log(name: str) -> Path:
-    """Path of a real log in ../shared/swf; skips the calling test when it is not there."""
+    """Path of a real log in ../shared/swf; skips the calling test when it is not there (fails
+    it under HPCPREDICT_REQUIRE_SERVERS=1: CI has ../shared beside the clone)."""
     path = SHARED_SWF_DIR / name
     if not path.is_file():
-        pytest.skip(f"real log {name} not found in {SHARED_SWF_DIR} (see ../shared/README.md)")
+        skip_or_fail(f"real log {name} not found in {SHARED_SWF_DIR} (see ../shared/README.md)")
     return path
 
 
@@ -132,9 +146,6 @@ def make_record(**overrides: int | float) -> SwfRecord:
 # The daemon's store runs on SQLite (embedded default) and PostgreSQL (production): every test
 # taking `store_url` or `store` runs on both, the same code asserting the same things.
 
-REQUIRE_SERVERS_VARIABLE = "HPCPREDICT_REQUIRE_SERVERS"  # "1" in CI: fail, never skip
-
-
 class SqliteDatabases:
     """`PostgresServer`'s three verbs for SQLite: a file per database under pytest's tmp dir."""
 
@@ -168,10 +179,7 @@ def postgres_server() -> Iterator[PostgresServer]:
     try:
         server = PostgresServer.from_environment()
     except ServerUnavailable as error:
-        message = f"no PostgreSQL server for the store tests: {error}"
-        if os.environ.get(REQUIRE_SERVERS_VARIABLE) == "1":
-            pytest.fail(f"{message}\n({REQUIRE_SERVERS_VARIABLE}=1: failing, not skipping)")
-        pytest.skip(message)
+        skip_or_fail(f"no PostgreSQL server for the store tests: {error}")
     yield server
     server.stop()
 

@@ -36,9 +36,22 @@ def runner() -> CliRunner:
     return CliRunner()
 
 
-def test_predict_eval_unwritable_plots_fails_before_running(runner: CliRunner, sample_log: Path) -> None:
+def test_predict_eval_unwritable_plots_fails_before_running(
+    runner: CliRunner, sample_log: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Before reading the log and before any replay: both are recorded here if they happen."""
+    import importlib
+
+    from hpcpredict.sim.simulation import Simulation
+
+    commands = importlib.import_module("hpcpredict.cli.simulate")  # the module, not the command
+    work: list[str] = []
+    monkeypatch.setattr(Simulation, "run", lambda *args, **kwargs: work.append("replay"))
+    monkeypatch.setattr(commands, "load_log",
+                        lambda *args, **kwargs: work.append("read the log"))
     message = one_line_error(runner.invoke(main, ["predict-eval", str(sample_log), "--plots", str(UNWRITABLE)]))
     assert "--plots" in message and "cannot create" in message
+    assert work == []
 
 
 def test_report_unwritable_out(runner: CliRunner, tmp_path: Path) -> None:

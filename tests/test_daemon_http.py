@@ -10,6 +10,7 @@ import os
 import signal
 import socket
 import threading
+import time
 import urllib.error
 import urllib.request
 from concurrent.futures import ThreadPoolExecutor
@@ -361,9 +362,11 @@ def test_connections_over_the_cap_get_503_at_once_when_every_one_has_a_request_r
             assert status_of(answer) == 503 and b'"code": "busy"' in answer and b"Retry-After: 1" in answer
             blocked.release.set()
             assert [future.result()[0] for future in waiting] == [200, 200]
-        status = 0
-        while status != 200:  # the finished ones are idle (or gone) once the loop sees them
-            status = call(running, "/health")[0]
+        # the finished ones are idle (or gone) once the loop sees them: soon, and never a hang
+        deadline = time.monotonic() + 30
+        while (status := call(running, "/health")[0]) != 200:
+            assert time.monotonic() < deadline, f"still {status} 30 s after the requests ended"
+            time.sleep(0.05)
         metrics = call(running, "/metrics")[2].decode()
         assert metric_sample(metrics, "hpcpredict_http_requests_total", endpoint="refused", status="503") >= 1
     finally:

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from conftest import skip_or_fail
 from hpcpredict.daemon.config import ConfigError, load_config
 
 DEPLOY = Path(__file__).resolve().parent.parent / "deploy"
@@ -57,10 +58,10 @@ def test_unit_file_verifies(tmp_path: Path) -> None:
     """
     analyze = shutil.which("systemd-analyze")
     if analyze is None:
-        pytest.skip("systemd-analyze not installed (apt-get install systemd)")
+        skip_or_fail("systemd-analyze not installed (apt-get install systemd; .ci/run does)")
     hpcpredict = Path(sys.executable).parent / "hpcpredict"
     if not hpcpredict.exists():
-        pytest.skip(f"no hpcpredict entry point beside {sys.executable}")
+        skip_or_fail(f"no hpcpredict entry point beside {sys.executable}")
     unit = tmp_path / "hpcpredict.service"
     unit.write_text((DEPLOY / "hpcpredict.service").read_text().replace(
         "/opt/hpcpredict/venv/bin/hpcpredict", str(hpcpredict)))

@@ -50,11 +50,28 @@ def test_shaking_keeps_every_job_and_moves_submissions_within_the_shake(
     assert submits == sorted(submits)
 
 
-def test_equal_submit_times_keep_the_logs_order() -> None:
-    jobs = [Job(JobRequest(job_id=i, submit_s=100, procs=1, requested_s=10, user_id=1), run_s=5)
-            for i in range(50)]
-    shaken = shake_jobs(jobs, 0, np.random.default_rng(1))
-    assert [job.job_id for job in shaken] == list(range(50))
+def ties_in_log_order(shaken: list[Job]) -> bool:
+    """Do jobs the shaking left at equal submit times come in the log's order (ids ascending)?"""
+    return all(a.job_id < b.job_id for a, b in zip(shaken, shaken[1:]) if a.submit_s == b.submit_s)
+
+
+@pytest.mark.parametrize("shake_s", [0, 2, 60])
+def test_equal_submit_times_keep_the_logs_order(shake_s: int) -> None:
+    """Ties after shaking (with a shake of 0, of 2 s: five values for 200 jobs, of 60 s: the
+    ones the clamp at 0 and chance give) keep the log's order."""
+    jobs = [Job(JobRequest(job_id=i, submit_s=30 + i // 50, procs=1, requested_s=10, user_id=1),
+                run_s=5) for i in range(200)]
+    shaken = shake_jobs(jobs, shake_s, np.random.default_rng(1))
+    assert sum(a.submit_s == b.submit_s for a, b in zip(shaken, shaken[1:])) > 100  # many ties
+    assert ties_in_log_order(shaken)
+    if shake_s == 0:
+        assert [job.job_id for job in shaken] == list(range(200))
+
+
+@given(jobs=jobs_strategy, shake_s=st.integers(1, 5), seed=st.integers(0, 2**32 - 1))
+@settings(max_examples=100, deadline=None)
+def test_ties_keep_the_logs_order_whatever_the_shake(jobs: list[Job], shake_s: int, seed: int) -> None:
+    assert ties_in_log_order(shake_jobs(jobs, shake_s, np.random.default_rng(seed)))
 
 
 def test_negative_shake_is_refused() -> None:

@@ -235,19 +235,24 @@ def submitted_payload(serve: ServeProcess, job_id: int) -> dict | None:
 
 
 def test_daemon_stopped_sbatch_succeeds_untouched(cluster: SlurmCluster, daemon: ServeProcess) -> None:
+    """Not timed: that the plugin does not wait with no daemon is checked on the plugin's own
+    call (test_slurm_plugin_lua.py::test_daemon_down_passes_untouched_at_once); a whole sbatch
+    also times slurmctld's RPCs, which a loaded machine stretches."""
     daemon.stop()
     try:
-        began = time.monotonic()
         job_id = cluster.sbatch("--time=60", script="sleep 1")
-        elapsed = time.monotonic() - began
         fields = cluster.job_fields(job_id)
         assert fields["TimeLimit"] == "01:00:00" and fields.get("AdminComment", "") in ("", "(null)")
-        assert elapsed < TIMEOUT_MS / 1000 + 1.0
     finally:
         daemon.start()
 
 
 def test_daemon_hung_sbatch_returns_within_the_timeout(cluster: SlurmCluster, daemon: ServeProcess) -> None:
+    """Timed (docs/testing.md), the fail-open contract inside a real slurmctld: a hung daemon
+    costs a submission the plugin's timeout (300 ms), not slurmctld's RPC timeout. The lower
+    bound shows the plugin waited; the upper one (the timeout + 5 s) leaves room for a loaded
+    machine's slurmctld and sbatch, and is still below the 10 s MessageTimeout at which a
+    plugin blocked on the socket would make sbatch fail."""
     daemon.stop()
     hung = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     hung.bind(daemon.socket)
@@ -257,7 +262,7 @@ def test_daemon_hung_sbatch_returns_within_the_timeout(cluster: SlurmCluster, da
         job_id = cluster.sbatch("--time=60", script="sleep 1")
         elapsed = time.monotonic() - began
         assert cluster.job_fields(job_id)["TimeLimit"] == "01:00:00"
-        assert TIMEOUT_MS / 1000 * 0.8 <= elapsed < TIMEOUT_MS / 1000 + 1.0
+        assert TIMEOUT_MS / 1000 <= elapsed < TIMEOUT_MS / 1000 + 5.0
     finally:
         hung.close()
         os.unlink(daemon.socket)
@@ -265,8 +270,11 @@ def test_daemon_hung_sbatch_returns_within_the_timeout(cluster: SlurmCluster, da
 
 
 def test_jobs_without_a_time_limit_pass_untouched(cluster: SlurmCluster, daemon: ServeProcess) -> None:
+    """No --time: the job keeps the partition's limit (MaxTime=INFINITE, no DefaultTime in
+    tests/slurm_cluster.py: UNLIMITED) and gets no mark."""
     job_id = cluster.sbatch(script="sleep 1")
     fields = cluster.job_fields(job_id)
+    assert fields["TimeLimit"] == "UNLIMITED"
     assert "hpcpredict" not in fields.get("AdminComment", "")
 
 

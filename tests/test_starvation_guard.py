@@ -63,6 +63,29 @@ def test_without_the_guard_the_head_starves_and_with_it_starts_when_the_requests
     assert guard.start_s[1] - STREAM[1].submit_s <= 300 + max(job.requested_s for job in STREAM)
 
 
+@pytest.mark.parametrize("exhaustive", [False, True])
+@pytest.mark.parametrize("scheduler", ["easy", "easy-sjbf"])
+def test_the_guard_is_due_at_the_instant_the_head_has_waited_its_bound(
+    scheduler: str, exhaustive: bool
+) -> None:
+    """The boundary: a head that has waited exactly `starvation_guard_s` is guarded. Job 0
+    (6 of 10 processors, 1000 s, predicted 1 s) runs; the head (10 processors) is submitted at
+    1; a 4-processor job of 900 s arrives at 301, when the head has waited exactly 300 s.
+    Unguarded it would be backfilled (predicted to end at 302, before job 0's corrected end at
+    901) and hold the head until 1201; guarded, it must end by job 0's request (1000) by its own
+    request (1201: no), and there are no extra processors: it waits, the head starts at 1000.
+    With a bound of 301 s the head is not due yet at 301: the backfill happens."""
+    jobs = [make_job(1, 0, 6, 1000, 1000), make_job(2, 1, 10, 100, 100),
+            make_job(3, 301, 4, 900, 900)]
+
+    def starts(guard_s: int) -> list[int]:
+        return simulate(jobs, 10, guarded(scheduler, guard_s), OneSecond(),
+                        CORRECTIONS["incremental"], exhaustive=exhaustive).start_s
+
+    assert starts(300) == [0, 1000, 1100]
+    assert starts(301) == [0, 1201, 301]
+
+
 def test_jobs_running_at_a_guarded_decision_are_planned_to_their_requests_for_good() -> None:
     """As live, where the corrector raises their limits to the requests and never lowers a running
     job's limit again; jobs started once no head is due are planned by their predictions again."""
