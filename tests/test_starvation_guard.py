@@ -150,3 +150,37 @@ def test_simulate_guards_learned_predictions_by_default_as_the_daemon_does() -> 
     assert _simulated_guard("--starvation-guard", "12h") == 43_200
     assert _simulated_guard("--predictor", "requested", "--correction", "requested") is None  # a no-op there
     assert _simulated_guard("--scheduler", "fcfs") is None
+    # the published baselines keep their published meaning: unbounded unless asked
+    assert _simulated_guard("--predictor", "ave2") is None
+    assert _simulated_guard("--predictor", "clairvoyant", "--correction", "requested") is None
+    assert _simulated_guard("--predictor", "ave2", "--starvation-guard", "24h") == 86_400
+
+
+def test_published_baselines_are_named_as_published_and_their_bounded_variants_as_such() -> None:
+    assert RunSpec("easy-sjbf", "ave2", "incremental").published_name == "EASY++"
+    assert RunSpec("easy-sjbf", "ave2", "incremental",
+                   starvation_guard_s=86_400).published_name == "EASY++ (guard 24 h)"
+    assert RunSpec("easy", "requested", "requested").published_name == "EASY"
+    assert RunSpec("easy-sjbf", "learned", "incremental").published_name is None
+    sample = Path(__file__).resolve().parent.parent / "swf" / "KTH-SP2-sample.swf"
+    shown = CliRunner().invoke(main, ["simulate", str(sample), "--predictor", "ave2",
+                                      "--starvation-guard", "24h"]).output
+    assert "simulated: EASY++ (guard 24 h) = easy-sjbf + ave2 + incremental + guard 24 h" in shown
+    assert "starvation guard: 24 h (--starvation-guard" in shown
+
+
+@pytest.mark.parametrize(("options", "guard_s"), [((), DEFAULT_STARVATION_GUARD_S),
+                                                    (("--starvation-guard", "off"), None),
+                                                    (("--starvation-guard", "12h"), 43_200)])
+def test_predict_eval_runs_every_predictor_under_the_guard_it_names(options, guard_s) -> None:
+    sample = Path(__file__).resolve().parent.parent / "swf" / "KTH-SP2-sample.swf"
+    runner = CliRunner()
+    payload = json.loads(runner.invoke(main, ["predict-eval", str(sample), "--no-plots", "--format",
+                                              "json", *options]).output)
+    assert payload["starvation_guard_s"] == guard_s
+    table = runner.invoke(main, ["predict-eval", str(sample), "--no-plots", *options]).output
+    assert ("starvation guard, every predictor: off" in table) == (guard_s is None)
+    # the AVEbsld printed is the one simulate prints for the same run (same guard)
+    learned = json.loads(runner.invoke(main, ["simulate", str(sample), "--no-baseline", "--format",
+                                              "json", *options]).output)["runs"][0]["metrics"]
+    assert payload["predictors"]["learned(eloss)"]["ave_bsld"] == pytest.approx(learned["ave_bsld"])

@@ -168,6 +168,18 @@ class RunSpec:
             return ""
         return f" + guard {self.starvation_guard_s / 3600:g} h"
 
+    @property
+    def published_name(self) -> str | None:
+        """The literature's name of this configuration (docs/reproduction.md), e.g. ``EASY++``,
+        or ``EASY++ (guard 24 h)`` for its bounded variant; None if it has none. A published
+        name without a guard is the unbounded scheduler, as published."""
+        name = PUBLISHED_NAMES.get((self.scheduler, self.predictor, self.correction))
+        if name is None or self.decide_on_correction:
+            return None
+        if self.starvation_guard_s is None:
+            return name
+        return f"{name} ({self.guard_label.removeprefix(' + ')})"
+
     def to_dict(self) -> dict[str, object]:
         settings = asdict(self)
         if self.starvation_guard_s is None:  # off: absent, so older campaign keys stay valid
@@ -194,6 +206,17 @@ class RunSpec:
                         "feature_scaling", "per_user_experts", "calibration_alpha"):
                 settings.pop(key, None)
         return settings
+
+
+# (scheduler, predictor, correction) -> the name the literature gives it (Gaussier et al., SC 2015;
+# docs/reproduction.md reproduces each one's published AVEbsld, unbounded).
+PUBLISHED_NAMES: dict[tuple[str, str, str], str] = {
+    ("easy", "requested", "requested"): "EASY",
+    ("easy-sjbf", "requested", "requested"): "EASY-SJBF",
+    ("easy-sjbf", "ave2", "incremental"): "EASY++",
+    ("easy", "clairvoyant", "requested"): "clairvoyant EASY",
+    ("easy-sjbf", "clairvoyant", "requested"): "clairvoyant EASY-SJBF",
+}
 
 
 def feature_context(workload: Workload) -> FeatureContext:
@@ -289,6 +312,7 @@ class ReplicatedRuns:
         several replicas every replica's metrics and the summary of SUMMARISED_METRICS."""
         data: dict[str, object] = {
             "label": self.specs[configuration].label,
+            "published_name": self.specs[configuration].published_name,
             "settings": self.specs[configuration].to_dict(),
             "metrics": self.metrics[configuration][0].to_dict(),
             "wall_time_s": round(self.wall_time_s[configuration][0], 3),
