@@ -33,7 +33,7 @@ from hpcpredict.corrections.starvation import default_starvation_guard_s, parse_
 from hpcpredict.learn import parse_loss
 from hpcpredict.sim.metrics import compute_metrics, metrics_table, replica_table
 from hpcpredict.sim.output import write_jobs_csv, write_result_swf
-from hpcpredict.sim.replica_stats import describe_change
+from hpcpredict.sim.replica_stats import describe_change, tail_warning
 from hpcpredict.sim.runner import COMPARED_METRICS, PREDICTORS, RunSpec, run, run_replicated
 from hpcpredict.sim.shaking import DEFAULT_SEED, DEFAULT_SHAKE_S
 from hpcpredict.sim.slurm_backfill import NAME as SLURM_BACKFILL
@@ -236,6 +236,10 @@ def simulate(
         click.echo(f"\nChange against {plain} with the users' requested times:")
         for metric, difference in comparison.items():
             click.echo(f"  {describe_change(COMPARED_METRICS[metric], difference)}")
+        warning = tail_warning(comparison["ave_bsld"], {
+            COMPARED_METRICS[metric]: comparison[metric] for metric in ("p99_wait_s", "max_wait_s")})
+        if warning:
+            click.echo(f"\n{warning}")
         if replicas == 1:
             click.echo("  (one replay proves little: --replicas 10 gives confidence intervals)")
     for path in (output, csv_path):
