@@ -9,6 +9,10 @@ import re
 # The starvation guard the daemon uses unless told otherwise (docs/results.md says how it was
 # chosen: leave-one-log-out under the max-wait bound).
 DEFAULT_STARVATION_GUARD_S = 86_400
+# When the guard falls due for a job (the simulator's `Scheduler.guard_rule`): "wait", once it has
+# waited DEFAULT_STARVATION_GUARD_S; "promise", as soon as it is later than the start plain EASY
+# promised it when it became the head (or has waited the guard's duration, whichever first).
+STARVATION_RULES = ("wait", "promise")
 # Predictors whose schedulers the literature names and publishes unbounded (EASY, EASY-SJBF,
 # EASY++, clairvoyant EASY / EASY-SJBF: docs/reproduction.md): their names mean no guard, so a
 # replay under their name runs without one unless asked; the bounded variant says so in its name.

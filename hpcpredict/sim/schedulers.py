@@ -34,6 +34,7 @@ from hpcpredict.sim.backfill_kernel import (
     WORK_ROW,
     backfill_pass,
 )
+from hpcpredict.corrections.starvation import STARVATION_RULES
 from hpcpredict.sim.profile import RunningProfile
 
 _NO_KEY = np.iinfo(np.int64).max
@@ -364,7 +365,7 @@ class Reservation(NamedTuple):
     guarded: bool = False  # computed by the starvation guard's rule (requested times)
 
 
-GUARD_RULES = ("wait", "promise")
+GUARD_RULES = STARVATION_RULES  # corrections.starvation: one list for the simulator and the daemon
 
 SCHEDULERS: dict[str, Scheduler] = {
     scheduler.name: scheduler
