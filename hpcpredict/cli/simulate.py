@@ -271,6 +271,8 @@ def guard_sentence(spec: RunSpec, defaulted: bool) -> str:
     if spec.starvation_guard_s is None:
         if spec.scheduler == "fcfs":
             return "none (FCFS does not backfill)"
+        if defaulted and spec.predictor == "requested":
+            return "off (with the users' requested times it would change nothing)"
         why = ("the published baselines are replayed unbounded, as published"
                if defaulted else "--starvation-guard off")
         return f"off ({why}; --starvation-guard 24h runs the bounded variant)"

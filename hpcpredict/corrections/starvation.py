@@ -21,9 +21,14 @@ PUBLISHED_PREDICTORS = frozenset({"requested", "ave2", "clairvoyant"})
 
 def default_starvation_guard_s(scheduler: str, predictor: str) -> int | None:
     """The guard a replay runs when none is given: hpcpredict's own default (the learned
-    predictor, as the daemon runs it) is bounded; a published baseline is replayed as published,
-    unbounded; FCFS has no backfilling to guard."""
-    if scheduler == "fcfs" or predictor in PUBLISHED_PREDICTORS:
+    predictor, as the daemon runs it) is bounded; a published baseline (an EASY scheduler with
+    requested, AVE2 or clairvoyant times) is replayed as published, unbounded; FCFS has no
+    backfilling to guard. Under the SLURM model (`slurm-backfill`, no published baseline) the
+    guard is the daemon's, which acts on any lowered limit: on unless the times are the requests
+    (where it changes nothing)."""
+    if scheduler == "fcfs" or predictor == "requested":
+        return None
+    if scheduler in ("easy", "easy-sjbf") and predictor in PUBLISHED_PREDICTORS:
         return None
     return DEFAULT_STARVATION_GUARD_S
 _DURATION = re.compile(r"(\d+)\s*(s|m|h|d)?")
