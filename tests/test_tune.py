@@ -36,6 +36,11 @@ def test_the_choice_keeps_the_bounds_and_says_what_it_relaxed() -> None:
     assert relaxed.label == "guard 24 h" and relaxed.rule.startswith("no setting kept p99")
     none = choose([fast_but_starving, evidence("off", 30, 30, 200)], plain)
     assert none.label == "guard 48 h" and "lowest max wait" in none.rule
+    # a mean under the bound is not enough: the upper end of its 95% interval must be
+    wobbly = Evidence.of("guard 36 h", {"ave_bsld": [45.0, 46.0], "p99_wait_s": [19 * HOUR] * 2,
+                                        "max_wait_s": [70 * HOUR, 104 * HOUR]})  # mean 1.24x
+    assert wobbly.mean("max_wait_s") <= 1.25 * 70 * HOUR < wobbly.upper("max_wait_s")
+    assert choose([wobbly, safe], plain).label == "guard 12 h"
 
 
 def test_the_split_is_by_submission_order_and_refuses_nonsense() -> None:
@@ -94,12 +99,13 @@ def test_tune_chooses_on_the_earlier_part_checks_on_the_later_and_resumes(tmp_pa
     # the rule, checked from the evidence printed: the lowest AVEbsld among those kept
     earlier = payload["earlier"]
     plain = earlier.pop("plain")
+    upper = lambda e, metric: e[metric]["ci_high"] if e[metric]["ci_high"] is not None else e[metric]["mean"]  # noqa: E731
     kept = [label for label, e in earlier.items()
-            if e["max_wait_s"]["mean"] <= 1.25 * plain["max_wait_s"]["mean"]
-            and e["p99_wait_s"]["mean"] <= plain["p99_wait_s"]["mean"]]
+            if upper(e, "max_wait_s") <= 1.25 * plain["max_wait_s"]["mean"]
+            and upper(e, "p99_wait_s") <= plain["p99_wait_s"]["mean"]]
     if not kept:
         kept = [label for label, e in earlier.items()
-                if e["max_wait_s"]["mean"] <= 1.25 * plain["max_wait_s"]["mean"]]
+                if upper(e, "max_wait_s") <= 1.25 * plain["max_wait_s"]["mean"]]
     if kept:
         assert chosen["label"] == min(kept, key=lambda label: earlier[label]["ave_bsld"]["mean"])
     assert set(payload["later"]) >= {chosen["label"], "plain"}

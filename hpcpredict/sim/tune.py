@@ -10,8 +10,9 @@ site. The site's own history (from `slurm-convert`) answers better, if it is use
 * **checked out of sample**: the chosen setting, hpcpredict's default and the plain scheduler
   are replayed on the whole history and judged on the jobs submitted after the split only (the
   earlier part warms the model and the queue, as a daemon trained on history would be);
-* **the rule** (`choose`): the lowest mean AVEbsld among the settings whose mean longest wait is
-  at most `MAX_WAIT_BOUND` times the plain scheduler's and whose mean p99 wait is at most its;
+* **the rule** (`choose`): the lowest mean AVEbsld among the settings whose longest wait is at
+  most `MAX_WAIT_BOUND` times the plain scheduler's mean and whose p99 wait is at most its, both
+  at the upper end of their 95% interval over the replicas;
   if none keeps both, the max-wait bound alone; if none keeps that, the lowest max-wait ratio.
   What was relaxed is said, and the out-of-sample check shows whether the bound held.
 
@@ -21,6 +22,7 @@ interrupted tune resumes where it stopped, runs in parallel and on Dask like a c
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
@@ -125,6 +127,11 @@ class Evidence:
     def mean(self, metric: str) -> float:
         return self.estimates[metric].mean
 
+    def upper(self, metric: str) -> float:
+        """The upper end of the metric's 95% interval (the mean itself for equal replicas)."""
+        high = self.estimates[metric].ci_high
+        return self.mean(metric) if math.isnan(high) else high
+
     def against(self, other: Evidence) -> dict[str, PairedDifference]:
         return {metric: paired_difference(self.values[metric], other.values[metric])
                 for metric in JUDGED}
@@ -137,16 +144,21 @@ class Choice:
 
 
 def choose(candidates: Sequence[Evidence], plain: Evidence) -> Choice:
-    """`choose`'s rule (module docstring) over the earlier part's evidence."""
+    """`choose`'s rule (module docstring) over the earlier part's evidence. A setting keeps a
+    bound only if the upper end of its 95% interval does: the longest wait is a few jobs' and
+    varies much between replicas and periods (on KTH-SP2 a guard whose mean was 1.24x plain's in
+    the earlier part reached 2.2x in the later one, docs/results.md), so a mean just under the
+    bound is no evidence that the bound holds."""
     max_bound = MAX_WAIT_BOUND * plain.mean("max_wait_s")
     p99_bound = plain.mean("p99_wait_s")
     tiers = (
-        ([c for c in candidates if c.mean("max_wait_s") <= max_bound
-          and c.mean("p99_wait_s") <= p99_bound],
-         f"lowest AVEbsld with max wait <= {MAX_WAIT_BOUND:g}x and p99 wait <= plain's"),
-        ([c for c in candidates if c.mean("max_wait_s") <= max_bound],
+        ([c for c in candidates if c.upper("max_wait_s") <= max_bound
+          and c.upper("p99_wait_s") <= p99_bound],
+         f"lowest AVEbsld with max wait <= {MAX_WAIT_BOUND:g}x and p99 wait <= plain's "
+         "(upper 95% CI)"),
+        ([c for c in candidates if c.upper("max_wait_s") <= max_bound],
          f"no setting kept p99 wait <= plain's: lowest AVEbsld with max wait <= "
-         f"{MAX_WAIT_BOUND:g}x plain's"),
+         f"{MAX_WAIT_BOUND:g}x plain's (upper 95% CI)"),
     )
     for eligible, rule in tiers:
         if eligible:
