@@ -73,9 +73,10 @@ def tune(
 
     The history is split in time. On the earlier part, every setting of a small grid (the
     starvation guard after 12, 24 or 48 h of waiting, each with every --corrections) is replayed
-    on shaken replicas with the model of the site's scheduler; the choice is the lowest mean AVEbsld whose longest wait stays within 1.25x
-    the plain scheduler's and whose p99 wait is no worse (relaxed, and said so, when no setting
-    keeps both). The later part then checks the choice out of sample against hpcpredict's
+    on shaken replicas with the model of the site's scheduler; the choice is the lowest mean
+    AVEbsld whose longest wait stays within 1.25x the plain scheduler's (plain EASY on the users'
+    requests; the SLURM model on them with slurm-backfill) and whose p99 wait is no worse
+    (relaxed, and said so, when no setting keeps both). The later part then checks the choice out of sample against hpcpredict's
     default and the plain scheduler. Prints AVEbsld, p99 and max wait with 95% CIs, and the
     daemon.toml fragment (docs/tune.md).
 

@@ -30,6 +30,7 @@ from hpcpredict.corrections.starvation import DEFAULT_STARVATION_GUARD_S
 from hpcpredict.sim.campaign import Cell, LogEntry
 from hpcpredict.sim.replica_stats import Estimate, PairedDifference, mean_ci, paired_difference
 from hpcpredict.sim.runner import RunSpec
+from hpcpredict.sim.slurm_backfill import NAME as SLURM_BACKFILL
 from hpcpredict.workload import Workload
 
 MAX_WAIT_BOUND = 1.25  # the longest wait allowed, over the plain scheduler's (issue 30's bound)
@@ -74,9 +75,12 @@ def default_setting(base: RunSpec) -> Setting:
 
 
 def plain_setting(base: RunSpec) -> Setting:
-    """The site's scheduler on the users' requests: what the bound is measured against."""
-    spec = RunSpec(base.scheduler, "requested", "requested", slurm_params=base.slurm_params)
-    return Setting("plain", spec)
+    """What the bound is measured against, as `simulate`'s baseline: plain EASY on the users'
+    requests for the EASY schedulers, the SLURM model on the requests for slurm-backfill."""
+    if base.scheduler == SLURM_BACKFILL:
+        return Setting("plain", RunSpec(SLURM_BACKFILL, "requested", "requested",
+                                        slurm_params=base.slurm_params))
+    return Setting("plain", RunSpec("easy", "requested", "requested"))
 
 
 def split_s(workload: Workload, fraction: float) -> int:
