@@ -6,7 +6,9 @@ import math
 
 import pytest
 
-from hpcpredict.sim.replica_stats import describe_change, mean_ci, paired_difference
+from hpcpredict.sim.replica_stats import (
+    describe_change, mean_ci, paired_difference, smallest_sign_p, tail_warning,
+)
 
 # Student t quantiles t(0.975, df), from tables: df 2 and 3.
 T_975_DF2 = 4.302652729911275
@@ -69,3 +71,29 @@ def test_one_wild_replica_widens_the_t_interval_but_not_the_sign_test() -> None:
     assert difference.wins == 10 and not difference.significant  # t: the wild replica dominates
     assert difference.sign_p_value == pytest.approx(2 * 0.5**10)
     assert "sign test p=0.002" in describe_change("AVEbsld", difference)
+
+
+def test_the_verdict_names_its_test_and_the_sign_tests_floor_with_few_replicas() -> None:
+    baseline = [100.0, 110.0, 90.0, 105.0, 95.0]
+    better = [b - 10.0 + jitter for b, jitter in zip(baseline, [0.5, -0.5, 0.2, -0.2, 0.0])]
+    sentence = describe_change("AVEbsld", paired_difference(better, baseline))
+    # 5 of 5 won: the t interval decides "significantly"; the sign test's 0.0625 is explained
+    assert "significantly lower by the paired t interval" in sentence
+    assert "sign test p=0.062; with 5 replicas it cannot go below 0.062" in sentence
+    ten = describe_change("AVEbsld", paired_difference([b - 10 for b in baseline * 2], baseline * 2))
+    assert "cannot go below" not in ten  # 10 replicas can reach 0.002
+    assert smallest_sign_p(5) == pytest.approx(0.0625) and smallest_sign_p(10) == pytest.approx(2 / 1024)
+
+
+def test_a_better_average_with_a_worse_tail_is_said_plainly() -> None:
+    baseline = [100.0, 110.0, 90.0, 105.0, 95.0]
+    better = paired_difference([b - 10.0 + j for b, j in zip(baseline, [0.5, -0.5, 0.2, -0.2, 0.0])],
+                               baseline)
+    longer = paired_difference([b * 1.5 for b in baseline], baseline)
+    noisy = paired_difference([b + j for b, j in zip(baseline, [9.0, -8.0, 7.0, -6.0, 3.0])], baseline)
+    warning = tail_warning(better, {"max wait": longer, "p99 wait": noisy})
+    assert warning is not None and "the unluckiest jobs wait longer" in warning
+    assert "max wait +50% (significantly)" in warning and "p99 wait +1% (within the noise)" in warning
+    shorter = paired_difference(baseline, [b * 1.5 for b in baseline])
+    assert tail_warning(better, {"max wait": shorter}) is None  # the tail got better too
+    assert tail_warning(longer, {"max wait": longer}) is None  # the average got worse: no such case

@@ -38,8 +38,8 @@ class OneSecond:
         pass
 
 
-def guarded(name: str, guard_s: int | None):
-    return dataclasses.replace(SCHEDULERS[name], starvation_guard_s=guard_s)
+def guarded(name: str, guard_s: int | None, rule: str = "wait"):
+    return dataclasses.replace(SCHEDULERS[name], starvation_guard_s=guard_s, guard_rule=rule)
 
 
 # A 10-processor machine. Job 0 (6 procs, 1000 s) runs; job 1 needs all 10 and becomes the head
@@ -99,14 +99,31 @@ def test_jobs_running_at_a_guarded_decision_are_planned_to_their_requests_for_go
     assert guard.initial_prediction_s[last] == 1 and guard.corrections[last] > 0
 
 
+@pytest.mark.parametrize("scheduler", ["easy", "easy-sjbf"])
+def test_the_promise_rule_guards_a_head_once_it_is_later_than_plain_easys_promise(scheduler: str) -> None:
+    """Job 1 becomes the head at t=1; plain EASY would have promised it job 0's requested end
+    (1000). Under the "promise" rule the guard falls due then, whatever the wait threshold: the
+    head starts once the jobs then running end by their requests, as with a 999 s guard."""
+    never = simulate(STREAM, 10, guarded(scheduler, 10**9, "promise"), OneSecond(),
+                     CORRECTIONS["incremental"])
+    by_wait = simulate(STREAM, 10, guarded(scheduler, 999), OneSecond(), CORRECTIONS["incremental"])
+    assert never.start_s == by_wait.start_s
+    assert 1000 <= never.start_s[1] <= 1000 + 900  # the last job backfilled before 1000 ends by 1900
+    # the wait threshold still caps it: the earlier of the two
+    assert simulate(STREAM, 10, guarded(scheduler, 300, "promise"), OneSecond(),
+                    CORRECTIONS["incremental"]).start_s[1] == 1000
+    with pytest.raises(ValueError, match="guard rule"):
+        guarded(scheduler, 300, "sometimes")
+
+
 @settings(max_examples=100, deadline=None)
 @given(workloads(), st.sampled_from(["easy", "easy-sjbf"]), st.sampled_from(PREDICTORS),
-       st.sampled_from(sorted(CORRECTIONS)), st.integers(0, 2_000))
+       st.sampled_from(sorted(CORRECTIONS)), st.integers(0, 2_000), st.sampled_from(["wait", "promise"]))
 def test_guarded_schedules_keep_the_invariants_and_the_fast_path_is_exact(
-    workload, scheduler, predictor, correction, guard_s
+    workload, scheduler, predictor, correction, guard_s, rule
 ) -> None:
     machine, jobs = workload
-    policy = guarded(scheduler, guard_s)
+    policy = guarded(scheduler, guard_s, rule)
     fast = simulate(jobs, machine, policy, build_predictor(predictor, jobs), CORRECTIONS[correction])
     slow = simulate(jobs, machine, policy, build_predictor(predictor, jobs), CORRECTIONS[correction],
                     exhaustive=True)
@@ -138,6 +155,11 @@ def test_with_requested_times_the_guard_is_plain_easy(workload, scheduler) -> No
 
 def test_the_guard_is_an_option_of_a_run_and_off_by_default() -> None:
     assert "starvation_guard_s" not in RunSpec().to_dict()  # off: campaign keys unchanged
+    assert "guard_rule" not in RunSpec(starvation_guard_s=60).to_dict()  # the old rule: keys unchanged
+    promise = RunSpec(starvation_guard_s=172_800, guard_rule="promise")
+    assert promise.to_dict()["guard_rule"] == "promise" and promise.label.endswith("guard promise or 48 h")
+    with pytest.raises(ValueError, match="needs a starvation guard"):
+        RunSpec(guard_rule="promise")
     spec = RunSpec(starvation_guard_s=43_200)
     assert spec.to_dict()["starvation_guard_s"] == 43_200 and spec.label.endswith("guard 12 h")
     with pytest.raises(ValueError, match="backfilling scheduler"):
@@ -173,3 +195,37 @@ def test_simulate_guards_learned_predictions_by_default_as_the_daemon_does() -> 
     assert _simulated_guard("--starvation-guard", "12h") == 43_200
     assert _simulated_guard("--predictor", "requested", "--correction", "requested") is None  # a no-op there
     assert _simulated_guard("--scheduler", "fcfs") is None
+    # the published baselines keep their published meaning: unbounded unless asked
+    assert _simulated_guard("--predictor", "ave2") is None
+    assert _simulated_guard("--predictor", "clairvoyant", "--correction", "requested") is None
+    assert _simulated_guard("--predictor", "ave2", "--starvation-guard", "24h") == 86_400
+
+
+def test_published_baselines_are_named_as_published_and_their_bounded_variants_as_such() -> None:
+    assert RunSpec("easy-sjbf", "ave2", "incremental").published_name == "EASY++"
+    assert RunSpec("easy-sjbf", "ave2", "incremental",
+                   starvation_guard_s=86_400).published_name == "EASY++ (guard 24 h)"
+    assert RunSpec("easy", "requested", "requested").published_name == "EASY"
+    assert RunSpec("easy-sjbf", "learned", "incremental").published_name is None
+    sample = Path(__file__).resolve().parent.parent / "swf" / "KTH-SP2-sample.swf"
+    shown = CliRunner().invoke(main, ["simulate", str(sample), "--predictor", "ave2",
+                                      "--starvation-guard", "24h"]).output
+    assert "simulated: EASY++ (guard 24 h) = easy-sjbf + ave2 + incremental + guard 24 h" in shown
+    assert "starvation guard: 24 h (--starvation-guard" in shown
+
+
+@pytest.mark.parametrize(("options", "guard_s"), [((), DEFAULT_STARVATION_GUARD_S),
+                                                    (("--starvation-guard", "off"), None),
+                                                    (("--starvation-guard", "12h"), 43_200)])
+def test_predict_eval_runs_every_predictor_under_the_guard_it_names(options, guard_s) -> None:
+    sample = Path(__file__).resolve().parent.parent / "swf" / "KTH-SP2-sample.swf"
+    runner = CliRunner()
+    payload = json.loads(runner.invoke(main, ["predict-eval", str(sample), "--no-plots", "--format",
+                                              "json", *options]).output)
+    assert payload["starvation_guard_s"] == guard_s
+    table = runner.invoke(main, ["predict-eval", str(sample), "--no-plots", *options]).output
+    assert ("starvation guard, every predictor: off" in table) == (guard_s is None)
+    # the AVEbsld printed is the one simulate prints for the same run (same guard)
+    learned = json.loads(runner.invoke(main, ["simulate", str(sample), "--no-baseline", "--format",
+                                              "json", *options]).output)["runs"][0]["metrics"]
+    assert payload["predictors"]["learned(eloss)"]["ave_bsld"] == pytest.approx(learned["ave_bsld"])

@@ -23,6 +23,7 @@ from hpcpredict.cli.daemon import errors, report, serve, slurm_convert, train
 from hpcpredict.cli.info import info
 from hpcpredict.cli.replay import replay_compare, replay_slurm
 from hpcpredict.cli.simulate import predict_eval, simulate
+from hpcpredict.cli.tune import tune
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
@@ -42,7 +43,7 @@ def main() -> None:
 
 
 for _command in (info, simulate, predict_eval, campaign, campaign_report, serve, train, errors, report,
-                 slurm_convert, replay_slurm, replay_compare):
+                 slurm_convert, replay_slurm, replay_compare, tune):
     main.add_command(_command)
 
 __all__ = ["main"]

@@ -3,16 +3,13 @@ store, and reported from it (thin over hpcpredict.sim.campaign)."""
 
 from __future__ import annotations
 
-import sys
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import click
-from tqdm import tqdm
 
-from hpcpredict.cli.common import check_dir, show_progress
+from hpcpredict.cli.common import check_dir, run_into_store
 from hpcpredict.cli.options import deprecated_alias
 _campaign_argument = click.argument(
     "campaign_file", type=click.Path(exists=True, dir_okay=False, path_type=Path)
@@ -114,34 +111,8 @@ def campaign(
     if dry_run or not todo:
         store.close()
         return
-    started = time.perf_counter()
-    with tqdm(total=len(todo), unit="run", desc=definition.name, file=sys.stderr,
-              disable=not show_progress()) as bar:
-
-        def on_result(cell, result) -> None:  # type: ignore[no-untyped-def]
-            store.add(definition.name, cell, result)
-            bar.update(1)
-
-        try:
-            execute(todo, executor=executor, jobs=jobs, scheduler_address=scheduler_address,
-                    on_result=on_result)
-        except KeyboardInterrupt:
-            # Ctrl-C is how a long campaign is paused: say what is kept and how to go on, counted
-            # from the store itself (the interrupt may have come between a write and its count).
-            bar.close()
-            store.close()
-            reopened = open_store(store.url)
-            stored = len(reopened.done_keys() - done)
-            reopened.close()
-            click.echo(
-                f"interrupted: {stored:,} runs stored by this command, {len(todo) - stored:,} "
-                f"not run ({store.url}); run the same command to resume",
-                err=True,
-            )
-            raise SystemExit(130) from None
-        finally:
-            store.close()
-    click.echo(f"{len(todo):,} runs in {time.perf_counter() - started:.0f} s", err=True)
+    run_into_store(definition.name, todo, store, done, executor=executor, jobs=jobs,
+                   scheduler_address=scheduler_address)
 
 
 @click.command("campaign-report")

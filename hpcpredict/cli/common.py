@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import os
 import sys
+import time
 from collections.abc import Callable, Iterator
+from typing import Any
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -103,3 +105,40 @@ def require_jobs(workload: Workload, log: Path) -> None:
     """Refuse a log with no job left after cleaning, before simulating nothing."""
     if not workload.jobs:
         raise click.ClickException(f"{log}: no job left after cleaning (see `hpcpredict info`)")
+
+
+def run_into_store(name: str, todo: list[Any], store: Any, done: set[str], *, executor: str,
+                   jobs: int | None, scheduler_address: str | None) -> None:
+    """Run the cells `todo` (campaign.Cell) into `store` with a progress bar; Ctrl-C says what is
+    kept and how to resume (`done`: the keys stored before). Shared with `hpcpredict tune`."""
+    from hpcpredict.sim.campaign import execute
+    from hpcpredict.sim.campaign_store import open_store
+
+    started = time.perf_counter()
+    with tqdm(total=len(todo), unit="run", desc=name, file=sys.stderr,
+              disable=not show_progress()) as bar:
+
+        def on_result(cell, result) -> None:  # type: ignore[no-untyped-def]
+            store.add(name, cell, result)
+            bar.update(1)
+
+        try:
+            execute(todo, executor=executor, jobs=jobs, scheduler_address=scheduler_address,
+                    on_result=on_result)
+        except KeyboardInterrupt:
+            # Ctrl-C is how a long campaign is paused: say what is kept and how to go on, counted
+            # from the store itself (the interrupt may have come between a write and its count).
+            bar.close()
+            store.close()
+            reopened = open_store(store.url)
+            stored = len(reopened.done_keys() - done)
+            reopened.close()
+            click.echo(
+                f"interrupted: {stored:,} runs stored by this command, {len(todo) - stored:,} "
+                f"not run ({store.url}); run the same command to resume",
+                err=True,
+            )
+            raise SystemExit(130) from None
+        finally:
+            store.close()
+    click.echo(f"{len(todo):,} runs in {time.perf_counter() - started:.0f} s", err=True)

@@ -29,11 +29,11 @@ from hpcpredict.cli.options import (
     scheduler_option,
     slurm_settings_options,
 )
-from hpcpredict.corrections.starvation import DEFAULT_STARVATION_GUARD_S, parse_starvation_guard
+from hpcpredict.corrections.starvation import default_starvation_guard_s, parse_starvation_guard
 from hpcpredict.learn import parse_loss
 from hpcpredict.sim.metrics import compute_metrics, metrics_table, replica_table
 from hpcpredict.sim.output import write_jobs_csv, write_result_swf
-from hpcpredict.sim.replica_stats import describe_change
+from hpcpredict.sim.replica_stats import describe_change, tail_warning
 from hpcpredict.sim.runner import COMPARED_METRICS, PREDICTORS, RunSpec, run, run_replicated
 from hpcpredict.sim.shaking import DEFAULT_SEED, DEFAULT_SHAKE_S
 from hpcpredict.sim.slurm_backfill import NAME as SLURM_BACKFILL
@@ -98,7 +98,10 @@ BASELINE = RunSpec(scheduler="easy", predictor="requested", correction="requeste
     help="Once the head job has waited this long (24h, 90m, seconds), plan its reservation and "
     "backfill around it with the users' requested times (plain EASY's rule), and keep the jobs "
     "then running at their requests, as the daemon does live; its start cannot slide any more. "
-    "Default: 24h with a backfilling scheduler (docs/results.md); off disables it.",
+    "Default: 24h for --predictor learned (hpcpredict's default, as the daemon runs it; "
+    "docs/results.md); off for the published baselines (requested, ave2, clairvoyant: EASY, "
+    "EASY-SJBF, EASY++ and the clairvoyant schedulers are unbounded as published, "
+    "docs/reproduction.md; give a duration for their bounded variant, e.g. 'EASY++ (guard 24 h)').",
 )
 @click.option(
     "--replicas",
@@ -163,16 +166,7 @@ def simulate(
       hpcpredict simulate swf/KTH-SP2-sample.swf --scheduler slurm-backfill \\
           --slurm-params bf_interval=10 --output /tmp/kth.swf.gz --csv /tmp/kth-jobs.csv
     """
-    try:
-        if starvation_guard is None:  # the default: on wherever a prediction can starve a job
-            # (with requested times it changes nothing: plain EASY is already its rule; under
-            # slurm-backfill it is the daemon's live guard, which only acts on lowered limits).
-            guarded = scheduler != "fcfs" and predictor != "requested"
-            starvation_guard_s = DEFAULT_STARVATION_GUARD_S if guarded else None
-        else:
-            starvation_guard_s = parse_starvation_guard(starvation_guard)
-    except ValueError as error:
-        raise click.BadParameter(str(error), param_hint="--starvation-guard") from None
+    starvation_guard_s = guard_option_s(starvation_guard, scheduler, predictor)
     try:
         spec = RunSpec(
             scheduler, predictor, correction, decide_on_correction=decide_on_correction,
@@ -224,8 +218,9 @@ def simulate(
         f"{summary['span_days']} days, {workload.machine_procs:,} processors"
     )
     for position, each in enumerate(specs):
-        click.echo(f"  {'simulated' if position == 0 else 'baseline '}: {each.label} "
+        click.echo(f"  {'simulated' if position == 0 else 'baseline '}: {spec_title(each)} "
                    f"({sum(runs.wall_time_s[position]):.1f} s)")
+    click.echo(f"  starvation guard: {guard_sentence(spec, starvation_guard is None)}")
     plain = "SLURM" if scheduler == SLURM_BACKFILL else "EASY"
     titles = ["simulated"] + ([f"{plain} baseline"] if len(specs) > 1 else [])
     click.echo("")
@@ -241,11 +236,49 @@ def simulate(
         click.echo(f"\nChange against {plain} with the users' requested times:")
         for metric, difference in comparison.items():
             click.echo(f"  {describe_change(COMPARED_METRICS[metric], difference)}")
+        warning = tail_warning(comparison["ave_bsld"], {
+            COMPARED_METRICS[metric]: comparison[metric] for metric in ("p99_wait_s", "max_wait_s")})
+        if warning:
+            click.echo(f"\n{warning}")
         if replicas == 1:
             click.echo("  (one replay proves little: --replicas 10 gives confidence intervals)")
     for path in (output, csv_path):
         if path is not None:
             click.echo(f"wrote {path}" + (" (replica 0: the log as it is)" if replicas > 1 else ""))
+
+
+def guard_option_s(starvation_guard: str | None, scheduler: str, predictor: str) -> int | None:
+    """--starvation-guard as given, or the default for this scheduler and predictor
+    (`default_starvation_guard_s`: bounded for hpcpredict's learned default, unbounded for the
+    published baselines)."""
+    if starvation_guard is None:
+        return default_starvation_guard_s(scheduler, predictor)
+    try:
+        return parse_starvation_guard(starvation_guard)
+    except ValueError as error:
+        raise click.BadParameter(str(error), param_hint="--starvation-guard") from None
+
+
+def spec_title(spec: RunSpec) -> str:
+    """The configuration's label, after its published name when it has one
+    (``EASY++ (guard 24 h) = easy-sjbf + ave2 + incremental + guard 24 h``)."""
+    name = spec.published_name
+    return spec.label if name is None else f"{name} = {spec.label}"
+
+
+def guard_sentence(spec: RunSpec, defaulted: bool) -> str:
+    """Which starvation guard a replay ran, and why, in one line."""
+    if spec.starvation_guard_s is None:
+        if spec.scheduler == "fcfs":
+            return "none (FCFS does not backfill)"
+        if defaulted and spec.predictor == "requested":
+            return "off (with the users' requested times it would change nothing)"
+        why = ("the published baselines are replayed unbounded, as published"
+               if defaulted else "--starvation-guard off")
+        return f"off ({why}; --starvation-guard 24h runs the bounded variant)"
+    hours = f"{spec.starvation_guard_s / 3600:g} h"
+    why = "hpcpredict's default for the learned predictor" if defaulted else "--starvation-guard"
+    return f"{hours} ({why}; --starvation-guard off runs it unbounded)"
 
 
 # ---------------------------------------------------------------------------- predict-eval
@@ -267,6 +300,16 @@ EVALUATED_PREDICTORS = ("learned", "ave2", "requested")
     help="Folder for the ECDF plots (PNG). Default: predict-eval-<log name>/ here.",
 )
 @click.option("--no-plots", is_flag=True, help="Only print the statistics.")
+@click.option(
+    "--starvation-guard",
+    "starvation_guard",
+    default=None,
+    metavar="DURATION|off",
+    help="The starvation guard every predictor is replayed under (simulate --starvation-guard "
+    "says what it does), so that they are compared under the same bound. Default: the learned "
+    "predictor's (24h, what simulate and the daemon run); off replays them unbounded (AVE2 is "
+    "then EASY++'s predictor as published).",
+)
 @lenient_option
 @format_option()
 def predict_eval(
@@ -278,6 +321,7 @@ def predict_eval(
     procs: int | None,
     plot_dir: Path | None,
     no_plots: bool,
+    starvation_guard: str | None,
     lenient: bool,
     output_format: str,
 ) -> None:
@@ -286,8 +330,9 @@ def predict_eval(
     Each predictor is replayed in the same simulation (--scheduler, --correction), since the
     learned features see the simulated running jobs; the initial prediction each job got at
     submission is compared with its runtime: MAE, median absolute error, mean --loss, how often
-    it under-predicts, and the AVEbsld it led to. Two ECDF plots (errors, predicted values)
-    are written as PNG.
+    it under-predicts, and the AVEbsld it led to. Every predictor runs under the same
+    starvation guard (--starvation-guard; the output says which). Two ECDF plots (errors,
+    predicted values) are written as PNG.
 
     \b
     Examples:
@@ -297,9 +342,11 @@ def predict_eval(
     """
     from hpcpredict.analysis import error_by_history, plot_ecdfs, prediction_stats
 
+    starvation_guard_s = guard_option_s(starvation_guard, scheduler, "learned")
     try:
         specs = [
-            RunSpec(scheduler, name, correction, slurm_params=slurm_params, **learning.spec_fields())
+            RunSpec(scheduler, name, correction, slurm_params=slurm_params,
+                    starvation_guard_s=starvation_guard_s, **learning.spec_fields())
             for name in EVALUATED_PREDICTORS
         ]
     except ValueError as error:
@@ -330,6 +377,7 @@ def predict_eval(
             "scheduler": scheduler,
             "correction": correction,
             "loss": loss,
+            "starvation_guard_s": starvation_guard_s,
             "predictors": {
                 name: {**stat.to_dict(), "ave_bsld": bsld,
                        "by_history": [bucket.to_dict() for bucket in buckets]}
@@ -342,6 +390,8 @@ def predict_eval(
     echo_skipped(workload)
     click.echo(f"{workload.name}: {len(workload.jobs):,} jobs, {scheduler} + {correction}, "
                f"loss {loss}")
+    click.echo(f"starvation guard, every predictor: "
+               f"{guard_sentence(specs[0], starvation_guard is None)}")
     rows = (
         ("MAE (s)", lambda st: f"{st.mae_s:,.0f}"),
         ("median |error| (s)", lambda st: f"{st.median_abs_error_s:,.0f}"),

@@ -9,6 +9,28 @@ import re
 # The starvation guard the daemon uses unless told otherwise (docs/results.md says how it was
 # chosen: leave-one-log-out under the max-wait bound).
 DEFAULT_STARVATION_GUARD_S = 86_400
+# When the guard falls due for a job (the simulator's `Scheduler.guard_rule`): "wait", once it has
+# waited DEFAULT_STARVATION_GUARD_S; "promise", as soon as it is later than the start plain EASY
+# promised it when it became the head (or has waited the guard's duration, whichever first).
+STARVATION_RULES = ("wait", "promise")
+# Predictors whose schedulers the literature names and publishes unbounded (EASY, EASY-SJBF,
+# EASY++, clairvoyant EASY / EASY-SJBF: docs/reproduction.md): their names mean no guard, so a
+# replay under their name runs without one unless asked; the bounded variant says so in its name.
+PUBLISHED_PREDICTORS = frozenset({"requested", "ave2", "clairvoyant"})
+
+
+def default_starvation_guard_s(scheduler: str, predictor: str) -> int | None:
+    """The guard a replay runs when none is given: hpcpredict's own default (the learned
+    predictor, as the daemon runs it) is bounded; a published baseline (an EASY scheduler with
+    requested, AVE2 or clairvoyant times) is replayed as published, unbounded; FCFS has no
+    backfilling to guard. Under the SLURM model (`slurm-backfill`, no published baseline) the
+    guard is the daemon's, which acts on any lowered limit: on unless the times are the requests
+    (where it changes nothing)."""
+    if scheduler == "fcfs" or predictor == "requested":
+        return None
+    if scheduler in ("easy", "easy-sjbf") and predictor in PUBLISHED_PREDICTORS:
+        return None
+    return DEFAULT_STARVATION_GUARD_S
 _DURATION = re.compile(r"(\d+)\s*(s|m|h|d)?")
 _UNIT_S = {None: 1, "s": 1, "m": 60, "h": 3600, "d": 86_400}
 

@@ -65,6 +65,8 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from hpcpredict.learn import all_losses, parse_loss
 from hpcpredict.learn.losses import display_name
 from hpcpredict.sim.metrics import compute_metrics
@@ -82,6 +84,21 @@ class LogEntry:
     name: str
     path: str  # absolute
     procs: int | None = None
+    # A part of the log in time (`hpcpredict tune`), by the cleaned log's own submit times: only
+    # the jobs submitted before `submit_until_s` are replayed; the metrics are taken over the
+    # jobs submitted at or after `measure_from_s` (all of them are replayed).
+    submit_until_s: int | None = None
+    measure_from_s: int | None = None
+
+    def identity(self) -> dict[str, object]:
+        """What makes two entries the same log for a run's key (the parts only when set, so
+        the keys of whole logs are what they always were)."""
+        identity: dict[str, object] = {"log": self.name, "procs": self.procs}
+        if self.submit_until_s is not None:
+            identity["submit_until_s"] = self.submit_until_s
+        if self.measure_from_s is not None:
+            identity["measure_from_s"] = self.measure_from_s
+        return identity
 
 
 @dataclass(frozen=True)
@@ -102,8 +119,7 @@ class Cell:
         Replica 0 is the log itself whatever the shake and seed, and keeps the identity cells had
         before replicas existed, so stored unshaken runs are never recomputed.
         """
-        identity: dict[str, object] = {"log": self.log.name, "procs": self.log.procs,
-                                       **self.spec.to_dict()}
+        identity: dict[str, object] = {**self.log.identity(), **self.spec.to_dict()}
         if self.replica:
             identity.update(replica=self.replica, shake_s=self.shake_s, seed=self.seed)
         return hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()[:32]
@@ -321,22 +337,35 @@ class CellResult:
 
 
 @lru_cache(maxsize=2)  # a worker runs many cells of one log in a row: load it once
-def _workload(path: str, procs: int | None) -> Workload:
+def _workload(path: str, procs: int | None, submit_until_s: int | None = None) -> Workload:
+    if submit_until_s is not None:
+        whole = _workload(path, procs)
+        return dataclasses.replace(
+            whole, jobs=[job for job in whole.jobs if job.submit_s < submit_until_s])
     return load_workload(path, machine_procs=procs)
 
 
 @lru_cache(maxsize=2)  # ... and of one replica in a row: shake it once
-def _replica(path: str, procs: int | None, number: int, shake_s: int, seed: int) -> Workload:
-    return replica(_workload(path, procs), number, shake_s=shake_s, seed=seed)
+def _replica(path: str, procs: int | None, number: int, shake_s: int, seed: int,
+             submit_until_s: int | None = None) -> Workload:
+    return replica(_workload(path, procs, submit_until_s), number, shake_s=shake_s, seed=seed)
 
 
 def run_cell(cell: Cell) -> CellResult:
     """Simulate one cell; runs in a worker process (local or Dask), touches no store."""
-    workload = _replica(cell.log.path, cell.log.procs, cell.replica, cell.shake_s, cell.seed)
+    log = cell.log
+    workload = _replica(log.path, log.procs, cell.replica, cell.shake_s, cell.seed,
+                        log.submit_until_s)
     result = run(workload, cell.spec)
+    measured = None
+    if log.measure_from_s is not None:  # by the log's own submit times, not the shaken ones
+        later = {job.job_id for job in _workload(log.path, log.procs).jobs
+                 if job.submit_s >= log.measure_from_s}
+        measured = np.fromiter((job.job_id in later for job in result.jobs), dtype=bool,
+                               count=len(result.jobs))
     return CellResult(
         key=cell.key,
-        metrics=compute_metrics(result).to_dict(),
+        metrics=compute_metrics(result, measured).to_dict(),
         wall_time_s=result.wall_time_s,
         host=os.uname().nodename,
     )

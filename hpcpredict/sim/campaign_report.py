@@ -94,8 +94,9 @@ def leave_one_log_out(table: pd.DataFrame, allowed: pd.DataFrame | None = None) 
 def replica_summary(
     runs: pd.DataFrame, labels: list[str], reference: str = "EASY++"
 ) -> pd.DataFrame:
-    """Per (configuration, log): replicas, AVEbsld mean and 95% CI, mean p99 and max wait (h),
-    and the paired difference of AVEbsld and max wait against `reference` on the same replicas."""
+    """Per (configuration, log): replicas, AVEbsld mean and 95% CI, mean p99 and max wait (h) and
+    their CIs, and the paired differences of AVEbsld, p99 and max wait against `reference` on the
+    same replicas."""
     if "replica" not in runs:  # runs of a single replay
         runs = runs.assign(replica=0)
     rows = []
@@ -109,10 +110,15 @@ def replica_summary(
             "p99 wait h": group["m_p99_wait_s"].mean() / 3600 if "m_p99_wait_s" in group else np.nan,
             "max wait h": group["m_max_wait_s"].mean() / 3600 if "m_max_wait_s" in group else np.nan,
         }
+        for metric, name in (("m_p99_wait_s", "p99 wait h"), ("m_max_wait_s", "max wait h")):
+            if metric in group and len(group) > 1:  # the waits' 95% CIs, in hours
+                wait = mean_ci(group[metric].to_numpy() / 3600)
+                row[f"{name} CI"] = f"{wait.ci_low:,.1f}-{wait.ci_high:,.1f}"
         others = runs[(runs["label"] == reference) & (runs["log"] == log)]
         paired = group.merge(others, on="replica", suffixes=("", "_ref"))
         if label != reference and len(paired):
-            for metric, name in (("ave_bsld", "AVEbsld"), ("m_max_wait_s", "max wait")):
+            for metric, name in (("ave_bsld", "AVEbsld"), ("m_p99_wait_s", "p99 wait"),
+                                 ("m_max_wait_s", "max wait")):
                 if metric not in paired:
                     continue
                 difference = paired_difference(paired[metric].to_numpy(),

@@ -73,9 +73,13 @@ def bounded_slowdown(wait_s: np.ndarray, run_s: np.ndarray, tau_s: float = BSLD_
     return np.maximum((wait_s + run_s) / np.maximum(run_s, tau_s), 1.0)
 
 
-def compute_metrics(result: SimulationResult) -> Metrics:
+def compute_metrics(result: SimulationResult, measured: np.ndarray | None = None) -> Metrics:
+    """The replay's figures over every job, or over the jobs `measured` marks (a boolean mask in
+    the jobs' order: `hpcpredict tune` judges a later part of a log replayed whole)."""
     columns = job_arrays(result)
-    count = len(result.jobs)
+    if measured is not None:
+        columns = {name: column[measured] for name, column in columns.items()}
+    count = len(columns["submit_s"])
     if count == 0:
         raise ValueError("no jobs to measure: the log is empty after cleaning")
     bsld = columns["bsld"]

@@ -114,21 +114,59 @@ def paired_difference(
     )
 
 
+def smallest_sign_p(replicas: int) -> float:
+    """The lowest p-value the exact two-sided sign test can reach on `replicas` pairs (all won):
+    2 / 2**n, 0.0625 with 5 replicas, 0.002 with 10."""
+    return min(1.0, 2.0 / 2.0**replicas)
+
+
 def describe_change(name: str, difference: PairedDifference) -> str:
-    """One plain sentence, e.g. 'AVEbsld -23.1% (95% CI -25.0% to -21.2%; lower on 10 of 10
-    replicas, sign test p=0.002): significantly lower'."""
+    """One plain sentence whose verdict is the paired t interval's, with the sign test beside it
+    and said to be beside it, e.g. 'AVEbsld -23.1% (95% CI -25.0% to -21.2%): significantly lower
+    by the paired t interval; lower on 10 of 10 replicas (sign test p=0.002)'."""
     if difference.n < 2:
         return f"{name} {difference.relative:+.1%} (one replay: no confidence interval)"
     if not difference.significant:
-        verdict = "NOT significant (the CI includes 0)"
+        verdict = "NOT significant: the paired t interval includes 0"
     else:
-        verdict = "significantly " + ("lower" if difference.ci_high < 0 else "higher")
-    sign = ("" if math.isnan(difference.sign_p_value)
-            else f", sign test p={difference.sign_p_value:.2g}")
+        verdict = ("significantly " + ("lower" if difference.ci_high < 0 else "higher")
+                   + " by the paired t interval")
+    sign = ""
+    if not math.isnan(difference.sign_p_value):
+        sign = f" (sign test p={difference.sign_p_value:.2g}"
+        floor = smallest_sign_p(difference.n)
+        if floor > 1 - CONFIDENCE:
+            sign += f"; with {difference.n} replicas it cannot go below {floor:.2g}"
+        sign += ")"
     return (
         f"{name} {difference.relative:+.1%} (95% CI {difference.relative_ci_low:+.1%} to "
-        f"{difference.relative_ci_high:+.1%}; lower on {difference.wins} of {difference.n} "
-        f"replicas{sign}): {verdict}"
+        f"{difference.relative_ci_high:+.1%}): {verdict}; lower on {difference.wins} of "
+        f"{difference.n} replicas{sign}"
+    )
+
+
+def tail_warning(
+    average: PairedDifference, tails: dict[str, PairedDifference]
+) -> str | None:
+    """The sentence an administrator needs when the average gets better and the tail worse:
+    `average` is AVEbsld's difference, `tails` the waits' (name -> difference). None when the
+    average is not better, or no tail is worse on average over the replicas."""
+    if not average.mean < 0:
+        return None
+    worse = {name: tail for name, tail in tails.items() if tail.mean > 0}
+    if not worse:
+        return None
+    parts = []
+    for name, tail in worse.items():
+        certainty = ("significantly" if tail.significant else "within the noise"
+                     if tail.n >= 2 else "on one replay")
+        parts.append(f"{name} {tail.relative:+.0%} ({certainty})")
+    firm = "" if average.n < 2 or average.significant else " (itself within the noise)"
+    return (
+        f"In plain words: the average job waits less (AVEbsld {average.relative:+.1%}{firm}), but "
+        f"the unluckiest jobs wait longer ({', '.join(parts)}): a gain on average paid by a few "
+        "jobs that wait far longer. Keep a starvation guard on, or choose one with "
+        "`hpcpredict tune` (docs/tune.md)."
     )
 
 

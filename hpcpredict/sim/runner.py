@@ -36,7 +36,7 @@ from hpcpredict.corrections import CORRECTION_NAMES, make_correction
 from hpcpredict.corrections.survival import DEFAULT_SURVIVAL_QUANTILE
 from hpcpredict.sim.metrics import Metrics, compute_metrics
 from hpcpredict.sim.replica_stats import PairedDifference, mean_ci, paired_difference
-from hpcpredict.sim.schedulers import SCHEDULERS
+from hpcpredict.sim.schedulers import GUARD_RULES, SCHEDULERS
 from hpcpredict.sim.slurm_backfill import NAME as SLURM_BACKFILL
 from hpcpredict.sim.slurm_backfill import SlurmBackfill, SlurmParams, simulate_slurm
 from hpcpredict.sim.shaking import DEFAULT_SEED, DEFAULT_SHAKE_S, replica
@@ -63,6 +63,9 @@ class RunSpec:
     negative: NegativeRule = DEFAULT_NEGATIVE
     loss_unit_s: float = DEFAULT_LOSS_UNIT_S
     starvation_guard_s: int | None = None  # None: off (schedulers.Scheduler says what it does)
+    # When the guard falls due for a head: "wait" (after starvation_guard_s) or "promise" (once
+    # later than plain EASY's promise when it became the head, or after starvation_guard_s).
+    guard_rule: str = "wait"
     censor_at_limit: bool = DEFAULT_CENSOR_AT_LIMIT  # learn jobs killed at their limit as bounds
     feature_scaling: str = DEFAULT_FEATURE_SCALING  # "robust": log break time, no extrapolation
     per_user_experts: bool = DEFAULT_PER_USER_EXPERTS  # per user: learned, AVE2 or the request
@@ -129,6 +132,14 @@ class RunSpec:
                 )
             if self.scheduler != SLURM_BACKFILL and SCHEDULERS[self.scheduler].backfill_order is None:
                 raise ValueError(f"the starvation guard needs a backfilling scheduler, not {self.scheduler}")
+        if self.guard_rule not in GUARD_RULES:
+            raise ValueError(f"unknown guard rule {self.guard_rule!r}; one of {', '.join(GUARD_RULES)}")
+        if self.guard_rule != "wait":
+            if self.starvation_guard_s is None:
+                raise ValueError(f"the guard rule {self.guard_rule!r} needs a starvation guard")
+            if self.scheduler == SLURM_BACKFILL:
+                raise ValueError(f"the guard rule {self.guard_rule!r} is modelled for the EASY "
+                                 f"schedulers only, not {SLURM_BACKFILL}")
 
     @property
     def label(self) -> str:
@@ -166,12 +177,27 @@ class RunSpec:
         """`` + guard 24 h`` when the starvation guard is on, else empty."""
         if self.starvation_guard_s is None:
             return ""
-        return f" + guard {self.starvation_guard_s / 3600:g} h"
+        rule = "" if self.guard_rule == "wait" else f"{self.guard_rule} or "
+        return f" + guard {rule}{self.starvation_guard_s / 3600:g} h"
+
+    @property
+    def published_name(self) -> str | None:
+        """The literature's name of this configuration (docs/reproduction.md), e.g. ``EASY++``,
+        or ``EASY++ (guard 24 h)`` for its bounded variant; None if it has none. A published
+        name without a guard is the unbounded scheduler, as published."""
+        name = PUBLISHED_NAMES.get((self.scheduler, self.predictor, self.correction))
+        if name is None or self.decide_on_correction:
+            return None
+        if self.starvation_guard_s is None:
+            return name
+        return f"{name} ({self.guard_label.removeprefix(' + ')})"
 
     def to_dict(self) -> dict[str, object]:
         settings = asdict(self)
         if self.starvation_guard_s is None:  # off: absent, so older campaign keys stay valid
             settings.pop("starvation_guard_s")
+        if self.guard_rule == "wait":  # the rule every earlier guard had: absent, keys stay valid
+            settings.pop("guard_rule")
         if not self.slurm_params:  # defaults or another scheduler: absent, older keys stay valid
             settings.pop("slurm_params")
         # The same for the learner's options added later: absent while at their default.
@@ -194,6 +220,17 @@ class RunSpec:
                         "feature_scaling", "per_user_experts", "calibration_alpha"):
                 settings.pop(key, None)
         return settings
+
+
+# (scheduler, predictor, correction) -> the name the literature gives it (Gaussier et al., SC 2015;
+# docs/reproduction.md reproduces each one's published AVEbsld, unbounded).
+PUBLISHED_NAMES: dict[tuple[str, str, str], str] = {
+    ("easy", "requested", "requested"): "EASY",
+    ("easy-sjbf", "requested", "requested"): "EASY-SJBF",
+    ("easy-sjbf", "ave2", "incremental"): "EASY++",
+    ("easy", "clairvoyant", "requested"): "clairvoyant EASY",
+    ("easy-sjbf", "clairvoyant", "requested"): "clairvoyant EASY-SJBF",
+}
 
 
 def feature_context(workload: Workload) -> FeatureContext:
@@ -242,7 +279,8 @@ def run(
         return result
     scheduler = SCHEDULERS[spec.scheduler]
     if spec.starvation_guard_s is not None:
-        scheduler = dataclasses.replace(scheduler, starvation_guard_s=spec.starvation_guard_s)
+        scheduler = dataclasses.replace(scheduler, starvation_guard_s=spec.starvation_guard_s,
+                                        guard_rule=spec.guard_rule)
     result = simulate(
         workload.jobs,
         workload.machine_procs,
@@ -289,6 +327,7 @@ class ReplicatedRuns:
         several replicas every replica's metrics and the summary of SUMMARISED_METRICS."""
         data: dict[str, object] = {
             "label": self.specs[configuration].label,
+            "published_name": self.specs[configuration].published_name,
             "settings": self.specs[configuration].to_dict(),
             "metrics": self.metrics[configuration][0].to_dict(),
             "wall_time_s": round(self.wall_time_s[configuration][0], 3),

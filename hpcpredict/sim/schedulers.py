@@ -34,6 +34,7 @@ from hpcpredict.sim.backfill_kernel import (
     WORK_ROW,
     backfill_pass,
 )
+from hpcpredict.corrections.starvation import STARVATION_RULES
 from hpcpredict.sim.profile import RunningProfile
 
 _NO_KEY = np.iinfo(np.int64).max
@@ -65,7 +66,7 @@ class WaitingQueue:
     __slots__ = (
         "table", "procs", "prediction_s", "sjbf_key", "is_waiting", "_order", "_size", "count",
         "_head", "procs_list", "prediction_list", "waiting_list", "requested_s", "requested_list",
-        "submit_list", "work", "_last_added", *_MEMORY_VIEWS,
+        "submit_list", "work", "_last_added", "guard_due_list", "promised_list", *_MEMORY_VIEWS,
     )
 
     def __init__(
@@ -85,6 +86,10 @@ class WaitingQueue:
             self.requested_s[:] = requested_s
         self.requested_list: list[int] = self.requested_s.tolist()
         self.submit_list: list[int] = submit_s if submit_s is not None else [0] * size
+        # When the starvation guard falls due for each job (`Scheduler.guard_due`), and whether
+        # the "promise" rule has fixed it yet (it does so once, when the job is first the head).
+        self.guard_due_list: list[int] = list(self.submit_list)  # `set_guard_wait` sets them
+        self.promised_list: list[bool] = [False] * size
         self.sjbf_key[:] = _NO_KEY
         self._order = np.empty(max(16, min(size, 1024)), dtype=np.int64)  # indices, ascending
         self._size = 0  # used length of _order, stale entries included
@@ -102,6 +107,11 @@ class WaitingQueue:
         self.procs_list: list[int] = self.procs.tolist()
         self.prediction_list: list[int] = [0] * size
         self.waiting_list: list[bool] = [False] * size
+
+    def set_guard_wait(self, wait_s: int) -> None:
+        """The starvation guard falls due once a job has waited `wait_s` (earlier under the
+        "promise" rule: `Scheduler._note_new_head`)."""
+        self.guard_due_list = [submit_s + wait_s for submit_s in self.submit_list]
 
     def _bind_rows(self) -> None:
         """The named arrays (`_ROW_VIEWS`) as views of the table's rows, and the memoryviews
@@ -210,13 +220,34 @@ class Scheduler:
     name: str
     backfill_order: str | None  # None | "fcfs" | "shortest_prediction"
     starvation_guard_s: int | None = None
+    # When the guard falls due for a head (`GUARD_RULES`): "wait", once it has waited
+    # `starvation_guard_s`; "promise", once it is later than the start plain EASY promised it
+    # when it became the head (its reservation on the running jobs' requests then), or has
+    # waited `starvation_guard_s`, whichever comes first.
+    guard_rule: str = "wait"
+
+    def __post_init__(self) -> None:
+        if self.guard_rule not in GUARD_RULES:
+            raise ValueError(f"unknown guard rule {self.guard_rule!r}; one of {', '.join(GUARD_RULES)}")
 
     def guard_due(self, now_s: int, waiting: WaitingQueue, head: int) -> bool:
         """Has `head` waited long enough for the starvation guard?"""
-        return (
-            self.starvation_guard_s is not None
-            and now_s - waiting.submit_list[head] >= self.starvation_guard_s
-        )
+        return self.starvation_guard_s is not None and now_s >= waiting.guard_due_list[head]
+
+    def _note_new_head(
+        self, now_s: int, waiting: WaitingQueue, head: int, requested_profile: RunningProfile | None
+    ) -> None:
+        """Under the "promise" rule, fix when the guard falls due for a job the first time it is
+        the head: at plain EASY's promise (its shadow time on the running jobs' requests, which
+        cannot slide), unless its wait reaches `starvation_guard_s` first."""
+        if self.guard_rule != "promise" or waiting.promised_list[head]:
+            return
+        if requested_profile is None:
+            raise ValueError("the starvation guard needs the running jobs by requested end")
+        waiting.promised_list[head] = True
+        promise_s = requested_profile.reservation(waiting.procs_list[head], now_s)[0]
+        if promise_s < waiting.guard_due_list[head]:
+            waiting.guard_due_list[head] = promise_s
 
     def schedule(
         self,
@@ -243,6 +274,8 @@ class Scheduler:
         if self.backfill_order is None or waiting.count == 0:
             return None
         head = waiting.head()
+        if self.starvation_guard_s is not None:
+            self._note_new_head(now_s, waiting, head, requested_profile)
         guarded = self.starvation_guard_s is not None and self.guard_due(now_s, waiting, head)
         if guarded:
             if requested_profile is None:
@@ -331,6 +364,8 @@ class Reservation(NamedTuple):
     extra: int
     guarded: bool = False  # computed by the starvation guard's rule (requested times)
 
+
+GUARD_RULES = STARVATION_RULES  # corrections.starvation: one list for the simulator and the daemon
 
 SCHEDULERS: dict[str, Scheduler] = {
     scheduler.name: scheduler

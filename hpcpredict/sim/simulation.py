@@ -127,6 +127,8 @@ class Simulation:
             np.asarray(self.procs, dtype=np.int64), np.asarray(self.requested_s, dtype=np.int64),
             self.submit_s,
         )
+        if scheduler.starvation_guard_s is not None:
+            self.waiting.set_guard_wait(scheduler.starvation_guard_s)
         self.profile = RunningProfile(machine_procs)
         # The running jobs by requested end, for the starvation guard's reservations (requests,
         # unlike predictions, never move: Scheduler's docstring).

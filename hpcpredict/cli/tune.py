@@ -1,0 +1,230 @@
+"""``hpcpredict tune``: the starvation bound and correction chosen on a site's own history, checked
+out of sample, written as a daemon.toml fragment (thin over hpcpredict.sim.tune)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import click
+
+from hpcpredict.cli.common import check_file, load_log, require_jobs, run_into_store
+from hpcpredict.cli.options import (
+    LearningSettings,
+    format_option,
+    learning_options,
+    lenient_option,
+    log_argument,
+    procs_option,
+    slurm_settings_options,
+)
+from hpcpredict.sim.replica_stats import PairedDifference
+from hpcpredict.sim.runner import RunSpec
+from hpcpredict.sim.shaking import DEFAULT_SEED, DEFAULT_SHAKE_S
+from hpcpredict.sim.slurm_backfill import NAME as SLURM_BACKFILL
+
+_HOURS = {"p99_wait_s", "max_wait_s"}
+_NAMES = {"ave_bsld": "AVEbsld", "p99_wait_s": "p99 wait h", "max_wait_s": "max wait h"}
+
+
+@click.command()
+@log_argument
+@click.option(
+    "--scheduler", type=click.Choice(["easy-sjbf", "easy", SLURM_BACKFILL]), default="easy-sjbf",
+    show_default=True,
+    help="The model of the site's scheduler: slurm-backfill for SLURM (with --slurm-conf), or the "
+    "EASY family. The bound is judged against the same scheduler on the users' requests.",
+)
+@slurm_settings_options
+@learning_options
+@procs_option()
+@click.option("--split", type=click.FloatRange(0, 1, min_open=True, max_open=True), default=2 / 3,
+              show_default="2/3",
+              help="Share of the jobs, in submission order, in the earlier part (where the "
+              "settings are chosen); the rest checks the choice out of sample.")
+@click.option("--corrections", default="incremental,survival", show_default=True,
+              help="Corrections tried, comma-separated (with every bound of the grid).")
+@click.option("--replicas", type=click.IntRange(min=2), default=10, show_default=True,
+              help="Shaken replicas of each part (replica 0 is the history itself).")
+@click.option("--shake", "shake_s", type=click.IntRange(min=0), default=DEFAULT_SHAKE_S,
+              show_default=True, help="Seconds each replica moves every submission by, at most.")
+@click.option("--seed", type=click.IntRange(min=0), default=DEFAULT_SEED, show_default=True)
+@click.option("--jobs", "-j", type=click.IntRange(min=1), default=None,
+              help="Replays run at once. Default: one per core (local) or per Dask worker.")
+@click.option("--executor", type=click.Choice(["local", "dask"]), default="local",
+              show_default=True, help="As for `hpcpredict campaign`.")
+@click.option("--scheduler-address", default=None, help="Dask scheduler, e.g. tcp://host:8786.")
+@click.option("--store", "store_url", default="hpcpredict-tune.sqlite", show_default=True,
+              metavar="FILE.jsonl|URL|FILE.sqlite",
+              help="Where finished replays are kept: the same command run again resumes there "
+              "and recomputes nothing.")
+@click.option("--write", "fragment_path", type=click.Path(dir_okay=False, path_type=Path),
+              default=None, help="Also write the daemon.toml fragment to this file.")
+@lenient_option
+@format_option()
+def tune(
+    log: Path, scheduler: str, slurm_params: str, learning: LearningSettings, procs: int | None,
+    split: float, corrections: str, replicas: int, shake_s: int, seed: int, jobs: int | None,
+    executor: str, scheduler_address: str | None, store_url: str, fragment_path: Path | None,
+    lenient: bool, output_format: str,
+) -> None:
+    """Choose the starvation bound and correction for a site from its own HISTORY (SWF, e.g.
+    from `hpcpredict slurm-convert`), and show the evidence.
+
+    The history is split in time. On the earlier part, every setting of a small grid (the
+    starvation guard after 12, 24 or 48 h of waiting, each with every --corrections) is replayed
+    on shaken replicas with the model of the site's scheduler; the choice is the lowest mean
+    AVEbsld whose longest wait stays within 1.25x the plain scheduler's (plain EASY on the users'
+    requests; the SLURM model on them with slurm-backfill) and whose p99 wait is no worse
+    (relaxed, and said so, when no setting keeps both). The later part then checks the choice out of sample against hpcpredict's
+    default and the plain scheduler. Prints AVEbsld, p99 and max wait with 95% CIs, and the
+    daemon.toml fragment (docs/tune.md).
+
+    \b
+    Examples:
+      hpcpredict tune swf/KTH-SP2-sample.swf --replicas 3 -j 2
+      hpcpredict tune swf/KTH-SP2-sample.swf --scheduler slurm-backfill \\
+          --slurm-params bf_interval=30 --write tune.toml    # or --slurm-conf your slurm.conf
+    """
+    from hpcpredict.sim import tune as tuning
+    from hpcpredict.sim.campaign_store import StoreError, open_store
+
+    try:
+        base = RunSpec(scheduler, "learned", "incremental", slurm_params=slurm_params,
+                       **learning.spec_fields())
+        tried = tuning.grid(base, [c.strip() for c in corrections.split(",") if c.strip()])
+    except ValueError as error:
+        raise click.BadParameter(str(error)) from None
+    if fragment_path is not None:
+        check_file(fragment_path, "--write")
+    workload = load_log(log, procs, lenient)
+    require_jobs(workload, log)
+    try:
+        split_at_s = tuning.split_s(workload, split)
+    except ValueError as error:
+        raise click.ClickException(f"{log}: {error}") from None
+    if store_url.endswith(".sqlite"):
+        store_url = f"sqlite:///{Path(store_url).resolve()}"
+    parts = tuning.parts(workload.name, str(log.resolve()), procs, split_at_s)
+    plain, default = tuning.plain_setting(base), tuning.default_setting(base)
+    chooser = [plain, *tried]
+    choose_cells = tuning.cells(parts.earlier, chooser, replicas, shake_s, seed)
+    evidence = _run(f"tune {workload.name}: choosing", choose_cells, store_url, executor, jobs,
+                    scheduler_address, open_store, StoreError)
+    by_label = {setting.label: _evidence(tuning, evidence, choose_cells, setting.label)
+                for setting in chooser}
+    choice = tuning.choose([by_label[s.label] for s in tried], by_label["plain"])
+    chosen = next(setting for setting in tried if setting.label == choice.label)
+    checked = [chosen, *([default] if default.label != chosen.label else []), plain]
+    check_cells = tuning.cells(parts.later, checked, replicas, shake_s, seed)
+    checking = _run(f"tune {workload.name}: checking", check_cells, store_url, executor, jobs,
+                    scheduler_address, open_store, StoreError)
+    later = {setting.label: _evidence(tuning, checking, check_cells, setting.label)
+             for setting in checked}
+    fragment = tuning.daemon_fragment(chosen.spec, log.name, choice)
+    if fragment_path is not None:
+        fragment_path.write_text(fragment)
+    earlier_rows = [by_label[s.label] for s in (chosen, default, plain) if s.label in by_label]
+    if default.label not in by_label:  # the default is outside the grid (another correction)
+        earlier_rows = [by_label[chosen.label], by_label["plain"]]
+    if output_format == "json":
+        click.echo(json.dumps({
+            "log": str(log), "jobs": len(workload.jobs), "split_s": split_at_s,
+            "earlier_jobs": sum(job.submit_s < split_at_s for job in workload.jobs),
+            "scheduler": scheduler, "replicas": replicas, "shake_s": shake_s, "seed": seed,
+            "chosen": {"label": chosen.label, "settings": chosen.spec.to_dict(), "rule": choice.rule},
+            "default": default.label,
+            "earlier": {label: _summary(e) for label, e in by_label.items()},
+            "later": {label: _summary(e) for label, e in later.items()},
+            "later_vs_default": _pairs(later[chosen.label], later.get(default.label)),
+            "later_vs_plain": _pairs(later[chosen.label], later["plain"]),
+            "daemon_toml": fragment,
+        }, indent=2))
+        return
+    earlier_jobs = sum(job.submit_s < split_at_s for job in workload.jobs)
+    click.echo(f"{workload.name}: {len(workload.jobs):,} jobs; earlier part {earlier_jobs:,} jobs "
+               f"(choice), later part {len(workload.jobs) - earlier_jobs:,} jobs (check); "
+               f"{replicas} replicas, {scheduler}{f'({slurm_params})' if slurm_params else ''}")
+    click.echo(f"\nEarlier part, every setting tried (means over the replicas, 95% CI):")
+    _table([by_label[s.label] for s in chooser], chosen.label)
+    click.echo(f"\nchosen: {chosen.label} ({choice.rule})")
+    click.echo("\nLater part, out of sample (the whole history replayed, the later jobs judged):")
+    _table([later[s.label] for s in checked], chosen.label)
+    for other in ([default] if default.label != chosen.label else []) + [plain]:
+        click.echo(f"\n{chosen.label} against {other.label}, paired over the replicas:")
+        for metric, difference in later[chosen.label].against(later[other.label]).items():
+            click.echo(f"  {_NAMES[metric]}: {_difference(difference)}")
+    ratio = later[chosen.label].mean("max_wait_s") / max(1.0, later["plain"].mean("max_wait_s"))
+    p99 = later[chosen.label].against(later["plain"])["p99_wait_s"]
+    p99_verdict = ("no worse than plain's" if p99.mean <= 0 else
+                   f"WORSE than plain's ({p99.relative:+.1%}, "
+                   + ("significantly)" if p99.significant else "within the noise)"))
+    click.echo(f"\nOut of sample the longest wait is {ratio:.2f}x plain's "
+               f"({'within' if ratio <= tuning.MAX_WAIT_BOUND else 'OVER'} the "
+               f"{tuning.MAX_WAIT_BOUND:g}x bound) and the p99 wait is {p99_verdict}.")
+    click.echo(f"\ndaemon.toml{f' (written to {fragment_path})' if fragment_path else ''}:\n")
+    click.echo(fragment, nl=False)
+
+
+def _run(name, cells, store_url, executor, jobs, address, open_store, store_error):  # type: ignore[no-untyped-def]
+    """Run the cells not stored yet, then read every cell's metrics back from the store."""
+    try:
+        store = open_store(store_url)
+    except store_error as error:
+        raise click.ClickException(str(error)) from None
+    done = store.done_keys()
+    todo = [cell for cell in cells if cell.key not in done]
+    click.echo(f"{name}: {len(cells):,} replays, {len(cells) - len(todo):,} already stored "
+               f"({store.url})", err=True)
+    if todo:
+        run_into_store(name, todo, store, done, executor=executor, jobs=jobs,
+                       scheduler_address=address)
+        store = open_store(store_url)
+    try:
+        frame = store.frame(cell.key for cell in cells)
+    finally:
+        store.close()
+    return frame.set_index("key")
+
+
+def _evidence(tuning, frame, cells, label):  # type: ignore[no-untyped-def]
+    """One setting's metrics, replica by replica (cells are in replica order)."""
+    keys = [cell.key for cell in cells if cell.label == label]
+    return tuning.Evidence.of(label, {
+        metric: [float(frame.at[key, f"m_{metric}"]) for key in keys] for metric in tuning.JUDGED})
+
+
+def _value(metric: str, value: float) -> str:
+    return f"{value / 3600:,.1f}" if metric in _HOURS else f"{value:,.2f}"
+
+
+def _table(rows, chosen_label: str) -> None:  # type: ignore[no-untyped-def]
+    width = max(len(row.label) for row in rows) + 2
+    click.echo(f"  {'setting':<{width}}" + "".join(f"{_NAMES[m]:>24}" for m in _NAMES))
+    for row in rows:
+        cells = []
+        for metric in _NAMES:
+            estimate = row.estimates[metric]
+            cells.append(f"{_value(metric, estimate.mean)} ({_value(metric, estimate.ci_low)}-"
+                         f"{_value(metric, estimate.ci_high)})")
+        mark = "*" if row.label == chosen_label else " "
+        click.echo(f"{mark} {row.label:<{width}}" + "".join(f"{cell:>24}" for cell in cells))
+
+
+def _difference(difference: PairedDifference) -> str:
+    verdict = ("significantly " + ("lower" if difference.ci_high < 0 else "higher")
+               if difference.significant else "not significant")
+    return (f"{difference.relative:+.1%} (95% CI {difference.relative_ci_low:+.1%} to "
+            f"{difference.relative_ci_high:+.1%}), lower on {difference.wins} of {difference.n}: "
+            f"{verdict}")
+
+
+def _summary(evidence) -> dict[str, object]:  # type: ignore[no-untyped-def]
+    return {metric: {**evidence.estimates[metric].to_dict(), "replicas": evidence.values[metric]}
+            for metric in evidence.estimates}
+
+
+def _pairs(chosen, other) -> dict[str, object] | None:  # type: ignore[no-untyped-def]
+    if other is None:
+        return None
+    return {metric: difference.to_dict() for metric, difference in chosen.against(other).items()}
