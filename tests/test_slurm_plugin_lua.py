@@ -401,6 +401,24 @@ def test_a_finished_job_is_learned_by_the_daemon(plugin_dir: Path, daemon: Runni
         assert row.killed_at_lowered_limit is False
 
 
+@pytest.mark.parametrize("limit", [NO_VAL, INFINITE])
+def test_a_job_without_a_time_limit_is_acknowledged_and_not_recorded(
+    plugin_dir: Path, daemon: Running, limit: int
+) -> None:
+    """No --time (SLURM holds no limit: INFINITE, or NO_VAL): jobcomp.lua sends no time_limit, and
+    the daemon acknowledges the END without recording the job (docs/protocol.md), so the report
+    is neither spooled nor logged as refused, and nothing is learned."""
+    result = run_lua(plugin_dir, "jobcomp.lua", "comp", **finished(job_id=70, time_limit=limit, admin_comment="none"))
+    assert result["logs"] == [] and not (plugin_dir / "jobcomp.spool").exists()
+    assert daemon.service.job_status(70) is None and daemon.service.model_updates == 0
+    with daemon.client() as client:  # the answer it got, and a known job's END without the field
+        answer = client.request("END", job=71, uid=1000, procs=2, submit=900, start=900, end=990)
+        assert answer["applied"] == "0" and "no time limit" in answer["note"]
+        client.request("SUBMIT", job=72, uid=1000, procs=2, time_limit=600, submit=900)
+        assert client.request("END", job=72, uid=1000, procs=2, run=90, end=990)["applied"] == "1"
+    assert daemon.service.job_status(72) == "ended"
+
+
 def test_a_timeout_below_the_request_is_a_lowered_kill(plugin_dir: Path, daemon: Running) -> None:
     run_lua(plugin_dir, "jobcomp.lua", "comp", **finished(job_id=43, job_state=6, end_time=1_610))
     with daemon.service.store.session() as session:

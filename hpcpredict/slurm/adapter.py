@@ -23,6 +23,8 @@ logger = logging.getLogger(__name__)
 NO_VAL = 0xFFFFFFFE
 INFINITE = 0xFFFFFFFF
 DEFAULT_TIMEOUT_S = 30.0
+# Every job slurmctld still holds, ended ones included (24.11+ lists ended jobs only when asked).
+SQUEUE_ALL_JOBS = ("squeue", "--json", "--states=all")
 # States in which a job has ended (its end_time is real, not the end its limit allows).
 ENDED_STATES = frozenset({"COMPLETED", "FAILED", "TIMEOUT", "CANCELLED", "NODE_FAIL", "PREEMPTED",
                           "BOOT_FAIL", "DEADLINE", "OUT_OF_MEMORY"})
@@ -115,12 +117,18 @@ class CliBackend:
         self._run = runner
 
     def jobs(self) -> list[SlurmJob]:
-        """Pending, running and recently ended jobs (for MinJobAge), from ``squeue --json``."""
-        done = self._run(["squeue", "--json"], self.timeout_s)
+        """Pending, running and recently ended jobs (for MinJobAge), from ``squeue --json -t all``.
+
+        The states are asked for on every version: a bare ``squeue --json`` lists ended jobs on
+        22.05 but not on 24.11 and later ("Zero jobs to dump" with finished jobs inside
+        MinJobAge), and the watcher, the corrector's restart and ``replay-slurm`` all need the
+        ends (docs/admin-guide.md, "SLURM versions"). ``-t all`` gives the same list on 22.05.
+        """
+        done = self._run(SQUEUE_ALL_JOBS, self.timeout_s)
         try:
             document = json.loads(done.stdout)
         except json.JSONDecodeError as error:
-            raise SlurmError(f"squeue --json: not JSON ({error})") from error
+            raise SlurmError(f"{' '.join(SQUEUE_ALL_JOBS)}: not JSON ({error})") from error
         return [job_from_squeue(entry) for entry in document.get("jobs", [])]
 
     def job(self, job_id: int) -> SlurmJob | None:

@@ -23,6 +23,16 @@ would lose: after a restart the watcher asks the store how far each job got
 (`PredictionService.job_status`) and the corrector decides from the job's current limit, so
 nothing is reported twice and no limit is raised twice.
 
+Jobs without a time limit (no ``--time`` in a partition without DefaultTime, so SLURM holds
+none: squeue's ``UNLIMITED``) are left out: hpcpredict describes and predicts a job as a fraction
+of its request (docs/method.md, features 1 and 5-10), and the simulator's cleaning drops a job whose
+request is missing (`hpcpredict.cleaning`, ``requested_time_not_positive``); so such a job is not
+recorded, not learned and enters no user's history, on both drivers alike. The plugin leaves it
+untouched, the watcher says so once per job (INFO) and counts it (`WatchReport.unlimited`), and
+the daemon acknowledges jobcomp.lua's END for it without recording it (docs/protocol.md). A job
+that gets the partition's DefaultTime has that limit as its request, and is recorded and learned
+with it (the plugin, which sees no ``--time``, does not predict it).
+
 A job first seen already running is submitted at its real submission time with the model of
 now (the daemon was down at its submission): its features are an approximation, as for any
 job the daemon learns without having seen its submission.
@@ -65,6 +75,7 @@ class WatchReport:
     corrections: int = 0
     guard_changes: int = 0  # limits the starvation guard set (raised to requests, or lowered back)
     errors: int = 0
+    unlimited: int = 0  # jobs without a time limit, left out (module doc)
     last_error: str = ""
     corrected_jobs: list[int] = field(default_factory=list)
 
@@ -145,6 +156,14 @@ class SlurmWatcher:
         stage = self._stages.get(job.job_id)
         if stage is None:
             stage = _STAGE[self.job_status(job.job_id)]
+            if stage == 0 and not requests.has_request(job, parse_tag(job.admin_comment)):
+                # No --time and no partition default: no request to describe it by (module doc,
+                # "Jobs without a time limit"). Said once, then left alone for its whole life.
+                logger.info("job %d has no time limit: not recorded (hpcpredict describes a job by "
+                            "its request)", job.job_id)
+                self.report.unlimited += 1
+                self._stages[job.job_id] = _STAGE["ended"]
+                return
         tag = parse_tag(job.admin_comment)
         ended = job.state in FINAL_STATES
         if stage < 1 and not ended:
