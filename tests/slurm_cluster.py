@@ -100,6 +100,8 @@ class SlurmCluster:
                  accounting: bool = False, nodes: int = 1, node_cpus: int = NODE_CPUS,
                  min_job_age_s: int = 300) -> None:
         self.dir = Path(tempfile.mkdtemp(prefix="hpslurm"))
+        # jobs run as other users (replay-slurm's log users) read their batch script in the spool
+        self.dir.chmod(0o755)
         self.conf = self.dir / "slurm.conf"
         self.env = {**os.environ, "SLURM_CONF": str(self.conf)}
         self.job_submit_lua = job_submit_lua

@@ -161,6 +161,16 @@ def test_the_mark_carries_a_token_that_gives_the_submission_its_predicted_featur
     assert payload["features"][1] == 0.0 != recomputed[1]  # the last runtime, unknown when predicted
 
 
+def test_a_job_root_submits_for_a_user_is_predicted_for_that_user(plugin_dir: Path, daemon: Running) -> None:
+    """``sbatch --uid=1234`` as root (replay-slurm's log users): submit_uid is root's, the job's
+    user_id the user's; the prediction is asked for the user, whose job it is and who learns it."""
+    tag = parse_tag(str(submit(plugin_dir, submit_uid=0, user_id=1234)["admin_comment"]))
+    assert tag is not None and tag.token is not None
+    tokens = daemon.service.feature_tokens
+    assert tokens.features_for(tag.token, JobRequest(0, 0, 4, 3600, 1234)) is not None
+    assert tokens.features_for(tag.token, JobRequest(0, 0, 4, 3600, 0)) is None
+
+
 def test_a_job_first_reported_by_jobcomp_learns_from_its_prediction_s_features(
     plugin_dir: Path, daemon: Running
 ) -> None:
@@ -375,7 +385,7 @@ def test_disabled_passes_everything(plugin_dir: Path, daemon: Running) -> None:
 
 
 def test_a_lua_error_passes_untouched(plugin_dir: Path, daemon: Running) -> None:
-    result = submit(plugin_dir, submit_uid="not-a-number")  # string.format %d fails inside
+    result = submit(plugin_dir, submit_uid="not-a-number", user_id="nil")  # string.format %d fails inside
     assert result["rc"] == "0" and result["time_limit"] == "60"
     assert any(log.startswith("error: hpcpredict") for log in result["logs"])
 
