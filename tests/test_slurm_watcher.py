@@ -35,6 +35,10 @@ class Job:
     eligible_s: int | None = None
     state_reason: str = "Priority"
 
+    @property
+    def update_id(self) -> int:  # not an array task (SlurmJob.update_id)
+        return self.job_id
+
 
 class ScriptedSlurm:
     """SLURM as a dict of jobs the test edits; limits set through it are applied to the job."""

@@ -65,7 +65,7 @@ _STAGE = {None: 0, "submitted": 1, "running": 2, "ended": 3}
 class SlurmJobs(Protocol):
     def jobs(self) -> Sequence[SlurmJob]: ...
 
-    def set_time_limit(self, job_id: int, minutes: int) -> None: ...
+    def set_time_limit(self, job_id: int | str, minutes: int) -> None: ...
 
 
 @dataclass
@@ -199,7 +199,7 @@ class SlurmWatcher:
         limit_s = guard_limit_s(job.state, job.time_limit_s, tag, self.guard.active)
         if limit_s is None:
             return
-        self.slurm.set_time_limit(job.job_id, limit_s // 60)
+        self.slurm.set_time_limit(job.update_id, limit_s // 60)
         self.record(LimitChanged(job.job_id, limit_s, now_s))
         self.report.guard_changes += 1
         logger.info("job %d (%s): time limit %d -> %d s (starvation guard %s)", job.job_id,
@@ -222,7 +222,7 @@ class SlurmWatcher:
         )
         if limit_s is None:
             return
-        self.slurm.set_time_limit(job.job_id, limit_s // 60)
+        self.slurm.set_time_limit(job.update_id, limit_s // 60)
         self.record(LimitChanged(job.job_id, limit_s, now_s))
         self.report.corrections += 1
         self.report.corrected_jobs.append(job.job_id)
