@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import random
+import re
 import shutil
 import socket
 import subprocess
@@ -76,6 +77,15 @@ def ensure_packages(*, accounting: bool = False) -> None:
         raise ClusterUnavailable(f"apt-get install failed: {done.stderr[-500:]}")
 
 
+def slurm_release() -> tuple[int, int]:
+    """The installed Slurm's (major, minor), from ``slurmd -V`` (which needs no slurm.conf)."""
+    done = subprocess.run(["slurmd", "-V"], capture_output=True, text=True, check=False)
+    match = re.search(r"(\d+)\.(\d+)\.\d+", done.stdout + done.stderr)
+    if match is None:
+        raise ClusterUnavailable(f"cannot read the Slurm version from slurmd -V: {done.stdout + done.stderr!r}")
+    return int(match.group(1)), int(match.group(2))
+
+
 def ensure_munge() -> None:
     if subprocess.run(["pgrep", "-x", "munged"], capture_output=True).returncode == 0:
         return
@@ -133,6 +143,10 @@ class SlurmCluster:
                 shutil.copy(script.parent / "hpcpredict_common.lua", self.dir / "hpcpredict_common.lua")
         for name, text in self.extra_files.items():
             (self.dir / name).write_text(text)
+        if slurm_release() >= (23, 2) and "cgroup.conf" not in self.extra_files:
+            # 24.11's slurmd will not start without a cgroup filesystem unless told not to use one;
+            # 22.05 refuses the word ("cannot find cgroup plugin for disabled"): measured on both
+            (self.dir / "cgroup.conf").write_text("CgroupPlugin=disabled\n")
         self.conf.write_text(self._config())
         if self.accounting:
             self._start_accounting()
