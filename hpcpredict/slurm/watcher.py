@@ -1,7 +1,7 @@
 """The daemon's eye on SLURM: reports jobs' lives to the service and raises limits in time.
 
-Started by ``hpcpredict serve --slurm``, it polls SLURM every few seconds (one ``squeue --json``
-through the adapter) and, for every job the plugin marked (``admin_comment``, `tag.py`) or not:
+Started by ``hpcpredict serve --slurm``, it polls SLURM every few seconds (one ``squeue --json
+--states=all`` through the adapter) and, for every job the plugin marked (``admin_comment``, `tag.py`) or not:
 
 * reports what the service has not seen yet — SUBMITTED (with the prediction the plugin gave,
   so the one recorded is the one SLURM acted on, and the token of the features it was computed
