@@ -13,7 +13,7 @@ with that system's Python:
 ``build`` makes ``CACHE_DIR/<suite>`` (``/var/cache/hpcpredict-chroots`` unless
 ``HPCPREDICT_CHROOT_CACHE`` says otherwise) with ``debootstrap --variant=minbase``, installs
 `SYSTEM_PACKAGES` with apt inside, and a venv at `VENV` with the project's dependencies from
-PyPI (the checkout itself is installed editable from `MOUNT_POINT`, where every run mounts it).
+PyPI (the checkout itself is imported from `MOUNT_POINT`, where every run mounts it).
 It is kept between runs and rebuilt when its package list changes (a stamp file holds a digest
 of what it was built from); the venv is refreshed when the project's dependencies change.
 
@@ -92,12 +92,27 @@ def _system_stamp(system: System) -> str:
     return _digest(system.suite, MIRROR, *system.apt_options, *SYSTEM_PACKAGES)
 
 
-def _python_stamp() -> str:
-    """What the venv is built from: the project's dependencies and its test extras."""
+def _test_requirements() -> list[str]:
+    """The test extras the SLURM tests need (pytest, hypothesis), as pyproject.toml pins them; not
+    dask or psycopg, which only other tests use and which would double the venv's download."""
+    import tomllib
+
+    extras = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["optional-dependencies"]["test"]
+    return [requirement for requirement in extras if requirement.split(">")[0].split("=")[0] in ("pytest", "hypothesis")]
+
+
+def _requirements() -> list[str]:
+    """What the venv holds: the project's dependencies and the test requirements. Not the project:
+    every run imports it from the mounted checkout (PYTHONPATH), so an install never writes into
+    the checkout (CI builds the chroots while it installs the project on the host)."""
     import tomllib
 
     project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
-    return _digest(*project["dependencies"], *project["optional-dependencies"]["test"])
+    return [*project["dependencies"], *_test_requirements()]
+
+
+def _python_stamp() -> str:
+    return _digest(*_requirements())
 
 
 def _read(path: Path) -> str:
@@ -124,9 +139,20 @@ def _run(command: list[str], what: str, **options) -> None:
 
 
 def build(name: str, *, log=print) -> Path:
-    """The chroot of `name`, built or refreshed as needed (module doc); its root."""
+    """The chroot of `name`, built or refreshed as needed (module doc); its root. Builds of one
+    suite take turns (a lock file beside it): .ci/run starts them in the background before the
+    test suite, and the tests wait for them here."""
+    import fcntl
+
     system = system_named(name)
     _check_can_build()
+    CACHE_DIR.mkdir(parents=True, exist_ok=True)
+    with open(CACHE_DIR / f"{system.suite}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        return _build_locked(system, log)
+
+
+def _build_locked(system: System, log) -> Path:
     root = root_of(system)
     stamp = root / ".hpcpredict-system"
     if _read(stamp) != _system_stamp(system):
@@ -154,11 +180,11 @@ def build(name: str, *, log=print) -> Path:
     venv_stamp = root / ".hpcpredict-python"
     if _read(venv_stamp) != _python_stamp():
         began = time.monotonic()
-        log(f"python3 -m venv {VENV}; pip install -e {MOUNT_POINT}[test] (inside)")
+        log(f"python3 -m venv {VENV}; pip install the project's dependencies, pytest, hypothesis (inside)")
         _enter(root, "\n".join([
             f"rm -rf {VENV}",
             f"python3 -m venv {VENV}",
-            f"{VENV}/bin/pip install -q -e '{MOUNT_POINT}[test]'",
+            f"{VENV}/bin/pip install -q " + " ".join(shlex.quote(r) for r in _requirements()),
         ]), what="pip install inside the chroot")
         venv_stamp.write_text(_python_stamp() + "\n")
         log(f"{system.suite}: venv built in {time.monotonic() - began:.0f} s")
