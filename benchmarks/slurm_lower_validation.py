@@ -25,6 +25,7 @@ import argparse
 import csv
 import json
 import math
+import re
 import sys
 from pathlib import Path
 
@@ -75,7 +76,10 @@ def main() -> None:
     parser.add_argument("folder", type=Path)
     args = parser.parse_args()
     slices = []
-    for record in sorted(args.folder.glob("*-record.compare.json")):
+    def natural(path: Path) -> list[object]:  # slice 7380 before 10080
+        return [int(part) if part.isdigit() else part for part in re.split(r"(\d+)", path.name)]
+
+    for record in sorted(args.folder.glob("*-record.compare.json"), key=natural):
         name = record.name.removesuffix("-record.compare.json")
         lower = record.with_name(f"{name}-lower.compare.json")
         if not lower.exists():

@@ -87,7 +87,7 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=Path("slurm-replay"))
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
-    name = f"{args.log.stem}-{args.skip}-{args.jobs}-k{args.speedup:g}-{args.mode}"
+    name = f"{args.log.name.split('.swf')[0]}-{args.skip}-{args.jobs}-k{args.speedup:g}-{args.mode}"
     extra = [f"SchedulerParameters={args.scheduler_parameters}"] if args.scheduler_parameters else []
     cluster = SlurmCluster(job_submit_lua=PLUGIN_DIR / "job_submit.lua", jobcomp_lua=PLUGIN_DIR / "jobcomp.lua",
                            nodes=args.nodes, node_cpus=1, extra_config=extra)

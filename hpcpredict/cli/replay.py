@@ -139,6 +139,9 @@ def replay_slurm(log: Path, job_count: int, skip: int, speedup: float, mode: str
         f"--procs {machine} --users {users} (plugin mode: {mode or 'as configured'})",
         "times are the replay's (log times / speedup); requests are the users' (the plugin's mark)",
     ]
+    if users == "log":
+        notes.append(f"user and group ids are the log's (each job ran as {slurm_replay.USER_PREFIX}<U>, uid "
+                     f"{slurm_replay.USER_UID_BASE}+U)")
     header, records = slurm_replay.replay_swf(outcome, machine, notes)
     write_swf(output, header, records)
     if csv_path is not None:
