@@ -35,11 +35,13 @@ PLUGIN_DIR = REPO / "slurm-plugin"
 CORRECTION_MARGIN_S = 45  # the corrector raises a limit this long before it (>= 2 looks + SLURM's 30 s check)
 
 
-def write_training_history(log: Path, skip: int, count: int, speedup: float, nodes: int, path: Path) -> None:
+def write_training_history(log: Path, skip: int, count: int, speedup: float, nodes: int, path: Path,
+                           users: str = "log") -> None:
     """Jobs [skip - count, skip) of the cleaned log, scaled exactly as replay-slurm scales the slice,
-    as an SWF history run at once (wait 0) by this process's user: what the daemon would have
-    learned had they been replayed before the slice."""
-    from hpcpredict.slurm.replay import Scaling, plan
+    as an SWF history run at once (wait 0): what the daemon would have learned had they been
+    replayed before the slice, by the accounts the replay submits as (`users`: each log user's,
+    uid 30000+U, or this process's)."""
+    from hpcpredict.slurm.replay import Scaling, plan, replay_uid
     from hpcpredict.swf import MISSING, SwfRecord, write_swf
     from hpcpredict.workload import load_workload
 
@@ -50,7 +52,8 @@ def write_training_history(log: Path, skip: int, count: int, speedup: float, nod
         SwfRecord(job_id=job.log_job_id, submit_s=round(job.offset_s), wait_s=0, run_s=job.sleep_s,
                   allocated_procs=job.procs, avg_cpu_s=MISSING, used_memory_kb=MISSING,
                   requested_procs=job.procs, requested_time_s=60 * job.time_limit_min,
-                  requested_memory_kb=MISSING, status=1, user_id=os.getuid(), group_id=os.getgid(),
+                  requested_memory_kb=MISSING, status=1,
+                  user_id=replay_uid(job.log_user_id) if users == "log" else os.getuid(), group_id=os.getgid(),
                   executable_id=MISSING, queue_id=MISSING, partition_id=MISSING,
                   preceding_job_id=MISSING, think_time_s=MISSING)
         for job in planned
@@ -76,13 +79,15 @@ def main() -> None:
                         help="slurm.conf SchedulerParameters (bf_* names), also given to the model")
     parser.add_argument("--train-jobs", type=int, default=0,
                         help="warm the daemon with `hpcpredict train` on this many jobs just before the "
-                        "slice, scaled like it and given the replay's user id (every replayed job is "
-                        "submitted by the one user running this); below the daemon's min_trained_jobs "
+                        "slice, scaled like it, by the accounts the replay submits as (--users); below "
+                        "the daemon's min_trained_jobs "
                         "(231) it is not ready and answers the requests, so lower mode lowers nothing")
+    parser.add_argument("--users", choices=["log", "self"], default="log",
+                        help="replay-slurm --users: each job as its log user (default), or all as you")
     parser.add_argument("--out", type=Path, default=Path("slurm-replay"))
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
-    name = f"{args.log.stem}-{args.skip}-{args.jobs}-k{args.speedup:g}-{args.mode}"
+    name = f"{args.log.name.split('.swf')[0]}-{args.skip}-{args.jobs}-k{args.speedup:g}-{args.mode}"
     extra = [f"SchedulerParameters={args.scheduler_parameters}"] if args.scheduler_parameters else []
     cluster = SlurmCluster(job_submit_lua=PLUGIN_DIR / "job_submit.lua", jobcomp_lua=PLUGIN_DIR / "jobcomp.lua",
                            nodes=args.nodes, node_cpus=1, extra_config=extra)
@@ -96,7 +101,8 @@ def main() -> None:
         db = f"sqlite:///{cluster.dir / 'hpcpredict.db'}"
         if args.train_jobs:
             history = args.out / f"{name}.train.swf"
-            write_training_history(args.log, args.skip, args.train_jobs, args.speedup, args.nodes, history)
+            write_training_history(args.log, args.skip, args.train_jobs, args.speedup, args.nodes, history,
+                                   args.users)
             train = ["hpcpredict", "train", str(history), "--db", db, "--procs", str(args.nodes)]
             print("$", " ".join(train), flush=True)
             subprocess.run(train, env=cluster.env, check=True)
@@ -110,7 +116,7 @@ def main() -> None:
         output = args.out / f"{name}.swf"
         replay = ["hpcpredict", "replay-slurm", str(args.log), "--jobs", str(args.jobs), "--skip", str(args.skip),
                   "--speedup", f"{args.speedup:g}", "--mode", args.mode, "--procs", str(args.nodes),
-                  "-o", str(output), "--csv", str(args.out / f"{name}.csv")]
+                  "--users", args.users, "-o", str(output), "--csv", str(args.out / f"{name}.csv")]
         print("$", " ".join(replay), flush=True)
         started = time.monotonic()
         subprocess.run(replay, env=cluster.env, check=True)

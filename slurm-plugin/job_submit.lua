@@ -64,7 +64,9 @@ local function predict_and_apply(job_desc, submit_uid)
 	if not limit_min then
 		return "no time limit: untouched"
 	end
-	local uid = submit_uid or job_desc.user_id
+	-- the job's owner: root (or SlurmUser) submitting for a user with sbatch --uid is submit_uid,
+	-- and job_desc.user_id is the user the job runs as and is learned for
+	local uid = common.number(job_desc.user_id) or submit_uid
 	local cpus = requested_cpus(job_desc)
 	local request = string.format("PREDICT uid=%d procs=%d time_limit=%d", uid, cpus, limit_min * 60)
 	if job_desc.partition then

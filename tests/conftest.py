@@ -217,3 +217,34 @@ def store(store_url: str) -> Iterator[Store]:
     store.upgrade()
     yield store
     store.close()
+
+
+# ---------------------------------------------------------------------------- SLURM releases
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--slurm-system", default=os.environ.get("HPCPREDICT_SLURM_SYSTEM", "host"),
+        help="Run this pytest inside a chroot of Debian's newer Slurm: trixie (24.11) or sid (26.05), "
+        "or the release itself; host (default): the Slurm installed here. Env HPCPREDICT_SLURM_SYSTEM. "
+        "E.g. pytest --slurm-system 24.11 -m slurm (tests/slurm_chroot.py).",
+    )
+
+
+def pytest_cmdline_main(config: pytest.Config) -> int | None:
+    """``--slurm-system trixie``: the same pytest command, run inside that chroot instead."""
+    system = config.getoption("--slurm-system")
+    if system in ("host", "", None) or os.environ.get("HPCPREDICT_SLURM_SYSTEM_INSIDE"):
+        return None
+    from slurm_chroot import ChrootUnavailable, run_pytest
+
+    arguments, skip_next = [], False
+    for argument in config.invocation_params.args:
+        if skip_next:
+            skip_next = False
+        elif argument == "--slurm-system":
+            skip_next = True
+        elif not argument.startswith("--slurm-system="):
+            arguments.append(argument)
+    try:
+        return run_pytest(system, arguments)
+    except ChrootUnavailable as error:
+        raise pytest.UsageError(f"--slurm-system {system}: {error}") from None

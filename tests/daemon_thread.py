@@ -90,10 +90,11 @@ def write_token_file(directory: Path) -> str:
 
 
 def wait_until_answering(
-    socket_path: str, process: subprocess.Popen, describe: Callable[[], str], timeout_s: float = 30
+    socket_path: str, process: subprocess.Popen, describe: Callable[[], str], timeout_s: float = 90
 ) -> None:
     """Return once the daemon `process` answers PING on `socket_path`; raise, with `describe()`
-    (its log, say), if it exits or stays silent for `timeout_s`."""
+    (its log, say), if it exits or stays silent for `timeout_s` (a first start compiles the numba
+    kernels: 20-30 s on a busy 2-core machine, or in a fresh chroot whose numba cache is empty)."""
     deadline = time.monotonic() + timeout_s
     while True:
         try:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import random
+import re
 import shutil
 import socket
 import subprocess
@@ -72,6 +73,15 @@ def ensure_packages(*, accounting: bool = False) -> None:
             "for runuser); `python3 tests/system_packages.py` as root does, as the test run's set-up step does")
 
 
+def slurm_release() -> tuple[int, int]:
+    """The installed Slurm's (major, minor), from ``slurmd -V`` (which needs no slurm.conf)."""
+    done = subprocess.run(["slurmd", "-V"], capture_output=True, text=True, check=False)
+    match = re.search(r"(\d+)\.(\d+)\.\d+", done.stdout + done.stderr)
+    if match is None:
+        raise ClusterUnavailable(f"cannot read the Slurm version from slurmd -V: {done.stdout + done.stderr!r}")
+    return int(match.group(1)), int(match.group(2))
+
+
 def ensure_munge() -> None:
     if subprocess.run(["pgrep", "-x", "munged"], capture_output=True).returncode == 0:
         return
@@ -103,6 +113,8 @@ class SlurmCluster:
         slurm.conf's SlurmUser, which slurmctld and slurmdbd run as (root by default; a real
         site's `slurm` where the test must see what that user may not do)."""
         self.dir = Path(tempfile.mkdtemp(prefix="hpslurm"))
+        # jobs run as other users (replay-slurm's log users) read their batch script in the spool
+        self.dir.chmod(0o755)
         self.conf_dir = conf_dir or self.dir
         self.conf = self.conf_dir / "slurm.conf"
         self.enter = enter or (lambda command: command)
@@ -139,6 +151,10 @@ class SlurmCluster:
                 shutil.copy(script.parent / "hpcpredict_common.lua", self.conf_dir / "hpcpredict_common.lua")
         for name, text in self.extra_files.items():
             (self.conf_dir / name).write_text(text)
+        if slurm_release() >= (23, 2) and "cgroup.conf" not in self.extra_files:
+            # 24.11's slurmd will not start without a cgroup filesystem unless told not to use one;
+            # 22.05 refuses the word ("cannot find cgroup plugin for disabled"): measured on both
+            (self.conf_dir / "cgroup.conf").write_text("CgroupPlugin=disabled\n")
         self.conf.write_text(self._config())
         if self.slurm_user != "root":  # slurmctld and slurmdbd write their state and logs as it
             self.dir.chmod(0o755)

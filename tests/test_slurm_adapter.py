@@ -58,6 +58,34 @@ def test_cli_backend_submits_reads_limits_and_cancels(cluster: SlurmCluster) -> 
 
 
 @pytest.mark.slurm
+def test_one_task_of_an_array_gets_a_limit_of_its_own(cluster: SlurmCluster) -> None:
+    """One task of a running array keeps the array's own id as its job id, and ``scontrol update
+    JobId=<that id>`` would set the limit of every task: the corrector names a task
+    ``<array id>_<index>`` (`SlurmJob.update_id`) and touches that task alone."""
+    backend = CliBackend()
+    array_id = backend.submit(["--time=5", "--array=0-2", "-o", "/dev/null", "--wrap", "sleep 30"])
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            tasks = [job for job in backend.jobs() if job.array_job_id == array_id]
+            if len(tasks) == 3 and all(job.state == "RUNNING" for job in tasks):
+                break
+            assert time.monotonic() < deadline, tasks
+            time.sleep(0.5)
+        assert sorted(job.array_task_id for job in tasks) == [0, 1, 2]
+        assert any(job.job_id == array_id for job in tasks)  # the task that keeps the array's id
+        for minutes, job in enumerate(sorted(tasks, key=lambda job: job.job_id == array_id), start=7):
+            backend.set_time_limit(job.update_id, minutes)
+            assert job.update_id == f"{array_id}_{job.array_task_id}"
+        limits = {job.array_task_id: job.time_limit_s for job in backend.jobs() if job.array_job_id == array_id}
+        expected = {job.array_task_id: 60 * minutes
+                    for minutes, job in enumerate(sorted(tasks, key=lambda job: job.job_id == array_id), start=7)}
+        assert limits == expected
+    finally:
+        backend.cancel(array_id)
+
+
+@pytest.mark.slurm
 def test_a_running_job_has_a_start_and_no_end_yet(cluster: SlurmCluster) -> None:
     backend = CliBackend()
     job_id = backend.submit(["--time=2", "-o", "/dev/null", "--wrap", "sleep 20"])
@@ -119,9 +147,19 @@ def test_the_extra_named_when_pyslurm_is_missing_exists() -> None:
 
 
 @pytest.mark.slurm
-def test_the_installed_slurm_version_is_read(cluster: SlurmCluster) -> None:
-    assert installed_slurm_version() == cluster.run(["scontrol", "--version"]).stdout.split()[-1]
-    assert isinstance(select_backend(), CliBackend)  # no pyslurm for 22.05 here
+def test_the_installed_slurm_version_is_read(cluster: SlurmCluster, monkeypatch: pytest.MonkeyPatch) -> None:
+    """On every release tested (22.05, 24.11, 26.05): the version is read, with or without a
+    slurm.conf to find, and the backend is pyslurm only for a pyslurm of that major.minor (none is
+    installed here: PyPI's 25.11 matches no Debian release, so it is the command line)."""
+    version = cluster.run(["scontrol", "--version"]).stdout.split()[-1]
+    assert installed_slurm_version() == version
+    monkeypatch.delenv("SLURM_CONF")  # 22.05's scontrol cannot print its version without one
+    assert installed_slurm_version() == version
+    monkeypatch.setenv("SLURM_CONF", str(cluster.conf))
+    assert isinstance(select_backend(), CliBackend)
+    major, minor = (int(part) for part in version.split(".")[:2])
+    assert isinstance(select_backend(importer=importer_of(f"{major}.{minor}.0")), PyslurmBackend)
+    assert isinstance(select_backend(importer=importer_of(f"{major}.{minor + 1}.0")), CliBackend)
 
 
 # ---------------------------------------------------------------------------- slurm-convert

@@ -270,12 +270,22 @@ def test_daemon_hung_sbatch_returns_within_the_timeout(cluster: SlurmCluster, da
 
 
 def test_jobs_without_a_time_limit_pass_untouched(cluster: SlurmCluster, daemon: ServeProcess) -> None:
-    """No --time: the job keeps the partition's limit (MaxTime=INFINITE, no DefaultTime in
-    tests/slurm_cluster.py: UNLIMITED) and gets no mark."""
-    job_id = cluster.sbatch(script="sleep 1")
+    """No --time (the partition has no DefaultTime): the plugin leaves the job alone, the watcher
+    says so once and never logs an ERROR at its polls, jobcomp.lua's END (no time_limit) is
+    acknowledged, not refused, and the job is not recorded (watcher.py's module doc)."""
+    job_id = cluster.sbatch(script="sleep 3")
     fields = cluster.job_fields(job_id)
-    assert fields["TimeLimit"] == "UNLIMITED"
     assert "hpcpredict" not in fields.get("AdminComment", "")
+    assert fields["TimeLimit"] == "UNLIMITED"  # the partition's (MaxTime=INFINITE, no DefaultTime)
+    wait_for(lambda: cluster.job_fields(job_id)["JobState"] == "COMPLETED", 60, "the job's end", cluster)
+    time.sleep(5)  # two more looks of the watcher (every 2 s) after the end
+    serve_log = (cluster.dir / "serve.log").read_text(errors="replace")
+    mentions = [line for line in serve_log.splitlines() if f"job {job_id} " in line]
+    assert mentions and not any("ERROR" in line for line in mentions), mentions
+    assert any("has no time limit: not recorded" in line for line in mentions)
+    ctld_log = (cluster.dir / "slurmctld.log").read_text(errors="replace")
+    assert f"job {job_id}: daemon refused" not in ctld_log
+    assert stored_job(daemon, job_id) is None
 
 
 def array_tasks(cluster: SlurmCluster, array_id: int) -> dict[str, dict[str, str]]:

@@ -170,6 +170,16 @@ def test_the_mark_carries_a_token_that_gives_the_submission_its_predicted_featur
     assert payload["features"][1] == 0.0 != recomputed[1]  # the last runtime, unknown when predicted
 
 
+def test_a_job_root_submits_for_a_user_is_predicted_for_that_user(plugin_dir: Path, daemon: Running) -> None:
+    """``sbatch --uid=1234`` as root (replay-slurm's log users): submit_uid is root's, the job's
+    user_id the user's; the prediction is asked for the user, whose job it is and who learns it."""
+    tag = parse_tag(str(submit(plugin_dir, submit_uid=0, user_id=1234)["admin_comment"]))
+    assert tag is not None and tag.token is not None
+    tokens = daemon.service.feature_tokens
+    assert tokens.features_for(tag.token, JobRequest(0, 0, 4, 3600, 1234)) is not None
+    assert tokens.features_for(tag.token, JobRequest(0, 0, 4, 3600, 0)) is None
+
+
 def test_a_job_first_reported_by_jobcomp_learns_from_its_prediction_s_features(
     plugin_dir: Path, daemon: Running
 ) -> None:
@@ -394,7 +404,7 @@ def test_disabled_passes_everything(plugin_dir: Path, daemon: Running) -> None:
 
 
 def test_a_lua_error_passes_untouched(plugin_dir: Path, daemon: Running) -> None:
-    result = submit(plugin_dir, submit_uid="not-a-number")  # string.format %d fails inside
+    result = submit(plugin_dir, submit_uid="not-a-number", user_id="nil")  # string.format %d fails inside
     assert result["rc"] == "0" and result["time_limit"] == "60"
     assert any(log.startswith("error: hpcpredict") for log in result["logs"])
 
@@ -418,6 +428,24 @@ def test_a_finished_job_is_learned_by_the_daemon(plugin_dir: Path, daemon: Runni
         row = session.get(JobRow, 42)
         assert (row.run_s, row.requested_s, row.procs, row.final_state) == (300, 3600, 4, "COMPLETED")
         assert row.killed_at_lowered_limit is False
+
+
+@pytest.mark.parametrize("limit", [NO_VAL, INFINITE])
+def test_a_job_without_a_time_limit_is_acknowledged_and_not_recorded(
+    plugin_dir: Path, daemon: Running, limit: int
+) -> None:
+    """No --time (SLURM holds no limit: INFINITE, or NO_VAL): jobcomp.lua sends no time_limit, and
+    the daemon acknowledges the END without recording the job (docs/protocol.md), so the report
+    is neither spooled nor logged as refused, and nothing is learned."""
+    result = run_lua(plugin_dir, "jobcomp.lua", "comp", **finished(job_id=70, time_limit=limit, admin_comment="none"))
+    assert result["logs"] == [] and not (plugin_dir / "jobcomp.spool").exists()
+    assert daemon.service.job_status(70) is None and daemon.service.model_updates == 0
+    with daemon.client() as client:  # the answer it got, and a known job's END without the field
+        answer = client.request("END", job=71, uid=1000, procs=2, submit=900, start=900, end=990)
+        assert answer["applied"] == "0" and "no time limit" in answer["note"]
+        client.request("SUBMIT", job=72, uid=1000, procs=2, time_limit=600, submit=900)
+        assert client.request("END", job=72, uid=1000, procs=2, run=90, end=990)["applied"] == "1"
+    assert daemon.service.job_status(72) == "ended"
 
 
 def test_a_timeout_below_the_request_is_a_lowered_kill(plugin_dir: Path, daemon: Running) -> None:

@@ -17,6 +17,7 @@ from __future__ import annotations
 import csv
 import json
 import math
+import os
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -27,7 +28,7 @@ from daemon_thread import wait_until_answering
 from slurm_cluster import SlurmCluster
 
 from hpcpredict.sim.metrics import compute_metrics
-from hpcpredict.slurm.replay import Scaling, plan, real_result
+from hpcpredict.slurm.replay import Scaling, plan, real_result, replay_uid
 from hpcpredict.swf import read_swf
 from hpcpredict.workload import load_workload
 
@@ -63,12 +64,13 @@ def cluster() -> Iterator[SlurmCluster]:
         slurm.cleanup()
 
 
-def replay(cluster: SlurmCluster, mode: str, jobs: int, tmp_path: Path) -> tuple[Path, list[dict[str, str]]]:
+def replay(cluster: SlurmCluster, mode: str, jobs: int, tmp_path: Path,
+           users: str = "log") -> tuple[Path, list[dict[str, str]]]:
     output, table = tmp_path / f"{mode}.swf", tmp_path / f"{mode}.csv"
     done = subprocess.run(
         [sys.executable, "-m", "hpcpredict.cli", "replay-slurm", str(SAMPLE), "--jobs", str(jobs),
          "--skip", str(SKIP), "--speedup", str(SPEEDUP), "--mode", mode, "--procs", str(NODES),
-         "--poll-s", "1", "-o", str(output), "--csv", str(table)],
+         "--poll-s", "1", "-o", str(output), "--csv", str(table), "--users", users],
         env=cluster.env, capture_output=True, text=True, timeout=600,
     )
     assert done.returncode == 0, done.stdout + done.stderr + cluster.log_tail()
@@ -89,6 +91,7 @@ def test_the_slice_is_what_the_test_needs():
     assert max(job.sleep_s for job in planned) <= 5  # no job comes near its 1-minute lowered limit
     assert sum(job.time_limit_min > 1 for job in planned) >= 10  # lowering is visible
     assert sum(job.sleep_s * job.procs for job in planned) > NODES * planned[-1].offset_s  # work queues
+    assert all(job.log_user_id > 0 for job in planned)  # a user to submit as (the burst is one user's)
 
 
 def test_lower_mode_every_job_runs_under_the_limit_the_plugin_set(cluster: SlurmCluster, tmp_path: Path):
@@ -112,6 +115,13 @@ def test_lower_mode_every_job_runs_under_the_limit_the_plugin_set(cluster: Slurm
     requests = sorted(record.requested_time_s for record in log.records)
     assert requests == sorted(60 * job.time_limit_min for job in planned.values())
     assert all(record.status == 1 and record.wait_s >= 0 and record.run_s >= 1 for record in log.records)
+    # Each job ran as its log user's account, and the SWF keeps the log's user and group ids.
+    assert all(int(row["slurm_uid"]) == replay_uid(planned[int(row["log_job_id"])].log_user_id) for row in rows)
+    by_slurm_id = {int(row["slurm_job_id"]): planned[int(row["log_job_id"])] for row in rows}
+    assert {(r.user_id, r.group_id) for r in log.records} == {
+        (job.log_user_id, job.log_group_id) for job in planned.values()}
+    assert all((r.user_id, r.group_id) == (by_slurm_id[r.job_id].log_user_id, by_slurm_id[r.job_id].log_group_id)
+               for r in log.records)
     # The model fed the very limits the plugin set measures the same jobs.
     compared = subprocess.run(
         [sys.executable, "-m", "hpcpredict.cli", "replay-compare", str(output), "--predictor", "plugin",
@@ -126,14 +136,15 @@ def test_lower_mode_every_job_runs_under_the_limit_the_plugin_set(cluster: Slurm
 
 def test_record_mode_leaves_the_limits_and_the_swf_measures_like_a_simulation(cluster: SlurmCluster,
                                                                            tmp_path: Path):
-    output, rows = replay(cluster, "record", 12, tmp_path)
+    output, rows = replay(cluster, "record", 12, tmp_path, users="self")
     planned = {job.log_job_id: job for job in planned_jobs()}
     for row in rows:
-        assert row["state"] == "COMPLETED"
+        assert row["state"] == "COMPLETED" and int(row["slurm_uid"]) == os.getuid()  # --users self
         assert row["prediction_s"] == "1"  # recorded...
         assert int(row["final_limit_min"]) == planned[int(row["log_job_id"])].time_limit_min  # ...not applied
     workload = load_workload(output)
     assert len(workload.jobs) == 12 and workload.machine_procs == NODES
+    assert {job.user_id for job in workload.jobs} == {os.getuid()}
     real = real_result(workload)
     starts = [start - job.submit_s for start, job in zip(real.start_s, workload.jobs)]
     assert starts == [job.wait_s for job in workload.jobs]

@@ -35,6 +35,10 @@ class Job:
     eligible_s: int | None = None
     state_reason: str = "Priority"
 
+    @property
+    def update_id(self) -> int:  # not an array task (SlurmJob.update_id)
+        return self.job_id
+
 
 class ScriptedSlurm:
     """SLURM as a dict of jobs the test edits; limits set through it are applied to the job."""
@@ -172,6 +176,27 @@ def test_a_job_killed_at_a_lowered_limit_is_flagged(service: PredictionService) 
         row = session.get(JobRow, 4)
         assert row.killed_at_lowered_limit is True
         assert row.learn_rule in {"lower_bound", "bound_met"}
+
+
+def test_a_job_without_a_time_limit_is_said_once_and_never_an_error(
+    service: PredictionService, caplog: pytest.LogCaptureFixture
+) -> None:
+    """No --time, no DefaultTime (squeue: UNLIMITED): nothing to describe the job by. It is left
+    out for its whole life, said once at INFO, never an ERROR at each poll; a job with a limit
+    beside it is reported as usual."""
+    slurm, clock = ScriptedSlurm(), Clock(1_000)
+    watcher = watcher_for(service, slurm, clock)
+    slurm.jobs_by_id[5] = Job(5, time_limit_s=None, admin_comment="")
+    slurm.jobs_by_id[6] = Job(6, admin_comment="")
+    with caplog.at_level("INFO", logger="hpcpredict.slurm.watcher"):
+        watcher.poll()
+        slurm.jobs_by_id[5] = replace(slurm.jobs_by_id[5], state="RUNNING", start_s=1_010)
+        watcher.poll()
+        slurm.jobs_by_id[5] = replace(slurm.jobs_by_id[5], state="COMPLETED", end_s=1_100)
+        report = watcher.poll()
+    assert report.errors == 0 and report.unlimited == 1
+    assert [r.levelname for r in caplog.records if "job 5" in r.getMessage()] == ["INFO"]
+    assert service.job_status(5) is None and service.job_status(6) == "submitted"
 
 
 def test_slurm_unreachable_is_counted_not_fatal(service: PredictionService) -> None:

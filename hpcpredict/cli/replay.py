@@ -67,13 +67,18 @@ _POLL_TYPE = click.FloatRange(min=0.2)
 @click.option("--poll-s", "poll_s", type=_POLL_TYPE, default=5.0, show_default=True,
               help="Seconds between two readings of squeue --json (keep it below MinJobAge).")
 @deprecated_alias("--poll", "--poll-s", "poll_s", type=_POLL_TYPE)
+@click.option("--users", type=click.Choice(["log", "self"]), default="log", show_default=True,
+              help="log: submit each job as its log user (root creates the missing accounts hpr<U>, "
+              "uid 30000+U, and submits with sbatch --uid/--gid; the SWF keeps the log's user ids), "
+              "so the daemon learns each user as a site's would. self: every job as you (one user).")
 def replay_slurm(log: Path, job_count: int, skip: int, speedup: float, mode: str | None,
                  procs: int | None, log_procs: int | None, output: Path, csv_path: Path | None,
-                 poll_s: float) -> None:
+                 poll_s: float, users: str) -> None:
     """Replay a slice of an SWF LOG on the running SLURM as sleep jobs; write what SLURM did as SWF.
 
     Each job is submitted at its scaled submit time with `sbatch -n PROCS -t LIMIT --wrap "sleep
-    RUN"` (SLURM_CONF and the Slurm commands from the environment; submit as SlurmUser or root).
+    RUN"` (SLURM_CONF and the Slurm commands from the environment), as its log user by default
+    (--users; needs root).
     The plugin and the daemon act as they are configured (--mode sets the mode). Then
     `hpcpredict replay-compare OUTPUT` measures it and sets it beside the simulator's
     slurm-backfill on the same jobs.
@@ -98,6 +103,15 @@ def replay_slurm(log: Path, job_count: int, skip: int, speedup: float, mode: str
         planned = slurm_replay.plan(workload, jobs=job_count, skip=skip, scaling=scaling)
     except slurm_replay.ReplayError as error:
         raise click.ClickException(str(error)) from None
+    if users == "log":
+        try:
+            gid, created = slurm_replay.ensure_log_users(planned)
+        except slurm_replay.ReplayError as error:
+            raise click.ClickException(str(error)) from None
+        planned = slurm_replay.as_log_users(planned, gid)
+        count = len({job.log_user_id for job in planned})
+        click.echo(f"{count} log users, as local accounts {slurm_replay.USER_PREFIX}<U> "
+                   f"(uid {slurm_replay.USER_UID_BASE}+U; {len(created)} created now)")
     report = slurm_replay.rounding_report(planned)
     click.echo(
         f"{workload.name}: jobs {skip + 1}-{skip + len(planned)} at speedup {speedup:g} on "
@@ -122,9 +136,12 @@ def replay_slurm(log: Path, job_count: int, skip: int, speedup: float, mode: str
         raise click.ClickException(f"{error} (the jobs submitted were cancelled)") from None
     notes = [
         f"hpcpredict replay-slurm {log.name} --jobs {job_count} --skip {skip} --speedup {speedup:g} "
-        f"--procs {machine} (plugin mode: {mode or 'as configured'})",
+        f"--procs {machine} --users {users} (plugin mode: {mode or 'as configured'})",
         "times are the replay's (log times / speedup); requests are the users' (the plugin's mark)",
     ]
+    if users == "log":
+        notes.append(f"user and group ids are the log's (each job ran as {slurm_replay.USER_PREFIX}<U>, uid "
+                     f"{slurm_replay.USER_UID_BASE}+U)")
     header, records = slurm_replay.replay_swf(outcome, machine, notes)
     write_swf(output, header, records)
     if csv_path is not None:

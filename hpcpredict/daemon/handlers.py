@@ -27,6 +27,7 @@ from hpcpredict.daemon.protocol import (
     ended_event,
     format_ok,
     job_request,
+    lacks_time_limit,
     limit_event,
     parse_request,
     started_event,
@@ -168,11 +169,22 @@ class Handlers:
         return {"prediction": self.service.record(submitted_event(fields, now_s=self._now()))}
 
     def start(self, fields: Mapping[str, Any]) -> dict[str, object]:
-        outcome = self.service.record(started_event(fields, now_s=self._now()))
+        try:
+            outcome = self.service.record(started_event(fields, now_s=self._now()))
+        except UnknownJobError:
+            if not lacks_time_limit(fields):
+                raise
+            return {"applied": False, "note": _no_time_limit_note(fields)}
         return {"applied": outcome.applied, "note": outcome.note}
 
     def end(self, fields: Mapping[str, Any]) -> dict[str, object]:
-        outcome = self.service.record(ended_event(fields, now_s=self._now()))
+        try:
+            outcome = self.service.record(ended_event(fields, now_s=self._now()))
+        except UnknownJobError:
+            if not lacks_time_limit(fields):
+                raise
+            # acknowledged, so jobcomp.lua neither spools nor logs it as refused
+            return {"applied": False, "learned": False, "rule": "", "note": _no_time_limit_note(fields)}
         return {
             "applied": outcome.applied,
             "learned": outcome.learned,
@@ -187,6 +199,10 @@ class Handlers:
     # ------------------------------------------------------------------ helpers
     def _now(self) -> int:
         return int(self.clock())
+
+
+def _no_time_limit_note(fields: Mapping[str, Any]) -> str:
+    return f"job {fields.get('job')} has no time limit: not recorded (hpcpredict describes a job by its request)"
 
 
 def internal_error(context: str) -> str:

@@ -300,4 +300,14 @@ def _optional_token(fields: Mapping[str, object]) -> str | None:
 
 
 def _optional_request(fields: Mapping[str, object], job_id: int, now_s: int) -> JobRequest | None:
+    if lacks_time_limit(fields):
+        return None  # nothing to describe the job by: known jobs go on, unknown ones are left out
     return job_request(fields, job_id=job_id, now_s=now_s) if has_request(fields) else None
+
+
+def lacks_time_limit(fields: Mapping[str, object]) -> bool:
+    """START/END fields describing a job (``procs``) without a ``time_limit``: a job SLURM ran
+    with no limit (jobcomp.lua leaves the field out). hpcpredict describes a job by its request,
+    so such a job is acknowledged and not recorded (docs/protocol.md, "Jobs without a time
+    limit")."""
+    return fields.get("time_limit") in (None, "") and fields.get("procs") not in (None, "")

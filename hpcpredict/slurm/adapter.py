@@ -23,6 +23,8 @@ logger = logging.getLogger(__name__)
 NO_VAL = 0xFFFFFFFE
 INFINITE = 0xFFFFFFFF
 DEFAULT_TIMEOUT_S = 30.0
+# Every job slurmctld still holds, ended ones included (24.11+ lists ended jobs only when asked).
+SQUEUE_ALL_JOBS = ("squeue", "--json", "--states=all")
 # States in which a job has ended (its end_time is real, not the end its limit allows).
 ENDED_STATES = frozenset({"COMPLETED", "FAILED", "TIMEOUT", "CANCELLED", "NODE_FAIL", "PREEMPTED",
                           "BOOT_FAIL", "DEADLINE", "OUT_OF_MEMORY"})
@@ -57,6 +59,18 @@ class SlurmJob:
     exit_code: int | None = None
     eligible_s: int | None = None  # when it became eligible to run (its wait starts there)
     state_reason: str = ""  # why it pends: Priority, Resources, Dependency, JobHeldUser...
+    array_job_id: int | None = None  # a task of a job array: the array's id and the task's index
+    array_task_id: int | None = None
+
+    @property
+    def update_id(self) -> int | str:
+        """How ``scontrol update JobId=`` names this job alone. One task of an array keeps the
+        array's own id as its job id (22.05 and 24.11: the last task split off), and
+        ``JobId=<array id>`` updates *every* task of the array, so a task is named
+        ``<array id>_<index>``; any other job by its id."""
+        if self.array_job_id is not None and self.array_task_id is not None:
+            return f"{self.array_job_id}_{self.array_task_id}"
+        return self.job_id
 
 
 class SlurmBackend(Protocol):
@@ -66,7 +80,7 @@ class SlurmBackend(Protocol):
 
     def job(self, job_id: int) -> SlurmJob | None: ...
 
-    def set_time_limit(self, job_id: int, minutes: int) -> None: ...
+    def set_time_limit(self, job_id: int | str, minutes: int) -> None: ...
 
     def submit(self, arguments: Sequence[str]) -> int: ...
 
@@ -115,21 +129,31 @@ class CliBackend:
         self._run = runner
 
     def jobs(self) -> list[SlurmJob]:
-        """Pending, running and recently ended jobs (for MinJobAge), from ``squeue --json``."""
-        done = self._run(["squeue", "--json"], self.timeout_s)
+        """Pending, running and recently ended jobs (for MinJobAge), from ``squeue --json -t all``.
+
+        The states are asked for on every version: a bare ``squeue --json`` lists ended jobs on
+        22.05 but not on 24.11 and later ("Zero jobs to dump" with finished jobs inside
+        MinJobAge), and the watcher, the corrector's restart and ``replay-slurm`` all need the
+        ends (docs/admin-guide.md, "SLURM versions"). ``-t all`` gives the same list on 22.05.
+        """
+        done = self._run(SQUEUE_ALL_JOBS, self.timeout_s)
         try:
             document = json.loads(done.stdout)
         except json.JSONDecodeError as error:
-            raise SlurmError(f"squeue --json: not JSON ({error})") from error
+            raise SlurmError(f"{' '.join(SQUEUE_ALL_JOBS)}: not JSON ({error})") from error
         return [job_from_squeue(entry) for entry in document.get("jobs", [])]
 
     def job(self, job_id: int) -> SlurmJob | None:
         return next((job for job in self.jobs() if job.job_id == job_id), None)
 
-    def set_time_limit(self, job_id: int, minutes: int) -> None:
+    def set_time_limit(self, job_id: int | str, minutes: int) -> None:
+        """`job_id`: a job's id, or ``<array id>_<index>`` for one task of an array
+        (`SlurmJob.update_id`)."""
         if minutes < 1:
             raise ValueError(f"a time limit is at least 1 minute, got {minutes}")
-        self._run(["scontrol", "update", f"JobId={int(job_id)}", f"TimeLimit={int(minutes)}"], self.timeout_s)
+        if not re.fullmatch(r"\d+(_\d+)?", str(job_id)):
+            raise ValueError(f"a job id is N or N_T, got {job_id!r}")
+        self._run(["scontrol", "update", f"JobId={job_id}", f"TimeLimit={int(minutes)}"], self.timeout_s)
 
     def submit(self, arguments: Sequence[str]) -> int:
         done = self._run(["sbatch", "--parsable", *arguments], self.timeout_s)
@@ -177,7 +201,21 @@ def job_from_squeue(entry: Mapping[str, Any]) -> SlurmJob:
         exit_code=_time(entry.get("exit_code")) if not isinstance(entry.get("exit_code"), Mapping) else None,
         eligible_s=_time(entry.get("eligible_time")),
         state_reason=str(entry.get("state_reason") or ""),
+        array_job_id=_time(entry.get("array_job_id")),  # 0: not an array
+        array_task_id=_index(entry.get("array_task_id")),
     )
+
+
+def _index(value: Any) -> int | None:
+    """An array task's index (0 included; None, NO_VAL or unset: not a task)."""
+    if isinstance(value, Mapping):
+        if not value.get("set", True) or value.get("infinite"):
+            return None
+        value = value.get("number")
+    if value is None or value == "":
+        return None
+    value = int(value)
+    return None if value < 0 or value >= NO_VAL else value
 
 
 # ---------------------------------------------------------------------------- pyslurm
@@ -237,13 +275,19 @@ class PyslurmBackend:
 
 # ---------------------------------------------------------------------------- selection
 def installed_slurm_version(runner: Runner = run_command) -> str | None:
-    """``scontrol --version`` ("slurm 22.05.8" / "slurm-wlm 22.05.8") -> "22.05.8"."""
-    try:
-        text = runner(["scontrol", "--version"], 10.0).stdout
-    except SlurmError:
-        return None
-    match = re.search(r"(\d+)\.(\d+)\.(\d+)", text)
-    return match.group(0) if match else None
+    """``scontrol --version`` ("slurm 22.05.8" / "slurm-wlm 22.05.8") -> "22.05.8". Without a
+    slurm.conf it can find, Slurm 22.05's scontrol fails even to print its version (it looks for
+    the controllers first; measured), so the daemons' ``-V``, which read no configuration, are asked
+    next (the daemon runs on the slurmctld host)."""
+    for command in (["scontrol", "--version"], ["slurmctld", "-V"], ["slurmd", "-V"]):
+        try:
+            text = runner(command, 10.0).stdout
+        except SlurmError:
+            continue
+        match = re.search(r"(\d+)\.(\d+)\.(\d+)", text)
+        if match:
+            return match.group(0)
+    return None
 
 
 def _major_minor(version: str | None) -> tuple[int, int] | None:

@@ -16,6 +16,13 @@ how many requests the rounding moved by more than a tenth. A sleep is cut to its
 could be killed). The machine: ``--procs`` processors; a log's jobs are scaled down with it when
 the log's machine is larger (``round(q * P / M)``, at least 1).
 
+**Users** (``users="log"``, `ensure_log_users`). Each job is submitted as its log user: root creates one
+local account per user of the slice (``hpr<U>``, uid `USER_UID_BASE` + U, group `USER_GROUP`) and
+submits with ``sbatch --uid --gid``, so that SLURM, the plugin and the daemon see the log's users
+(the daemon learns each of them, as a site's would) and the written SWF carries the log's user and
+group ids. ``users="self"`` submits everything as the caller (one user: the daemon learns a single
+heavy user).
+
 SLURM's own clocks are not scaled (bf_interval, the limit check every ~30 s, bf_resolution):
 the model in `hpcpredict.sim.slurm_backfill` is given the same settings in the same seconds, so the
 comparison is like for like, but a replay at speedup K is a cluster whose scheduler is K times
@@ -27,7 +34,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -44,6 +51,10 @@ SLEEP_MARGIN_S = 2  # a sleep ends this long before its limit (batch step launch
 JOB_NAME_PREFIX = "hpr"  # job name hpr<log job id>: the log's job, readable in squeue
 PLUGIN_SETTINGS = "hpcpredict_slurm.conf"  # beside slurm.conf (slurm-plugin/README.md)
 MODES = ("record", "lower")
+USERS = ("log", "self")
+USER_UID_BASE = 30000  # log user U runs as uid 30000 + U (clear of system and people's accounts)
+USER_GROUP = "hpcreplay"  # the replay users' group
+USER_PREFIX = "hpr"  # log user U is the account hpr<U>
 
 
 class ReplayError(RuntimeError):
@@ -87,9 +98,14 @@ class ReplayJob:
     sleep_s: int
     time_limit_min: int
     scaled_request_s: float  # request / speedup, before rounding to minutes
+    log_user_id: int = -1  # the log's user and group (SWF: -1 when unknown)
+    log_group_id: int = -1
+    run_as: tuple[int, int] | None = None  # (uid, gid) to submit as (`ensure_log_users`); None: the caller
 
     def sbatch_arguments(self) -> list[str]:
-        return ["-J", f"{JOB_NAME_PREFIX}{self.log_job_id}", "-n", str(self.procs),
+        account = [] if self.run_as is None else [f"--uid={self.run_as[0]}", f"--gid={self.run_as[1]}"]
+        # --chdir: the caller's directory may be closed to the log's users
+        return [*account, "-D", "/tmp", "-J", f"{JOB_NAME_PREFIX}{self.log_job_id}", "-n", str(self.procs),
                 "-t", str(self.time_limit_min), "-o", "/dev/null", "--wrap", f"sleep {self.sleep_s}"]
 
 
@@ -110,8 +126,59 @@ def plan(workload: Workload, *, jobs: int, skip: int, scaling: Scaling) -> list[
             sleep_s=scaling.sleep_s(job.run_s, limit_min),
             time_limit_min=limit_min,
             scaled_request_s=job.requested_s / scaling.speedup,
+            log_user_id=job.user_id,
+            log_group_id=job.request.group_id,
         ))
     return planned
+
+
+# ---------------------------------------------------------------------------- the log's users
+def replay_uid(log_user_id: int) -> int:
+    """The local uid log user `log_user_id` runs as (a log without users: one account, U = 0)."""
+    return USER_UID_BASE + max(0, log_user_id)
+
+
+def ensure_log_users(planned: Sequence[ReplayJob]) -> tuple[int, list[str]]:
+    """Local accounts for the slice's users (module doc, "Users"), created when missing (root:
+    ``groupadd``/``useradd``, no home, no login shell; accounts already there are reused, so
+    replays after the first create nothing): the group's gid and the accounts created now."""
+    import grp
+    import os
+    import pwd
+
+    if os.geteuid() != 0:
+        raise ReplayError("replaying as the log's users needs root (useradd, sbatch --uid); "
+                          "use --users self to submit every job as yourself")
+    try:
+        gid = grp.getgrnam(USER_GROUP).gr_gid
+    except KeyError:
+        _run_checked(["groupadd", "--force", USER_GROUP])
+        gid = grp.getgrnam(USER_GROUP).gr_gid
+    created = []
+    for uid in sorted({replay_uid(job.log_user_id) for job in planned}):
+        try:
+            pwd.getpwuid(uid)
+            continue
+        except KeyError:
+            pass
+        name = f"{USER_PREFIX}{uid - USER_UID_BASE}"
+        _run_checked(["useradd", "--no-create-home", "--home-dir", "/nonexistent", "--shell",
+                      "/usr/sbin/nologin", "--uid", str(uid), "--gid", str(gid), "--no-user-group", name])
+        created.append(name)
+    return gid, created
+
+
+def as_log_users(planned: Sequence[ReplayJob], gid: int) -> list[ReplayJob]:
+    """Each job marked to be submitted as its log user's account."""
+    return [replace(job, run_as=(replay_uid(job.log_user_id), gid)) for job in planned]
+
+
+def _run_checked(command: list[str]) -> None:
+    import subprocess
+
+    done = subprocess.run(command, capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        raise ReplayError(f"{' '.join(command)} failed ({done.returncode}): {done.stderr.strip()}")
 
 
 def rounding_report(planned: Sequence[ReplayJob]) -> dict[str, float]:
@@ -221,8 +288,10 @@ def to_history(outcome: dict[int, tuple[ReplayJob, SlurmJob]]) -> list[HistoryJo
     for planned, job in outcome.values():
         tag = parse_tag(job.admin_comment)
         requested_s = tag.request_s if tag is not None else job.time_limit_s
+        # submitted as the log's users: the SWF keeps the log's ids; else SLURM's (the caller's)
+        uid, gid = (planned.log_user_id, planned.log_group_id) if planned.run_as else (job.uid, job.gid)
         history.append(HistoryJob(
-            job_id=job.job_id, uid=job.uid, gid=job.gid, state=job.state, partition=job.partition,
+            job_id=job.job_id, uid=uid, gid=gid, state=job.state, partition=job.partition,
             name=job.name, cpus=job.cpus if job.start_s is not None else 0,
             requested_cpus=planned.procs, submit_s=job.submit_s, start_s=job.start_s,
             end_s=job.end_s if job.end_s is not None else job.submit_s, requested_s=requested_s,
@@ -321,7 +390,7 @@ class PluginLimitPredictor:
 def write_outcome_csv(path: Path, outcome: dict[int, tuple[ReplayJob, SlurmJob]]) -> None:
     """One line per job: the log's job, SLURM's, the limits and the plugin's mark."""
     lines = ["log_job_id,slurm_job_id,state,procs,sleep_s,request_min,final_limit_min,"
-             "prediction_s,submit_s,start_s,end_s"]
+             "prediction_s,submit_s,start_s,end_s,log_user_id,slurm_uid"]
     for job_id, (planned, job) in sorted(outcome.items()):
         tag = parse_tag(job.admin_comment)
         lines.append(",".join(str(value) for value in (
@@ -329,5 +398,6 @@ def write_outcome_csv(path: Path, outcome: dict[int, tuple[ReplayJob, SlurmJob]]
             planned.time_limit_min, "" if job.time_limit_s is None else job.time_limit_s // 60,
             "" if tag is None else tag.prediction_s, job.submit_s,
             "" if job.start_s is None else job.start_s, "" if job.end_s is None else job.end_s,
+            planned.log_user_id, job.uid,
         )))
     path.write_text("\n".join(lines) + "\n")

@@ -27,6 +27,12 @@ class NoTimeLimitError(ValueError):
     """A job with no time limit: hpcpredict predicts fractions of a request, and there is none."""
 
 
+def has_request(job: SlurmJob, tag: PredictionTag | None) -> bool:
+    """The job has a request to be described by: the plugin's mark, or a limit SLURM holds (the
+    user's ``--time``, or the partition's DefaultTime)."""
+    return bool(tag.request_s if tag is not None else job.time_limit_s)
+
+
 def job_request(job: SlurmJob, tag: PredictionTag | None) -> JobRequest:
     """The job as its user submitted it (module doc)."""
     requested_s = tag.request_s if tag is not None else job.time_limit_s
@@ -79,7 +85,8 @@ def ended(job: SlurmJob, tag: PredictionTag | None) -> Ended:
         end_s=job.end_s,
         final_state=job.state,
         killed_at_lowered_limit=lowered_kill,
-        request=job_request(job, tag),
+        # a job whose limit an admin set to UNLIMITED after it was recorded: the store has it
+        request=job_request(job, tag) if has_request(job, tag) else None,
         given_prediction_s=None if tag is None else tag.prediction_s,
         feature_token=None if tag is None else tag.token,
     )

@@ -1,7 +1,7 @@
 """The daemon's eye on SLURM: reports jobs' lives to the service and raises limits in time.
 
-Started by ``hpcpredict serve --slurm``, it polls SLURM every few seconds (one ``squeue --json``
-through the adapter) and, for every job the plugin marked (``admin_comment``, `tag.py`) or not:
+Started by ``hpcpredict serve --slurm``, it polls SLURM every few seconds (one ``squeue --json
+--states=all`` through the adapter) and, for every job the plugin marked (``admin_comment``, `tag.py`) or not:
 
 * reports what the service has not seen yet — SUBMITTED (with the prediction the plugin gave,
   so the one recorded is the one SLURM acted on, and the token of the features it was computed
@@ -22,6 +22,16 @@ Everything is derived from SLURM's state and the store's, nothing from memory th
 would lose: after a restart the watcher asks the store how far each job got
 (`PredictionService.job_status`) and the corrector decides from the job's current limit, so
 nothing is reported twice and no limit is raised twice.
+
+Jobs without a time limit (no ``--time`` in a partition without DefaultTime, so SLURM holds
+none: squeue's ``UNLIMITED``) are left out: hpcpredict describes and predicts a job as a fraction
+of its request (docs/method.md, features 1 and 5-10), and the simulator's cleaning drops a job whose
+request is missing (`hpcpredict.cleaning`, ``requested_time_not_positive``); so such a job is not
+recorded, not learned and enters no user's history, on both drivers alike. The plugin leaves it
+untouched, the watcher says so once per job (INFO) and counts it (`WatchReport.unlimited`), and
+the daemon acknowledges jobcomp.lua's END for it without recording it (docs/protocol.md). A job
+that gets the partition's DefaultTime has that limit as its request, and is recorded and learned
+with it (the plugin, which sees no ``--time``, does not predict it).
 
 A job first seen already running is submitted at its real submission time with the model of
 now (the daemon was down at its submission): its features are an approximation, as for any
@@ -55,7 +65,7 @@ _STAGE = {None: 0, "submitted": 1, "running": 2, "ended": 3}
 class SlurmJobs(Protocol):
     def jobs(self) -> Sequence[SlurmJob]: ...
 
-    def set_time_limit(self, job_id: int, minutes: int) -> None: ...
+    def set_time_limit(self, job_id: int | str, minutes: int) -> None: ...
 
 
 @dataclass
@@ -65,6 +75,7 @@ class WatchReport:
     corrections: int = 0
     guard_changes: int = 0  # limits the starvation guard set (raised to requests, or lowered back)
     errors: int = 0
+    unlimited: int = 0  # jobs without a time limit, left out (module doc)
     last_error: str = ""
     corrected_jobs: list[int] = field(default_factory=list)
 
@@ -145,6 +156,14 @@ class SlurmWatcher:
         stage = self._stages.get(job.job_id)
         if stage is None:
             stage = _STAGE[self.job_status(job.job_id)]
+            if stage == 0 and not requests.has_request(job, parse_tag(job.admin_comment)):
+                # No --time and no partition default: no request to describe it by (module doc,
+                # "Jobs without a time limit"). Said once, then left alone for its whole life.
+                logger.info("job %d has no time limit: not recorded (hpcpredict describes a job by "
+                            "its request)", job.job_id)
+                self.report.unlimited += 1
+                self._stages[job.job_id] = _STAGE["ended"]
+                return
         tag = parse_tag(job.admin_comment)
         ended = job.state in FINAL_STATES
         if stage < 1 and not ended:
@@ -180,7 +199,7 @@ class SlurmWatcher:
         limit_s = guard_limit_s(job.state, job.time_limit_s, tag, self.guard.active)
         if limit_s is None:
             return
-        self.slurm.set_time_limit(job.job_id, limit_s // 60)
+        self.slurm.set_time_limit(job.update_id, limit_s // 60)
         self.record(LimitChanged(job.job_id, limit_s, now_s))
         self.report.guard_changes += 1
         logger.info("job %d (%s): time limit %d -> %d s (starvation guard %s)", job.job_id,
@@ -203,7 +222,7 @@ class SlurmWatcher:
         )
         if limit_s is None:
             return
-        self.slurm.set_time_limit(job.job_id, limit_s // 60)
+        self.slurm.set_time_limit(job.update_id, limit_s // 60)
         self.record(LimitChanged(job.job_id, limit_s, now_s))
         self.report.corrections += 1
         self.report.corrected_jobs.append(job.job_id)
