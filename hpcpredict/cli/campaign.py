@@ -10,7 +10,6 @@ from pathlib import Path
 from typing import Any
 
 import click
-from tqdm import tqdm
 
 from hpcpredict.cli.common import check_dir, show_progress
 from hpcpredict.cli.options import deprecated_alias
@@ -114,6 +113,8 @@ def campaign(
     if dry_run or not todo:
         store.close()
         return
+    from tqdm import tqdm  # here, not for --help
+
     started = time.perf_counter()
     with tqdm(total=len(todo), unit="run", desc=definition.name, file=sys.stderr,
               disable=not show_progress()) as bar:

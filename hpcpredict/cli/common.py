@@ -13,7 +13,6 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import click
-from tqdm import tqdm
 
 from hpcpredict.outputs import OutputPathError, check_output_dir, check_output_file
 from hpcpredict.swf import SwfFormatError
@@ -28,6 +27,8 @@ def show_progress() -> bool:
 @contextmanager
 def progress_bar(total: int, unit: str, description: str) -> Iterator[Callable[[int], None]]:
     """A tqdm bar on stderr fed with absolute counts; silent when stderr is not a terminal."""
+    from tqdm import tqdm  # here, not for --help
+
     with tqdm(
         total=total,
         unit=unit,

@@ -9,7 +9,6 @@ from __future__ import annotations
 import functools
 import logging
 import os
-import sqlite3
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -240,6 +239,8 @@ def _check_sqlite_file(database: Path, *, create: bool) -> None:
       application's database): the migrations would add hpcpredict's tables to it. Read here
       read-only, before `Store` connects, whose connections switch the file to WAL mode.
     """
+    import sqlite3
+
     from hpcpredict.daemon.paths import DB_FILE_NAME, state_dir
     from hpcpredict.daemon.store import Base
 

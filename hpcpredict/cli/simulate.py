@@ -30,13 +30,11 @@ from hpcpredict.cli.options import (
     slurm_settings_options,
 )
 from hpcpredict.corrections.starvation import DEFAULT_STARVATION_GUARD_S, parse_starvation_guard
-from hpcpredict.learn import parse_loss
-from hpcpredict.sim.metrics import compute_metrics, metrics_table, replica_table
-from hpcpredict.sim.output import write_jobs_csv, write_result_swf
+from hpcpredict.learn.losses import parse_loss
 from hpcpredict.sim.replica_stats import describe_change
 from hpcpredict.sim.runner import COMPARED_METRICS, PREDICTORS, RunSpec, run, run_replicated
 from hpcpredict.sim.shaking import DEFAULT_SEED, DEFAULT_SHAKE_S
-from hpcpredict.sim.slurm_backfill import NAME as SLURM_BACKFILL
+from hpcpredict.sim.slurm_params import NAME as SLURM_BACKFILL
 
 BASELINE = RunSpec(scheduler="easy", predictor="requested", correction="requested")
 
@@ -163,6 +161,9 @@ def simulate(
       hpcpredict simulate swf/KTH-SP2-sample.swf --scheduler slurm-backfill \\
           --slurm-params bf_interval=10 --output kth.swf.gz --csv kth-jobs.csv
     """
+    from hpcpredict.sim.metrics import metrics_table, replica_table  # the simulator: not for --help
+    from hpcpredict.sim.output import write_jobs_csv, write_result_swf
+
     try:
         if starvation_guard is None:  # the default: on wherever a prediction can starve a job
             # (with requested times it changes nothing: plain EASY is already its rule; under
@@ -296,6 +297,7 @@ def predict_eval(
       hpcpredict predict-eval swf/KTH-SP2-sample.swf --scheduler easy --no-plots --format json
     """
     from hpcpredict.analysis import error_by_history, plot_ecdfs, prediction_stats
+    from hpcpredict.sim.metrics import compute_metrics
 
     try:
         specs = [

@@ -11,42 +11,40 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
+from typing import TYPE_CHECKING
 
-from hpcpredict.features import FeatureContext
-from hpcpredict.learn import LearnedPredictor, parse_loss
-from hpcpredict.learn.predictor import (
+from hpcpredict.corrections import CORRECTION_NAMES, make_correction
+from hpcpredict.corrections.survival import DEFAULT_SURVIVAL_QUANTILE
+from hpcpredict.learn.defaults import (
     DEFAULT_CALIBRATION_ALPHA,
     DEFAULT_CENSOR_AT_LIMIT,
     DEFAULT_ETA,
     DEFAULT_FEATURE_SCALING,
-    DEFAULT_PER_USER_EXPERTS,
-    FEATURE_SCALINGS,
     DEFAULT_L2,
     DEFAULT_LOSS_UNIT_S,
     DEFAULT_NEGATIVE,
+    DEFAULT_PER_USER_EXPERTS,
+    FEATURE_SCALINGS,
     NegativeRule,
 )
-from hpcpredict.predictors import (
-    Ave2Predictor,
-    ClairvoyantPredictor,
-    Predictor,
-    RequestedPredictor,
-)
-from hpcpredict.corrections import CORRECTION_NAMES, make_correction
-from hpcpredict.corrections.survival import DEFAULT_SURVIVAL_QUANTILE
-from hpcpredict.sim.metrics import Metrics, compute_metrics
+from hpcpredict.learn.losses import parse_loss
+from hpcpredict.sim.backfill_orders import BACKFILL_ORDERS
 from hpcpredict.sim.replica_stats import PairedDifference, mean_ci, paired_difference
-from hpcpredict.sim.schedulers import SCHEDULERS
-from hpcpredict.sim.slurm_backfill import NAME as SLURM_BACKFILL
-from hpcpredict.sim.slurm_backfill import SlurmBackfill, SlurmParams, simulate_slurm
 from hpcpredict.sim.shaking import DEFAULT_SEED, DEFAULT_SHAKE_S, replica
-from hpcpredict.sim.simulation import ProgressCallback, SimulationResult, simulate
+from hpcpredict.sim.slurm_params import NAME as SLURM_BACKFILL
+from hpcpredict.sim.slurm_params import SlurmParams
 from hpcpredict.workload import Workload
+
+if TYPE_CHECKING:  # the simulator and the learner load when a run starts, not with the names
+    from hpcpredict.features import FeatureContext
+    from hpcpredict.predictors import Predictor
+    from hpcpredict.sim.metrics import Metrics
+    from hpcpredict.sim.simulation import ProgressCallback, SimulationResult
 
 PREDICTORS: tuple[str, ...] = ("requested", "clairvoyant", "ave2", "learned")
 # Every scheduler a user can name: the EASY family (schedulers.py) and the SLURM-like model
 # (slurm_backfill.py), which has its own event loop (periodic passes) and settings.
-SCHEDULER_NAMES: tuple[str, ...] = (*SCHEDULERS, SLURM_BACKFILL)
+SCHEDULER_NAMES: tuple[str, ...] = (*BACKFILL_ORDERS, SLURM_BACKFILL)
 
 
 @dataclass(frozen=True)
@@ -127,7 +125,7 @@ class RunSpec:
                     f"the starvation guard must be a whole number of seconds >= 0, got "
                     f"{self.starvation_guard_s!r}"
                 )
-            if self.scheduler != SLURM_BACKFILL and SCHEDULERS[self.scheduler].backfill_order is None:
+            if self.scheduler != SLURM_BACKFILL and BACKFILL_ORDERS[self.scheduler] is None:
                 raise ValueError(f"the starvation guard needs a backfilling scheduler, not {self.scheduler}")
 
     @property
@@ -198,11 +196,16 @@ class RunSpec:
 
 def feature_context(workload: Workload) -> FeatureContext:
     """The log's clock (UnixStartTime, TimeZoneString) for the time-of-day features."""
+    from hpcpredict.features import FeatureContext
+
     header = workload.header
     return FeatureContext(header.unix_start_time or 0, header.time_zone_string)
 
 
 def build_predictor(spec: RunSpec, workload: Workload) -> Predictor:
+    from hpcpredict.learn.predictor import LearnedPredictor
+    from hpcpredict.predictors import Ave2Predictor, ClairvoyantPredictor, RequestedPredictor
+
     if spec.predictor == "requested":
         return RequestedPredictor()
     if spec.predictor == "clairvoyant":
@@ -227,6 +230,10 @@ def run(
     workload: Workload, spec: RunSpec, *, progress: ProgressCallback | None = None
 ) -> SimulationResult:
     """Replay `workload` under `spec`; the result's settings record the spec and the log."""
+    from hpcpredict.sim.schedulers import SCHEDULERS
+    from hpcpredict.sim.simulation import simulate
+    from hpcpredict.sim.slurm_backfill import SlurmBackfill, simulate_slurm
+
     if spec.scheduler == SLURM_BACKFILL:
         result = simulate_slurm(
             workload.jobs,
@@ -330,6 +337,8 @@ def run_replicated(
     Replicas are the outer loop, so each shaken log exists once at a time; only the metrics of
     each run are kept, plus the whole result of replica 0 (the log as it is) for per-job output.
     """
+    from hpcpredict.sim.metrics import compute_metrics
+
     if replicas < 1:
         raise ValueError(f"at least one replica is needed, got {replicas}")
     runs = ReplicatedRuns(list(specs), shake_s, seed)

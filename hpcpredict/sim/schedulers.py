@@ -34,6 +34,7 @@ from hpcpredict.sim.backfill_kernel import (
     WORK_ROW,
     backfill_pass,
 )
+from hpcpredict.sim.backfill_orders import BACKFILL_ORDERS
 from hpcpredict.sim.profile import RunningProfile
 
 _NO_KEY = np.iinfo(np.int64).max
@@ -332,11 +333,4 @@ class Reservation(NamedTuple):
     guarded: bool = False  # computed by the starvation guard's rule (requested times)
 
 
-SCHEDULERS: dict[str, Scheduler] = {
-    scheduler.name: scheduler
-    for scheduler in (
-        Scheduler("fcfs", None),
-        Scheduler("easy", "fcfs"),
-        Scheduler("easy-sjbf", "shortest_prediction"),
-    )
-}
+SCHEDULERS: dict[str, Scheduler] = {name: Scheduler(name, order) for name, order in BACKFILL_ORDERS.items()}
