@@ -75,9 +75,12 @@ def check_file(path: Path, option: str) -> None:
 
 def workload_summary(workload: Workload) -> dict[str, object]:
     """The figures every command that reads a log reports about it (also in its JSON)."""
+    from hpcpredict.job_table import job_column  # numpy: not for --help
+
     jobs = workload.jobs
-    users = {job.request.user_id for job in jobs}
-    span_s = jobs[-1].submit_s - jobs[0].submit_s if jobs else 0
+    users = set(job_column(jobs, "user_id").tolist())
+    submit_s = job_column(jobs, "submit_s")
+    span_s = int(submit_s[-1] - submit_s[0]) if len(jobs) else 0
     return {
         "log": workload.path,
         "jobs": len(jobs),
