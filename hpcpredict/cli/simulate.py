@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 from pathlib import Path
 
 import click
@@ -122,6 +123,11 @@ BASELINE = RunSpec(scheduler="easy", predictor="requested", correction="requeste
     show_default=True,
     help="Seed of the shaken replicas (the same seed gives the same replicas).",
 )
+@click.option(
+    "--jobs", "-j", "jobs", type=click.IntRange(min=1), default=None,
+    help="Replays run at once, in processes that share the log read once (the run and its "
+    "baseline, the replicas). Default: one per core this process may use.",
+)
 @lenient_option
 @format_option()
 def simulate(
@@ -141,6 +147,7 @@ def simulate(
     replicas: int,
     shake_s: int,
     seed: int,
+    jobs: int | None,
     lenient: bool,
     output_format: str,
 ) -> None:
@@ -194,7 +201,8 @@ def simulate(
     specs = [spec] + ([baseline_spec] if baseline and spec != baseline_spec else [])
     with progress_bar(len(workload.jobs) * len(specs) * replicas, "job", "simulating") as update:
         runs = run_replicated(
-            workload, specs, replicas=replicas, shake_s=shake_s, seed=seed, progress=update
+            workload, specs, replicas=replicas, shake_s=shake_s, seed=seed, progress=update,
+            jobs=jobs if jobs is not None else len(os.sched_getaffinity(0)),
         )
     main_result = runs.unshaken[0]
     if output is not None:
