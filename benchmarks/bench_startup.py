@@ -12,10 +12,9 @@ Prints best / median wall and CPU (user + system) seconds per command and tree.
 from __future__ import annotations
 
 import argparse
-import os
 from pathlib import Path
 
-from process_timing import hpcpredict_argv, interleave, print_table
+from process_timing import compare, hpcpredict_argv
 
 HERE = Path(__file__).resolve().parents[1]
 
@@ -25,16 +24,12 @@ def main() -> None:
     parser.add_argument("--before", type=Path, default=None, help="an older tree to compare with")
     parser.add_argument("--rounds", type=int, default=10)
     args = parser.parse_args()
-    trees = {"after": HERE} if args.before is None else {"before": args.before.resolve(), "after": HERE}
     commands = {
         "hpcpredict --help": hpcpredict_argv("--help"),
         "hpcpredict simulate --help": hpcpredict_argv("simulate", "--help"),
         "python -c 'import hpcpredict.cli'": [hpcpredict_argv()[0], "-c", "import hpcpredict.cli"],
     }
-    print(f"load average at start: {os.getloadavg()[0]:.2f}")
-    results = interleave(commands, trees, args.rounds)
-    print_table(results, list(trees))
-    print(f"load average at end: {os.getloadavg()[0]:.2f}")
+    compare(commands, HERE, args.before, args.rounds)
 
 
 if __name__ == "__main__":

@@ -12,10 +12,9 @@ SDSC-BLUE <= 3 s, CEA-Curie <= 4 s; with the baseline CEA-Curie <= 6 s; `info` C
 from __future__ import annotations
 
 import argparse
-import os
 from pathlib import Path
 
-from process_timing import hpcpredict_argv, interleave, print_table
+from process_timing import compare, hpcpredict_argv
 
 HERE = Path(__file__).resolve().parents[1]
 SWF = HERE.parent / "shared" / "swf"
@@ -41,13 +40,9 @@ def main() -> None:
     parser.add_argument("--extra-args", default="", help="appended to every simulate command "
                         "(e.g. '--jobs 1'; only for trees that have the option)")
     args = parser.parse_args()
-    trees = {"after": HERE} if args.before is None else {"before": args.before.resolve(), "after": HERE}
     chosen = {name: COMMANDS[name] + (args.extra_args.split() if name.startswith("simulate") else [])
               for name in (args.only or DEFAULT)}
-    print(f"load average at start: {os.getloadavg()[0]:.2f}")
-    results = interleave(chosen, trees, args.rounds)
-    print_table(results, list(trees))
-    print(f"load average at end: {os.getloadavg()[0]:.2f}")
+    compare(chosen, HERE, args.before, args.rounds)
 
 
 if __name__ == "__main__":

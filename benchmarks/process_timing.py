@@ -80,3 +80,12 @@ def print_table(results: dict[tuple[str, str], Timings], trees: list[str]) -> No
             cells.append(f"{min(t.wall_s):.2f} / {statistics.median(t.wall_s):.2f}, "
                          f"{min(t.cpu_s):.2f} / {statistics.median(t.cpu_s):.2f}")
         print(f"| `{name}` | " + " | ".join(cells) + " |")
+
+
+def compare(commands: dict[str, list[str]], here: Path, before: Path | None, rounds: int) -> None:
+    """Interleave `commands` on this tree (`here`) and an older one, print the table and the load."""
+    trees = {"after": here} if before is None else {"before": before.resolve(), "after": here}
+    print(f"load average at start: {os.getloadavg()[0]:.2f}")
+    results = interleave(commands, trees, rounds)
+    print_table(results, list(trees))
+    print(f"load average at end: {os.getloadavg()[0]:.2f}")
