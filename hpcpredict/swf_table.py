@@ -195,7 +195,7 @@ def _parse_body(body: bytes) -> dict[str, np.ndarray] | None:
         rows = np.loadtxt(io.BytesIO(body), dtype=_ROW, comments=None, ndmin=1)
     except ValueError:  # a field that is not its type's number, or not 18 fields on a line
         return None
-    columns = {name: np.ascontiguousarray(rows[name]) for name in SWF_FIELDS}
+    columns = {name: rows[name] for name in SWF_FIELDS}  # views of the rows: no copy
     if not all(np.isfinite(columns[name]).all() for name in _FLOAT_FIELDS):
         return None  # a decimal beyond the float range: the careful reader says which
     return columns
