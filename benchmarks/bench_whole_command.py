@@ -39,10 +39,12 @@ def main() -> None:
     parser.add_argument("--only", action="append", choices=sorted(COMMANDS), default=None)
     parser.add_argument("--extra-args", default="", help="appended to every simulate command "
                         "(e.g. '--jobs 1'; only for trees that have the option)")
+    parser.add_argument("--side-by-side", action="store_true",
+                        help="start before and after together (a busy machine slows both alike)")
     args = parser.parse_args()
     chosen = {name: COMMANDS[name] + (args.extra_args.split() if name.startswith("simulate") else [])
               for name in (args.only or DEFAULT)}
-    compare(chosen, HERE, args.before, args.rounds)
+    compare(chosen, HERE, args.before, args.rounds, args.side_by_side)
 
 
 if __name__ == "__main__":

@@ -52,17 +52,25 @@ def hpcpredict_argv(*args: str) -> list[str]:
 
 
 def interleave(
-    commands: dict[str, list[str]], trees: dict[str, Path], rounds: int
+    commands: dict[str, list[str]], trees: dict[str, Path], rounds: int, side_by_side: bool = False
 ) -> dict[tuple[str, str], Timings]:
-    """Every command on every tree, `rounds` times, trees alternating inside each round."""
+    """Every command on every tree, `rounds` times, trees alternating inside each round, or
+    started together (`side_by_side`: on a busy machine both then see the same slowdowns).
+    Each figure is printed on stderr as it comes."""
+    from concurrent.futures import ThreadPoolExecutor
+
     results = {(name, tree): Timings() for name in commands for tree in trees}
     for round_ in range(rounds):
         for name, argv in commands.items():
             order = list(trees.items()) if round_ % 2 == 0 else list(reversed(trees.items()))
-            for tree_name, tree in order:
-                wall_s, cpu_s = time_process(argv, tree)
-                results[(name, tree_name)].wall_s.append(wall_s)
-                results[(name, tree_name)].cpu_s.append(cpu_s)
+            with ThreadPoolExecutor(len(order) if side_by_side else 1) as pool:
+                timed = [(tree_name, pool.submit(time_process, argv, tree)) for tree_name, tree in order]
+                for tree_name, future in timed:
+                    wall_s, cpu_s = future.result()
+                    results[(name, tree_name)].wall_s.append(wall_s)
+                    results[(name, tree_name)].cpu_s.append(cpu_s)
+                    print(f"  {name} [{tree_name}]: wall {wall_s:.2f} s, cpu {cpu_s:.2f} s, "
+                          f"load {os.getloadavg()[0]:.1f}", file=sys.stderr, flush=True)
         print(f"round {round_ + 1}/{rounds} done, load average {os.getloadavg()[0]:.2f}",
               file=sys.stderr)
     return results
@@ -82,10 +90,13 @@ def print_table(results: dict[tuple[str, str], Timings], trees: list[str]) -> No
         print(f"| `{name}` | " + " | ".join(cells) + " |")
 
 
-def compare(commands: dict[str, list[str]], here: Path, before: Path | None, rounds: int) -> None:
+def compare(
+    commands: dict[str, list[str]], here: Path, before: Path | None, rounds: int,
+    side_by_side: bool = False,
+) -> None:
     """Interleave `commands` on this tree (`here`) and an older one, print the table and the load."""
     trees = {"after": here} if before is None else {"before": before.resolve(), "after": here}
     print(f"load average at start: {os.getloadavg()[0]:.2f}")
-    results = interleave(commands, trees, rounds)
+    results = interleave(commands, trees, rounds, side_by_side)
     print_table(results, list(trees))
     print(f"load average at end: {os.getloadavg()[0]:.2f}")
