@@ -43,8 +43,12 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from hpcpredict.jobs import Job, JobRequest
+import numpy as np
+
+from hpcpredict.job_table import JOB_FIELDS, REQUEST_FIELDS, JobTable
+from hpcpredict.jobs import Job
 from hpcpredict.swf import SwfRecord
+from hpcpredict.swf_table import columns_of
 
 # Rule names in application order, with the text the report prints.
 RULES: tuple[tuple[str, str], ...] = (
@@ -145,8 +149,24 @@ def clean(
 
     `max_procs_header` is the header's MaxProcs (None when the log has none: rule 1 is then
     skipped and the report says so). `machine_procs` is the simulated machine's size when it
-    differs from the header (CEA-Curie: 80,640); None means no clamping.
+    differs from the header (CEA-Curie: 80,640); None means no clamping. The rules run on
+    columns (`clean_columns`), the way `load_workload` applies them to a whole log.
     """
+    table, report = clean_columns(
+        columns_of(list(records)), max_procs_header=max_procs_header, machine_procs=machine_procs
+    )
+    return table.jobs(), report
+
+
+def clean_columns(
+    columns: dict[str, np.ndarray],
+    *,
+    max_procs_header: int | None,
+    machine_procs: int | None = None,
+) -> tuple[JobTable, CleaningReport]:
+    """`clean` on a log's columns (one array per SWF field, `swf_table`), without a Python
+    object per job: each rule is a mask over the jobs the previous rules kept, in the order
+    of the module doc, so every count is the one a job-by-job pass gives."""
     if machine_procs is not None and machine_procs < 1:
         raise ValueError(f"machine_procs must be >= 1, got {machine_procs}")
     counts = {name: RuleCount(name, description) for name, description in RULES}
@@ -156,87 +176,49 @@ def clean(
         notes.append("the header has no MaxProcs: jobs were not checked against it")
     if machine_procs is None:
         counts["procs_above_machine"].applied = False
-    input_count = 0
-    jobs: list[Job] = []
-    for record in records:
-        input_count += 1
-        job = _clean_one(record, max_procs_header, machine_procs, counts)
-        if job is not None:
-            jobs.append(job)
-    out_of_order = _count_out_of_order(jobs)
-    jobs.sort(key=_submit_time)  # list.sort is stable: equal submit times keep file order
+    allocated, requested = columns["allocated_procs"], columns["requested_procs"]
+    run_s, requested_s, submit_s = columns["run_s"], columns["requested_time_s"], columns["submit_s"]
+    kept = np.ones(len(allocated), dtype=bool)
+
+    def rule(name: str, hit: np.ndarray, *, drop: bool) -> np.ndarray:
+        """Count `name` on the jobs still kept that `hit` selects; drop them if asked."""
+        hit = hit & kept
+        number = int(np.count_nonzero(hit))
+        if drop:
+            counts[name].dropped += number
+            kept[hit] = False
+        else:
+            counts[name].changed += number
+        return hit
+
+    if max_procs_header is not None:
+        rule("procs_above_max_procs", (allocated > max_procs_header) | (requested > max_procs_header), drop=True)
+    rule("no_procs", (allocated <= 0) & (requested <= 0), drop=True)
+    rule("allocated_from_requested", allocated <= 0, drop=False)
+    from_allocated = rule("requested_from_allocated", (allocated > 0) & (requested <= 0), drop=False)
+    procs = np.where(from_allocated, allocated, requested)  # the requested processors, filled
+    rule("run_time_not_positive", run_s <= 0, drop=True)
+    rule("requested_time_not_positive", requested_s <= 0, drop=True)
+    rule("submit_negative", submit_s < 0, drop=True)
+    run_s = np.where(rule("run_time_above_request", run_s > requested_s, drop=False), requested_s, run_s)
+    if machine_procs is not None:
+        procs = np.where(rule("procs_above_machine", procs > machine_procs, drop=False), machine_procs, procs)
+    order = np.flatnonzero(kept)
+    kept_submit = submit_s[order]
+    out_of_order = int(np.count_nonzero(kept_submit[1:] < kept_submit[:-1]))
+    order = order[np.argsort(kept_submit, kind="stable")]  # equal submit times keep file order
+    sources = {"requested_s": requested_s, "procs": procs, "run_s": run_s}
+    table = JobTable({
+        name: sources.get(name, columns.get(name))[order]
+        for name in (*REQUEST_FIELDS, *JOB_FIELDS)
+    })
     report = CleaningReport(
-        input_count=input_count,
-        kept_count=len(jobs),
+        input_count=len(allocated),
+        kept_count=len(order),
         max_procs_header=max_procs_header,
         machine_procs=machine_procs,
         rules=list(counts.values()),
         out_of_order_count=out_of_order,
         notes=notes,
     )
-    return jobs, report
-
-
-def _clean_one(
-    record: SwfRecord,
-    max_procs_header: int | None,
-    machine_procs: int | None,
-    counts: dict[str, RuleCount],
-) -> Job | None:
-    """Apply the rules to one record in order; None when a rule drops it (and is counted)."""
-    allocated, requested = record.allocated_procs, record.requested_procs
-    if max_procs_header is not None and (allocated > max_procs_header or requested > max_procs_header):
-        return _drop(counts, "procs_above_max_procs")
-    if allocated <= 0 and requested <= 0:
-        return _drop(counts, "no_procs")
-    if allocated <= 0:
-        counts["allocated_from_requested"].changed += 1
-    elif requested <= 0:
-        requested = allocated
-        counts["requested_from_allocated"].changed += 1
-    procs = requested
-    if record.run_s <= 0:
-        return _drop(counts, "run_time_not_positive")
-    if record.requested_time_s <= 0:
-        return _drop(counts, "requested_time_not_positive")
-    if record.submit_s < 0:
-        return _drop(counts, "submit_negative")
-    run_s = record.run_s
-    if run_s > record.requested_time_s:
-        run_s = record.requested_time_s
-        counts["run_time_above_request"].changed += 1
-    if machine_procs is not None and procs > machine_procs:
-        procs = machine_procs
-        counts["procs_above_machine"].changed += 1
-    return _job(record, procs, run_s)
-
-
-def _drop(counts: dict[str, RuleCount], name: str) -> None:
-    counts[name].dropped += 1
-    return None
-
-
-def _job(record: SwfRecord, procs: int, run_s: int) -> Job:
-    request = JobRequest(
-        job_id=record.job_id,
-        submit_s=record.submit_s,
-        procs=procs,
-        requested_s=record.requested_time_s,
-        user_id=record.user_id,
-        group_id=record.group_id,
-        executable_id=record.executable_id,
-        queue_id=record.queue_id,
-        partition_id=record.partition_id,
-    )
-    return Job(request=request, run_s=run_s, status=record.status, wait_s=int(record.wait_s))
-
-
-def _submit_time(job: Job) -> int:
-    return job.request.submit_s
-
-
-def _count_out_of_order(jobs: list[Job]) -> int:
-    """Jobs submitted earlier than the job listed just before them (0 for a sorted log)."""
-    return sum(
-        1 for previous, current in zip(jobs, jobs[1:]) if current.submit_s < previous.submit_s
-    )
+    return table, report

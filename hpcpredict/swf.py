@@ -21,6 +21,8 @@ Design choices, each for a reason:
   straight with `int()`/`float()` (the full 312,826-line CEA-Curie log parses in about 2 s); any
   other line, or one whose conversion fails, goes through the strict per-field check that builds
   the error message. The slow path is the specification; the fast path only skips work.
+  Whole logs are read faster still by `hpcpredict.swf_table` (numpy's C reader into columns),
+  which hands any file that is not plain job lines to this reader.
 * **Streaming.** `iter_swf` reads the header eagerly (it is needed before the first job, e.g. for
   MaxProcs) and then yields records one at a time, so memory stays flat whatever the log's size.
 * **Comment and blank lines after the header** are legal but not part of the header: they are

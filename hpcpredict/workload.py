@@ -9,12 +9,14 @@ the log covers 80,640; docs/method.md §10).
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from hpcpredict.cleaning import CleaningReport, clean
-from hpcpredict.jobs import Job
-from hpcpredict.swf import SwfHeader, read_swf
+if TYPE_CHECKING:  # reading and cleaning (numpy, pandas) load with the first log, not with --help
+    from hpcpredict.cleaning import CleaningReport
+    from hpcpredict.jobs import Job
+    from hpcpredict.swf import SwfHeader
 
 
 class WorkloadError(ValueError):
@@ -25,7 +27,9 @@ class WorkloadError(ValueError):
 class Workload:
     path: str
     header: SwfHeader
-    jobs: list[Job]
+    # A `job_table.JobTable` when read from a file: its columns serve summaries without
+    # building the Job objects, which the first job read builds.
+    jobs: Sequence[Job]
     machine_procs: int
     cleaning: CleaningReport
     skipped_lines: list[tuple[int, str]]
@@ -46,8 +50,14 @@ def load_workload(
     lenient: bool = False,
     progress: Callable[[int], None] | None = None,
 ) -> Workload:
-    """Read and clean `path`; `machine_procs` overrides the header's MaxProcs."""
-    log = read_swf(path, lenient=lenient, progress=progress)
+    """Read and clean `path`; `machine_procs` overrides the header's MaxProcs.
+
+    The log is read as columns (`swf_table.read_swf_table`: a C parser, or the careful
+    line-by-line reader for any file that is not plain job lines) and cleaned as columns."""
+    from hpcpredict.cleaning import clean_columns
+    from hpcpredict.swf_table import read_swf_table
+
+    log = read_swf_table(path, lenient=lenient, progress=progress)
     header_procs = log.header.max_procs
     if machine_procs is None:
         if header_procs is None or header_procs < 1:
@@ -60,8 +70,8 @@ def load_workload(
     # Jobs larger than a machine smaller than the header's are clamped to it, as the reference
     # did for CEA-Curie; without a header MaxProcs the machine size is the only bound there is.
     smaller_machine = header_procs is None or machine_procs < header_procs
-    jobs, report = clean(
-        log.records,
+    jobs, report = clean_columns(
+        log.columns,
         max_procs_header=header_procs,
         machine_procs=machine_procs if smaller_machine else None,
     )

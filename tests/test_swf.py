@@ -10,6 +10,7 @@ import pickle
 import random
 import re
 from dataclasses import astuple, fields as dataclass_fields
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -32,10 +33,36 @@ from hpcpredict.swf import (
     read_swf,
     write_swf,
 )
+from hpcpredict.swf_table import read_swf_table
 
 FLOAT_FIELDS = ("avg_cpu_s", "used_memory_kb", "requested_memory_kb")
 FLOAT_FIELD_NOS = (6, 7, 10)  # 1-based SWF field numbers of the three float fields
 INT_FIELD_NOS = tuple(n for n in range(1, 19) if n not in FLOAT_FIELD_NOS)
+
+
+def _read_through_table(path, *, lenient=False, progress=None) -> SwfLog:
+    """`read_swf` as `load_workload` now reads a log: through the columnar reader (its C fast
+    path, or this careful reader for any unusual file), back as an SwfLog."""
+    table = read_swf_table(path, lenient=lenient, progress=progress)
+    return SwfLog(path=table.path, header=table.header, records=table.records(),
+                  skipped_lines=table.skipped_lines, body_comments=table.body_comments,
+                  blank_lines=table.blank_lines)
+
+
+@pytest.fixture(autouse=True, scope="module", params=["careful reader", "columnar reader"])
+def whole_file_reader(request: pytest.FixtureRequest) -> Iterator[None]:
+    """Every test here that reads a whole file with `read_swf` runs twice, the second time
+    through `read_swf_table`: the same records, and the same line-numbered errors on every
+    malformed file these tests write (tests/test_swf_table.py checks the same on random files)."""
+    if request.param == "careful reader":
+        yield
+        return
+    globals()["read_swf"] = _read_through_table
+    try:
+        yield
+    finally:
+        globals()["read_swf"] = read_swf_table.__globals__["read_swf"]
+
 
 # KTH's first job line, verbatim.
 KTH_LINE_1 = "    1        0 964980  97225   56     -1    -1   56 210000    -1  1   1   1  -1 -1 -1 -1 -1"

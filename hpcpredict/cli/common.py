@@ -15,7 +15,6 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import click
-from tqdm import tqdm
 
 from hpcpredict.outputs import OutputPathError, check_output_dir, check_output_file
 from hpcpredict.swf import SwfFormatError
@@ -30,6 +29,8 @@ def show_progress() -> bool:
 @contextmanager
 def progress_bar(total: int, unit: str, description: str) -> Iterator[Callable[[int], None]]:
     """A tqdm bar on stderr fed with absolute counts; silent when stderr is not a terminal."""
+    from tqdm import tqdm  # here, not for --help
+
     with tqdm(
         total=total,
         unit=unit,
@@ -76,9 +77,12 @@ def check_file(path: Path, option: str) -> None:
 
 def workload_summary(workload: Workload) -> dict[str, object]:
     """The figures every command that reads a log reports about it (also in its JSON)."""
+    from hpcpredict.job_table import job_column  # numpy: not for --help
+
     jobs = workload.jobs
-    users = {job.request.user_id for job in jobs}
-    span_s = jobs[-1].submit_s - jobs[0].submit_s if jobs else 0
+    users = set(job_column(jobs, "user_id").tolist())
+    submit_s = job_column(jobs, "submit_s")
+    span_s = int(submit_s[-1] - submit_s[0]) if len(jobs) else 0
     return {
         "log": workload.path,
         "jobs": len(jobs),
@@ -111,6 +115,8 @@ def run_into_store(name: str, todo: list[Any], store: Any, done: set[str], *, ex
                    jobs: int | None, scheduler_address: str | None) -> None:
     """Run the cells `todo` (campaign.Cell) into `store` with a progress bar; Ctrl-C says what is
     kept and how to resume (`done`: the keys stored before). Shared with `hpcpredict tune`."""
+    from tqdm import tqdm  # here, not for --help
+
     from hpcpredict.sim.campaign import execute
     from hpcpredict.sim.campaign_store import open_store
 

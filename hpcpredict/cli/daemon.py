@@ -9,7 +9,6 @@ from __future__ import annotations
 import functools
 import logging
 import os
-import sqlite3
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -304,6 +303,8 @@ def _check_sqlite_file(database: Path, *, create: bool) -> None:
       read-only, before `Store` connects, whose connections switch the file to WAL mode, and
       before its mode is tightened (file_modes.py: never someone else's file).
     """
+    import sqlite3
+
     from hpcpredict.daemon.paths import DB_FILE_NAME, state_dir
     from hpcpredict.daemon.store import Base
 

@@ -32,9 +32,11 @@ def info(log: Path, procs: int | None, lenient: bool, output_format: str) -> Non
     header = workload.header
     summary["unix_start_time"] = header.unix_start_time
     summary["time_zone_string"] = header.time_zone_string
-    if workload.jobs:
-        requested = sum(job.requested_s for job in workload.jobs)
-        summary["requested_over_run"] = round(requested / sum(job.run_s for job in workload.jobs), 3)
+    if len(workload.jobs):
+        from hpcpredict.job_table import job_column  # numpy: not for --help
+
+        requested = sum(job_column(workload.jobs, "requested_s").tolist())
+        summary["requested_over_run"] = round(requested / sum(job_column(workload.jobs, "run_s").tolist()), 3)
     if output_format == "json":
         summary["cleaning"] = workload.cleaning.to_dict()
         summary["header"] = {key: list(values) for key, values in header.entries.items()}

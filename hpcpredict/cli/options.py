@@ -18,12 +18,12 @@ from typing import Any
 import click
 
 from hpcpredict.corrections import CORRECTION_NAMES
-from hpcpredict.learn import parse_loss
-from hpcpredict.learn.predictor import FEATURE_SCALINGS
+from hpcpredict.learn.defaults import FEATURE_SCALINGS
+from hpcpredict.learn.losses import parse_loss
 from hpcpredict.sim.runner import SCHEDULER_NAMES, RunSpec
-from hpcpredict.sim.slurm_backfill import NAME as SLURM_BACKFILL
-from hpcpredict.sim.slurm_backfill import SlurmParams, SlurmParamsError
 from hpcpredict.sim.slurm_conf import read_slurm_conf
+from hpcpredict.sim.slurm_params import NAME as SLURM_BACKFILL
+from hpcpredict.sim.slurm_params import SlurmParams, SlurmParamsError
 
 Decorator = Callable[[Callable[..., Any]], Callable[..., Any]]
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 from pathlib import Path
 
 import click
@@ -30,13 +31,11 @@ from hpcpredict.cli.options import (
     slurm_settings_options,
 )
 from hpcpredict.corrections.starvation import default_starvation_guard_s, parse_starvation_guard
-from hpcpredict.learn import parse_loss
-from hpcpredict.sim.metrics import compute_metrics, metrics_table, replica_table
-from hpcpredict.sim.output import write_jobs_csv, write_result_swf
+from hpcpredict.learn.losses import parse_loss
 from hpcpredict.sim.replica_stats import describe_change, tail_warning
 from hpcpredict.sim.runner import COMPARED_METRICS, PREDICTORS, RunSpec, run, run_replicated
 from hpcpredict.sim.shaking import DEFAULT_SEED, DEFAULT_SHAKE_S
-from hpcpredict.sim.slurm_backfill import NAME as SLURM_BACKFILL
+from hpcpredict.sim.slurm_params import NAME as SLURM_BACKFILL
 
 BASELINE = RunSpec(scheduler="easy", predictor="requested", correction="requested")
 
@@ -127,6 +126,11 @@ BASELINE = RunSpec(scheduler="easy", predictor="requested", correction="requeste
     show_default=True,
     help="Seed of the shaken replicas (the same seed gives the same replicas).",
 )
+@click.option(
+    "--jobs", "-j", "jobs", type=click.IntRange(min=1), default=None,
+    help="Replays run at once, in processes that share the log read once (the run and its "
+    "baseline, the replicas). Default: one per core this process may use.",
+)
 @lenient_option
 @format_option()
 def simulate(
@@ -146,6 +150,7 @@ def simulate(
     replicas: int,
     shake_s: int,
     seed: int,
+    jobs: int | None,
     lenient: bool,
     output_format: str,
 ) -> None:
@@ -166,6 +171,9 @@ def simulate(
       hpcpredict simulate swf/KTH-SP2-sample.swf --scheduler slurm-backfill \\
           --slurm-params bf_interval=10 --output /tmp/kth.swf.gz --csv /tmp/kth-jobs.csv
     """
+    from hpcpredict.sim.metrics import metrics_table, replica_table  # the simulator: not for --help
+    from hpcpredict.sim.output import write_jobs_csv, write_result_swf
+
     starvation_guard_s = guard_option_s(starvation_guard, scheduler, predictor)
     try:
         spec = RunSpec(
@@ -187,7 +195,8 @@ def simulate(
     specs = [spec] + ([baseline_spec] if baseline and spec != baseline_spec else [])
     with progress_bar(len(workload.jobs) * len(specs) * replicas, "job", "simulating") as update:
         runs = run_replicated(
-            workload, specs, replicas=replicas, shake_s=shake_s, seed=seed, progress=update
+            workload, specs, replicas=replicas, shake_s=shake_s, seed=seed, progress=update,
+            jobs=jobs if jobs is not None else len(os.sched_getaffinity(0)),
         )
     main_result = runs.unshaken[0]
     if output is not None:
@@ -341,6 +350,7 @@ def predict_eval(
       hpcpredict predict-eval swf/KTH-SP2-sample.swf --scheduler easy --no-plots --format json
     """
     from hpcpredict.analysis import error_by_history, plot_ecdfs, prediction_stats
+    from hpcpredict.sim.metrics import compute_metrics
 
     starvation_guard_s = guard_option_s(starvation_guard, scheduler, "learned")
     try:

@@ -21,7 +21,7 @@ from hpcpredict.cli.options import (
 from hpcpredict.sim.replica_stats import PairedDifference
 from hpcpredict.sim.runner import RunSpec
 from hpcpredict.sim.shaking import DEFAULT_SEED, DEFAULT_SHAKE_S
-from hpcpredict.sim.slurm_backfill import NAME as SLURM_BACKFILL
+from hpcpredict.sim.slurm_params import NAME as SLURM_BACKFILL
 
 _HOURS = {"p99_wait_s", "max_wait_s"}
 _NAMES = {"ave_bsld": "AVEbsld", "p99_wait_s": "p99 wait h", "max_wait_s": "max wait h"}

@@ -15,11 +15,12 @@ in the daemon's checkpoint, so the SLURM corrector stays restartable.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import ClassVar, Protocol
-
-import numpy as np
+from typing import TYPE_CHECKING, ClassVar, Protocol
 
 from hpcpredict.jobs import JobRequest
+
+if TYPE_CHECKING:
+    import numpy as np
 
 #: INCREMENTAL steps after the k-th correction (Tsafrir, Etsion & Feitelson, TPDS 2007; docs/method.md §8).
 #: They replace each other (initial + step k), they do not accumulate.

@@ -27,11 +27,13 @@ import threading
 from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-
-import numpy as np
+from typing import TYPE_CHECKING
 
 from hpcpredict.jobs import JobRequest
 from hpcpredict.corrections.policies import INCREMENTAL_STEPS_S
+
+if TYPE_CHECKING:
+    import numpy as np
 
 DEFAULT_SURVIVAL_QUANTILE = 0.5
 DEFAULT_SURVIVAL_WINDOW = 50  # ended runtimes kept per user: "recent", a few weeks of a busy user
@@ -126,6 +128,8 @@ class RuntimeHistory:
         return events, bounds
 
     def to_state(self) -> dict[str, np.ndarray]:
+        import numpy as np  # checkpoints only: the command line imports this module for names
+
         with self._lock:
             ended = [(user, run_s, int(censored)) for user, runs in self._ended.items()
                      for run_s, censored in runs]
@@ -138,6 +142,8 @@ class RuntimeHistory:
 
     def load_state(self, state: dict[str, np.ndarray]) -> None:
         """Replace the history with `to_state()`'s (an empty dict: an empty history)."""
+        import numpy as np  # checkpoints only
+
         with self._lock:
             self._ended = {}
             self._running = {}

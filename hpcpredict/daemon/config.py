@@ -43,16 +43,15 @@ import os
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from hpcpredict.daemon.paths import default_db_url, state_dir
 from hpcpredict.daemon.readiness import DEFAULT_MIN_TRAINED_JOBS
-from hpcpredict.features import FeatureContext
 from hpcpredict.corrections import CORRECTION_NAMES, make_correction
 from hpcpredict.corrections.policies import CorrectionPolicy
 from hpcpredict.corrections.starvation import DEFAULT_STARVATION_GUARD_S, parse_starvation_guard
 from hpcpredict.corrections.survival import DEFAULT_SURVIVAL_QUANTILE
-from hpcpredict.learn.predictor import (
+from hpcpredict.learn.defaults import (
     DEFAULT_CALIBRATION_ALPHA,
     DEFAULT_CENSOR_AT_LIMIT,
     DEFAULT_ETA,
@@ -61,8 +60,10 @@ from hpcpredict.learn.predictor import (
     DEFAULT_LOSS_UNIT_S,
     DEFAULT_NEGATIVE,
     DEFAULT_PER_USER_EXPERTS,
-    LearnedPredictor,
 )
+
+if TYPE_CHECKING:
+    from hpcpredict.learn.predictor import LearnedPredictor
 
 DEFAULT_HTTP = "127.0.0.1:8765"
 
@@ -89,6 +90,9 @@ class LearnerConfig:
 
     def build(self, time_zone: str | None) -> LearnedPredictor:
         """An untrained learner whose clock is Unix seconds read in the site's time zone."""
+        from hpcpredict.features import FeatureContext  # numpy, and numba's kernels: not for --help
+        from hpcpredict.learn.predictor import LearnedPredictor
+
         return LearnedPredictor(
             self.loss,
             eta=self.eta,

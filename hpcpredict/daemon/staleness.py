@@ -14,8 +14,10 @@ warning says so without promising requests.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from hpcpredict.features import FeatureState
+if TYPE_CHECKING:
+    from hpcpredict.features import FeatureState
 
 STALE_AFTER_S = 30 * 86_400  # a month without a single learned job
 

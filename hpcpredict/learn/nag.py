@@ -37,6 +37,7 @@ from pathlib import Path
 
 import numpy as np
 
+from hpcpredict.learn.defaults import ETA_REFERENCE, L2_REFERENCE
 from hpcpredict.learn.losses import AsymmetricLoss, Branch, Weight
 from hpcpredict.learn.nag_kernels import (
     CONSTANT_WEIGHT,
@@ -65,8 +66,6 @@ from hpcpredict.learn.nag_kernels import (
     rescale_and_score,
 )
 
-ETA_REFERENCE = 5000.0  # learning rate of the reference simulator (docs/method.md §10)
-L2_REFERENCE = 4e9  # its l2 constant, added as lambda * w to the gradient (docs/method.md §10)
 
 # Stand-in for sqrt(G_i) = 0. A G_i > 0 is at least the smallest subnormal (5e-324), whose root
 # is 2.2e-162 > 1e-300, so the floor only ever replaces exact zeros, where g_i = 0 too: the update

@@ -90,7 +90,7 @@ import dataclasses
 import math
 import os
 from collections.abc import Callable
-from typing import Any, Literal
+from typing import Any
 
 import numpy as np
 
@@ -105,12 +105,23 @@ from hpcpredict.features import (
 )
 from hpcpredict.jobs import JobRequest
 from hpcpredict.learn.calibration import ConformalCalibration
+from hpcpredict.learn.defaults import (  # re-exported: the learner's defaults are also its own
+    DEFAULT_CALIBRATION_ALPHA,
+    DEFAULT_CENSOR_AT_LIMIT,
+    DEFAULT_ETA,
+    DEFAULT_FEATURE_SCALING,
+    DEFAULT_L2,
+    DEFAULT_LOSS_UNIT_S,
+    DEFAULT_NEGATIVE,
+    DEFAULT_PER_USER_EXPERTS,
+    FEATURE_SCALINGS,
+    FeatureScaling,
+    NegativeRule,
+)
 from hpcpredict.learn.experts import AVE2, EXPERTS, LEARNED, ExpertScores
 from hpcpredict.learn.explanation import PredictionExplanation, describe_transform
 from hpcpredict.learn.losses import AsymmetricLoss, parse_loss
 from hpcpredict.learn.nag import (
-    ETA_REFERENCE,
-    L2_REFERENCE,
     Nag,
     NagConfig,
     NagState,
@@ -121,18 +132,6 @@ from hpcpredict.learn.nag_kernels import expand_and_score
 from hpcpredict.learn.polynomial import QuadraticExpansion, term_names
 from hpcpredict.predictors import clip_prediction
 
-NegativeRule = Literal["clip", "abs"]
-FeatureScaling = Literal["raw", "robust"]
-FEATURE_SCALINGS: tuple[str, ...] = ("raw", "robust")
-
-DEFAULT_ETA = ETA_REFERENCE
-DEFAULT_L2 = L2_REFERENCE
-DEFAULT_NEGATIVE: NegativeRule = "abs"
-DEFAULT_LOSS_UNIT_S = 3600.0
-DEFAULT_CENSOR_AT_LIMIT = False  # docs/results.md, "Censoring": measured, kept an option
-DEFAULT_FEATURE_SCALING: FeatureScaling = "raw"  # docs/results.md, "Cold start": idem
-DEFAULT_PER_USER_EXPERTS = False  # docs/results.md, "Per-user expert choice": idem
-DEFAULT_CALIBRATION_ALPHA: float | None = None  # docs/results.md, "Calibrated confidence": idem
 _STATE_VERSION = 1
 _TERM_NAMES = term_names(FEATURE_NAMES)
 # Bounded influence (module doc): past this many steps, a job whose Phi has a coordinate more

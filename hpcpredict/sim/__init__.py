@@ -1,7 +1,24 @@
-"""The offline scheduling simulator: replay an SWF log under a scheduler, predictor, correction."""
+"""The offline scheduling simulator: replay an SWF log under a scheduler, predictor, correction.
 
-from hpcpredict.sim.metrics import Metrics, compute_metrics
-from hpcpredict.sim.schedulers import SCHEDULERS
-from hpcpredict.sim.simulation import SimulationResult, simulate
+The names below are loaded from their modules on first use (PEP 562): importing a light
+submodule (`runner`'s `RunSpec`, `slurm_params`, `shaking`) does not compile the backfilling
+kernel, so the command line builds its options quickly (start-up in docs/performance.md).
+"""
 
-__all__ = ["SCHEDULERS", "Metrics", "SimulationResult", "compute_metrics", "simulate"]
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from hpcpredict.lazy_exports import lazy_exports
+
+if TYPE_CHECKING:
+    from hpcpredict.sim.metrics import Metrics, compute_metrics
+    from hpcpredict.sim.schedulers import SCHEDULERS
+    from hpcpredict.sim.simulation import SimulationResult, simulate
+
+_SOURCES = {
+    "hpcpredict.sim.metrics": ("Metrics", "compute_metrics"),
+    "hpcpredict.sim.schedulers": ("SCHEDULERS",),
+    "hpcpredict.sim.simulation": ("SimulationResult", "simulate"),
+}
+__getattr__, __dir__, __all__ = lazy_exports(__name__, _SOURCES)

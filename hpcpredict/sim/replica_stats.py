@@ -21,9 +21,6 @@ import math
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 
-import numpy as np
-from scipy import stats
-
 CONFIDENCE = 0.95
 
 
@@ -68,6 +65,9 @@ class PairedDifference:
 
 def mean_ci(values: Sequence[float], confidence: float = CONFIDENCE) -> Estimate:
     """Mean and Student-t confidence interval of independent replica values."""
+    import numpy as np  # here, as scipy: the command line imports this module for names
+    from scipy import stats  # 0.5 s to import, needed only by replicated runs
+
     data = np.asarray(values, dtype=float)
     if data.size == 0:
         raise ValueError("no replica values")
@@ -85,6 +85,9 @@ def paired_difference(
     values: Sequence[float], baseline: Sequence[float], confidence: float = CONFIDENCE
 ) -> PairedDifference:
     """Paired comparison of `values` against `baseline` (same replicas, same order)."""
+    import numpy as np
+    from scipy import stats
+
     a = np.asarray(values, dtype=float)
     b = np.asarray(baseline, dtype=float)
     if a.shape != b.shape or a.size == 0:

@@ -11,42 +11,41 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
+from typing import TYPE_CHECKING
 
-from hpcpredict.features import FeatureContext
-from hpcpredict.learn import LearnedPredictor, parse_loss
-from hpcpredict.learn.predictor import (
+from hpcpredict.corrections import CORRECTION_NAMES, make_correction
+from hpcpredict.corrections.survival import DEFAULT_SURVIVAL_QUANTILE
+from hpcpredict.learn.defaults import (
     DEFAULT_CALIBRATION_ALPHA,
     DEFAULT_CENSOR_AT_LIMIT,
     DEFAULT_ETA,
     DEFAULT_FEATURE_SCALING,
-    DEFAULT_PER_USER_EXPERTS,
-    FEATURE_SCALINGS,
     DEFAULT_L2,
     DEFAULT_LOSS_UNIT_S,
     DEFAULT_NEGATIVE,
+    DEFAULT_PER_USER_EXPERTS,
+    FEATURE_SCALINGS,
     NegativeRule,
 )
-from hpcpredict.predictors import (
-    Ave2Predictor,
-    ClairvoyantPredictor,
-    Predictor,
-    RequestedPredictor,
-)
-from hpcpredict.corrections import CORRECTION_NAMES, make_correction
-from hpcpredict.corrections.survival import DEFAULT_SURVIVAL_QUANTILE
-from hpcpredict.sim.metrics import Metrics, compute_metrics
+from hpcpredict.learn.losses import parse_loss
+from hpcpredict.corrections.starvation import STARVATION_RULES
+from hpcpredict.sim.backfill_orders import BACKFILL_ORDERS
 from hpcpredict.sim.replica_stats import PairedDifference, mean_ci, paired_difference
-from hpcpredict.sim.schedulers import GUARD_RULES, SCHEDULERS
-from hpcpredict.sim.slurm_backfill import NAME as SLURM_BACKFILL
-from hpcpredict.sim.slurm_backfill import SlurmBackfill, SlurmParams, simulate_slurm
 from hpcpredict.sim.shaking import DEFAULT_SEED, DEFAULT_SHAKE_S, replica
-from hpcpredict.sim.simulation import ProgressCallback, SimulationResult, simulate
+from hpcpredict.sim.slurm_params import NAME as SLURM_BACKFILL
+from hpcpredict.sim.slurm_params import SlurmParams
 from hpcpredict.workload import Workload
+
+if TYPE_CHECKING:  # the simulator and the learner load when a run starts, not with the names
+    from hpcpredict.features import FeatureContext
+    from hpcpredict.predictors import Predictor
+    from hpcpredict.sim.metrics import Metrics
+    from hpcpredict.sim.simulation import ProgressCallback, SimulationResult
 
 PREDICTORS: tuple[str, ...] = ("requested", "clairvoyant", "ave2", "learned")
 # Every scheduler a user can name: the EASY family (schedulers.py) and the SLURM-like model
 # (slurm_backfill.py), which has its own event loop (periodic passes) and settings.
-SCHEDULER_NAMES: tuple[str, ...] = (*SCHEDULERS, SLURM_BACKFILL)
+SCHEDULER_NAMES: tuple[str, ...] = (*BACKFILL_ORDERS, SLURM_BACKFILL)
 
 
 @dataclass(frozen=True)
@@ -130,10 +129,10 @@ class RunSpec:
                     f"the starvation guard must be a whole number of seconds >= 0, got "
                     f"{self.starvation_guard_s!r}"
                 )
-            if self.scheduler != SLURM_BACKFILL and SCHEDULERS[self.scheduler].backfill_order is None:
+            if self.scheduler != SLURM_BACKFILL and BACKFILL_ORDERS[self.scheduler] is None:
                 raise ValueError(f"the starvation guard needs a backfilling scheduler, not {self.scheduler}")
-        if self.guard_rule not in GUARD_RULES:
-            raise ValueError(f"unknown guard rule {self.guard_rule!r}; one of {', '.join(GUARD_RULES)}")
+        if self.guard_rule not in STARVATION_RULES:
+            raise ValueError(f"unknown guard rule {self.guard_rule!r}; one of {', '.join(STARVATION_RULES)}")
         if self.guard_rule != "wait":
             if self.starvation_guard_s is None:
                 raise ValueError(f"the guard rule {self.guard_rule!r} needs a starvation guard")
@@ -235,11 +234,16 @@ PUBLISHED_NAMES: dict[tuple[str, str, str], str] = {
 
 def feature_context(workload: Workload) -> FeatureContext:
     """The log's clock (UnixStartTime, TimeZoneString) for the time-of-day features."""
+    from hpcpredict.features import FeatureContext
+
     header = workload.header
     return FeatureContext(header.unix_start_time or 0, header.time_zone_string)
 
 
 def build_predictor(spec: RunSpec, workload: Workload) -> Predictor:
+    from hpcpredict.learn.predictor import LearnedPredictor
+    from hpcpredict.predictors import Ave2Predictor, ClairvoyantPredictor, RequestedPredictor
+
     if spec.predictor == "requested":
         return RequestedPredictor()
     if spec.predictor == "clairvoyant":
@@ -264,6 +268,10 @@ def run(
     workload: Workload, spec: RunSpec, *, progress: ProgressCallback | None = None
 ) -> SimulationResult:
     """Replay `workload` under `spec`; the result's settings record the spec and the log."""
+    from hpcpredict.sim.schedulers import SCHEDULERS
+    from hpcpredict.sim.simulation import simulate
+    from hpcpredict.sim.slurm_backfill import SlurmBackfill, simulate_slurm
+
     if spec.scheduler == SLURM_BACKFILL:
         result = simulate_slurm(
             workload.jobs,
@@ -363,28 +371,116 @@ def run_replicated(
     shake_s: int = DEFAULT_SHAKE_S,
     seed: int = DEFAULT_SEED,
     progress: RunProgress | None = None,
+    jobs: int = 1,
 ) -> ReplicatedRuns:
     """Replay every spec on replicas 0..replicas-1 of `workload` (the same logs for all specs).
 
-    Replicas are the outer loop, so each shaken log exists once at a time; only the metrics of
-    each run are kept, plus the whole result of replica 0 (the log as it is) for per-job output.
+    Only the metrics of each run are kept, plus the whole result of replica 0 (the log as it is)
+    for per-job output. With `jobs` > 1 the runs go to that many forked worker processes, which
+    share the workload already loaded here (`_ReplicaTasks`); the results are the same.
     """
     if replicas < 1:
         raise ValueError(f"at least one replica is needed, got {replicas}")
     runs = ReplicatedRuns(list(specs), shake_s, seed)
     runs.metrics = [[] for _ in specs]
     runs.wall_time_s = [[] for _ in specs]
-    done = 0
+    tasks = _ReplicaTasks(workload, list(specs), replicas, shake_s, seed)
+    outcomes = tasks.run_in_processes(jobs, progress) if jobs > 1 and len(tasks.groups) > 1 \
+        else tasks.run_here(progress)
     for index in range(replicas):
-        shaken = replica(workload, index, shake_s=shake_s, seed=seed)
-        for position, spec in enumerate(specs):
-            offset = done
-            result = run(
-                shaken, spec, progress=None if progress is None else lambda n: progress(offset + n)
-            )
-            runs.metrics[position].append(compute_metrics(result))
-            runs.wall_time_s[position].append(result.wall_time_s)
+        for position in range(len(specs)):
+            metrics, wall_time_s, result = outcomes[(index, position)]
+            runs.metrics[position].append(metrics)
+            runs.wall_time_s[position].append(wall_time_s)
             if index == 0:
-                runs.unshaken.append(result)
-            done += len(shaken.jobs)
+                runs.unshaken.append(dataclasses.replace(result, jobs=workload.jobs))
     return runs
+
+
+RunOutcome = tuple["Metrics", float, "SimulationResult | None"]  # the result for replica 0 only
+
+
+@dataclass
+class _ReplicaTasks:
+    """The runs of `run_replicated`, in groups that one process does in a row: each shaken
+    replica is one group (it is shaken once for all specs), and replica 0, which needs no
+    shaking, is one group per spec (so that a run and its baseline go to two cores)."""
+
+    workload: Workload
+    specs: list[RunSpec]
+    replicas: int
+    shake_s: int
+    seed: int
+    groups: list[tuple[int, tuple[int, ...]]] = field(init=False)  # (replica, spec positions)
+
+    def __post_init__(self) -> None:
+        every = tuple(range(len(self.specs)))
+        self.groups = [(0, (position,)) for position in every]
+        self.groups += [(index, every) for index in range(1, self.replicas)]
+
+    def run_group(
+        self, group: int, progress: RunProgress | None = None, done: int = 0
+    ) -> dict[tuple[int, int], RunOutcome]:
+        """The runs of one group; `progress` gets `done` plus the job-runs of this group so far."""
+        from hpcpredict.sim.metrics import compute_metrics
+
+        index, positions = self.groups[group]
+        shaken = replica(self.workload, index, shake_s=self.shake_s, seed=self.seed)
+        outcomes: dict[tuple[int, int], RunOutcome] = {}
+        for position in positions:
+            offset = done
+            result = run(shaken, self.specs[position],
+                         progress=None if progress is None else lambda n: progress(offset + n))
+            # Replica 0's whole result is kept, without its jobs (the caller has them).
+            kept = dataclasses.replace(result, jobs=()) if index == 0 else None
+            outcomes[(index, position)] = (compute_metrics(result), result.wall_time_s, kept)
+            done += len(shaken.jobs)
+        return outcomes
+
+    def group_jobs(self, group: int) -> int:
+        return len(self.workload.jobs) * len(self.groups[group][1])
+
+    def run_here(self, progress: RunProgress | None) -> dict[tuple[int, int], RunOutcome]:
+        outcomes: dict[tuple[int, int], RunOutcome] = {}
+        done = 0
+        for group in range(len(self.groups)):
+            outcomes.update(self.run_group(group, progress, done))
+            done += self.group_jobs(group)
+        return outcomes
+
+    def run_in_processes(
+        self, jobs: int, progress: RunProgress | None
+    ) -> dict[tuple[int, int], RunOutcome]:
+        """The groups on `jobs` forked processes (progress by whole groups). Forked, so that
+        each worker has the workload without reading or pickling it again."""
+        import multiprocessing
+        from concurrent.futures import ProcessPoolExecutor, as_completed
+
+        if "fork" not in multiprocessing.get_all_start_methods():  # not on this platform
+            return self.run_here(progress)
+        outcomes: dict[tuple[int, int], RunOutcome] = {}
+        done = 0
+        context = multiprocessing.get_context("fork")
+        workers = min(jobs, len(self.groups))
+        with ProcessPoolExecutor(workers, mp_context=context, initializer=_adopt_tasks,
+                                 initargs=(self,)) as pool:
+            futures = {pool.submit(_run_adopted_group, group): group for group in range(len(self.groups))}
+            for future in as_completed(futures):
+                outcomes.update(future.result())
+                done += self.group_jobs(futures[future])
+                if progress is not None:
+                    progress(done)
+        return outcomes
+
+
+# A worker process's tasks: set once by the pool's initializer, in the forked child only (the
+# parent never reads it), so that each task is sent as a number, not with the workload.
+_ADOPTED: list[_ReplicaTasks] = []
+
+
+def _adopt_tasks(tasks: _ReplicaTasks) -> None:
+    _ADOPTED[:] = [tasks]
+
+
+def _run_adopted_group(group: int) -> dict[tuple[int, int], RunOutcome]:
+    return _ADOPTED[0].run_group(group)

@@ -35,6 +35,7 @@ from hpcpredict.sim.backfill_kernel import (
     backfill_pass,
 )
 from hpcpredict.corrections.starvation import STARVATION_RULES
+from hpcpredict.sim.backfill_orders import BACKFILL_ORDERS
 from hpcpredict.sim.profile import RunningProfile
 
 _NO_KEY = np.iinfo(np.int64).max
@@ -367,11 +368,4 @@ class Reservation(NamedTuple):
 
 GUARD_RULES = STARVATION_RULES  # corrections.starvation: one list for the simulator and the daemon
 
-SCHEDULERS: dict[str, Scheduler] = {
-    scheduler.name: scheduler
-    for scheduler in (
-        Scheduler("fcfs", None),
-        Scheduler("easy", "fcfs"),
-        Scheduler("easy-sjbf", "shortest_prediction"),
-    )
-}
+SCHEDULERS: dict[str, Scheduler] = {name: Scheduler(name, order) for name, order in BACKFILL_ORDERS.items()}

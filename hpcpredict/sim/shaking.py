@@ -20,10 +20,13 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Sequence
 
-import numpy as np
+from typing import TYPE_CHECKING
 
 from hpcpredict.jobs import Job
 from hpcpredict.workload import Workload
+
+if TYPE_CHECKING:
+    import numpy as np
 
 DEFAULT_SHAKE_S = 60
 DEFAULT_SEED = 0
@@ -31,6 +34,8 @@ DEFAULT_SEED = 0
 
 def shake_jobs(jobs: Sequence[Job], shake_s: int, rng: np.random.Generator) -> list[Job]:
     """A copy of `jobs` with submit times moved by up to `shake_s` seconds, re-sorted."""
+    import numpy as np  # here: the command line imports this module for its defaults
+
     if shake_s < 0:
         raise ValueError(f"the shake must be >= 0 seconds, got {shake_s}")
     submit = np.fromiter((job.submit_s for job in jobs), dtype=np.int64, count=len(jobs))
@@ -53,5 +58,7 @@ def replica(
         raise ValueError(f"replica numbers start at 0, got {index}")
     if index == 0 or shake_s == 0:
         return workload
+    import numpy as np
+
     rng = np.random.default_rng([seed, index])
     return dataclasses.replace(workload, jobs=shake_jobs(workload.jobs, shake_s, rng))

@@ -25,7 +25,7 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from hpcpredict.sim.slurm_backfill import SlurmParams, SlurmParamsError
+from hpcpredict.sim.slurm_params import SlurmParams, SlurmParamsError
 
 # SchedulerParameters the model reads (slurm.conf names, as --slurm-params takes them).
 _BACKFILL_PARAMETERS = ("bf_interval", "bf_max_job_test", "bf_window", "bf_resolution")

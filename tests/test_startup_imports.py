@@ -1,0 +1,72 @@
+"""``hpcpredict --help`` and every command's ``--help`` import none of the heavy libraries
+(issue 28: start-up under 0.5 s; issue 31). Only the command that runs imports what it needs.
+
+A behaviour, not a timing: the time it buys is measured by `benchmarks/bench_startup.py` and
+recorded in docs/performance.md ("Start-up"). Each check runs in a fresh interpreter, since this
+test process has long imported everything.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+# Each costs 0.1-0.6 s to import; none is needed to print help.
+HEAVY = (
+    "numpy", "scipy", "pandas", "matplotlib", "numba", "llvmlite", "sqlalchemy", "alembic",
+    "aiohttp", "prometheus_client", "psycopg", "tqdm",
+)
+
+_PROBE = """
+import json, sys
+preload, runs = json.loads(sys.argv[1])
+for module in preload:
+    __import__(module)
+from hpcpredict.cli import main
+for args in runs:
+    try:
+        main(args, prog_name="hpcpredict")
+    except SystemExit:
+        pass
+heavy = {heavy!r}
+print(json.dumps(sorted({{name.split(".")[0] for name in sys.modules}} & set(heavy))))
+""".format(heavy=HEAVY)
+
+
+def heavy_modules_after(runs: list[list[str]], preload: tuple[str, ...] = ()) -> list[str]:
+    """The heavy top-level packages a fresh interpreter holds after `runs` of the command line
+    (each a list of arguments), with `preload` imported first."""
+    env = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
+    done = subprocess.run(
+        [sys.executable, "-c", _PROBE, json.dumps([list(preload), runs])],
+        cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=120, check=True,
+    )
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def test_help_of_the_command_and_of_every_subcommand_imports_no_heavy_library() -> None:
+    from hpcpredict.cli import main
+
+    runs = [["--help"], ["--version"]] + [[name, "--help"] for name in sorted(main.commands)]
+    assert heavy_modules_after(runs) == []
+
+
+def test_the_probe_sees_a_heavy_import() -> None:
+    """The check above can fail: the same probe reports scipy when something imports it."""
+    assert heavy_modules_after([["--help"]], preload=("scipy.stats",)) == ["numpy", "scipy"]
+
+
+@pytest.mark.parametrize("module", ["hpcpredict.sim", "hpcpredict.learn"])
+def test_packages_still_export_their_names_lazily(module: str) -> None:
+    """`from hpcpredict.sim import simulate` and the like keep working (hpcpredict.lazy_exports)."""
+    package = __import__(module, fromlist=["__all__"])
+    for name in package.__all__:
+        assert getattr(package, name) is not None
+    with pytest.raises(AttributeError):
+        package.no_such_name  # noqa: B018
