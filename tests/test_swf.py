@@ -57,11 +57,12 @@ def whole_file_reader(request: pytest.FixtureRequest) -> Iterator[None]:
     if request.param == "careful reader":
         yield
         return
+    careful = globals()["read_swf"]
     globals()["read_swf"] = _read_through_table
     try:
         yield
     finally:
-        globals()["read_swf"] = read_swf_table.__globals__["read_swf"]
+        globals()["read_swf"] = careful
 
 
 # KTH's first job line, verbatim.

@@ -196,7 +196,7 @@ def simulate(
     with progress_bar(len(workload.jobs) * len(specs) * replicas, "job", "simulating") as update:
         runs = run_replicated(
             workload, specs, replicas=replicas, shake_s=shake_s, seed=seed, progress=update,
-            jobs=jobs if jobs is not None else len(os.sched_getaffinity(0)),
+            jobs=jobs if jobs is not None else _usable_cores(),
         )
     main_result = runs.unshaken[0]
     if output is not None:
@@ -288,6 +288,13 @@ def guard_sentence(spec: RunSpec, defaulted: bool) -> str:
     hours = f"{spec.starvation_guard_s / 3600:g} h"
     why = "hpcpredict's default for the learned predictor" if defaulted else "--starvation-guard"
     return f"{hours} ({why}; --starvation-guard off runs it unbounded)"
+
+
+def _usable_cores() -> int:
+    """The cores this process may run on (its affinity where the platform says), at least 1."""
+    if hasattr(os, "sched_getaffinity"):
+        return max(1, len(os.sched_getaffinity(0)))
+    return os.cpu_count() or 1
 
 
 # ---------------------------------------------------------------------------- predict-eval
