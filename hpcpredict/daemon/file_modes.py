@@ -37,7 +37,7 @@ def tighten_store_modes(database: Path) -> list[str]:
     for path in sqlite_files(database):
         try:
             mode = stat.S_IMODE(path.stat().st_mode)
-        except FileNotFoundError:
+        except (FileNotFoundError, NotADirectoryError):  # no such file (its folder may be missing too)
             continue
         if not mode & OTHERS:
             continue
