@@ -85,7 +85,7 @@ def tune(
     Examples:
       hpcpredict tune swf/KTH-SP2-sample.swf --replicas 3 -j 2
       hpcpredict tune swf/KTH-SP2-sample.swf --scheduler slurm-backfill \\
-          --slurm-params bf_interval=30 --write tune.toml    # or --slurm-conf your slurm.conf
+          --slurm-params bf_window=2880 --write tune.toml    # or --slurm-conf your slurm.conf
     """
     from hpcpredict.sim import tune as tuning
     from hpcpredict.sim.campaign_store import StoreError, open_store
