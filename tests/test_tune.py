@@ -110,3 +110,17 @@ def test_tune_chooses_on_the_earlier_part_checks_on_the_later_and_resumes(tmp_pa
         assert chosen["label"] == min(kept, key=lambda label: earlier[label]["ave_bsld"]["mean"])
     assert set(payload["later"]) >= {chosen["label"], "plain"}
     assert len(payload["later"]["plain"]["ave_bsld"]["replicas"]) == 2
+
+
+def test_tune_under_the_slurm_model_is_judged_against_plain_slurm(tmp_path: Path) -> None:
+    result = CliRunner().invoke(main, [
+        "tune", str(SAMPLE_LOG), "--scheduler", "slurm-backfill", "--slurm-params", "bf_interval=60",
+        "--replicas", "2", "--corrections", "incremental", "--store", str(tmp_path / "t.sqlite"),
+        "-j", "1", "--format", "json"])
+    assert result.exit_code == 0, result.output
+    payload = json.loads(result.stdout)
+    assert payload["scheduler"] == "slurm-backfill"
+    assert payload["chosen"]["settings"]["scheduler"] == "slurm-backfill"
+    assert payload["chosen"]["settings"]["slurm_params"] == "bf_interval=60"
+    assert set(payload["earlier"]) == {"plain", "guard 12 h + incremental", "guard 24 h + incremental",
+                                       "guard 48 h + incremental"}

@@ -33,7 +33,8 @@ _NAMES = {"ave_bsld": "AVEbsld", "p99_wait_s": "p99 wait h", "max_wait_s": "max 
     "--scheduler", type=click.Choice(["easy-sjbf", "easy", SLURM_BACKFILL]), default="easy-sjbf",
     show_default=True,
     help="The model of the site's scheduler: slurm-backfill for SLURM (with --slurm-conf), or the "
-    "EASY family. The bound is judged against the same scheduler on the users' requests.",
+    "EASY family. The bound is judged against plain scheduling on the users' requests: the "
+    "SLURM model for slurm-backfill, plain EASY for the EASY family (as simulate's baseline).",
 )
 @slurm_settings_options
 @learning_options
@@ -75,8 +76,8 @@ def tune(
     starvation guard after 12, 24 or 48 h of waiting, each with every --corrections) is replayed
     on shaken replicas with the model of the site's scheduler; the choice is the lowest mean
     AVEbsld whose longest wait stays within 1.25x the plain scheduler's (plain EASY on the users'
-    requests; the SLURM model on them with slurm-backfill) and whose p99 wait is no worse
-    (relaxed, and said so, when no setting keeps both). The later part then checks the choice out of sample against hpcpredict's
+    requests; the SLURM model on them with slurm-backfill) and whose p99 wait is no worse, both
+    at the upper end of their 95% CI (relaxed, and said so, when no setting keeps both). The later part then checks the choice out of sample against hpcpredict's
     default and the plain scheduler. Prints AVEbsld, p99 and max wait with 95% CIs, and the
     daemon.toml fragment (docs/tune.md).
 
@@ -84,7 +85,7 @@ def tune(
     Examples:
       hpcpredict tune swf/KTH-SP2-sample.swf --replicas 3 -j 2
       hpcpredict tune swf/KTH-SP2-sample.swf --scheduler slurm-backfill \\
-          --slurm-params bf_interval=30 --write tune.toml    # or --slurm-conf your slurm.conf
+          --slurm-params bf_window=2880 --write tune.toml    # or --slurm-conf your slurm.conf
     """
     from hpcpredict.sim import tune as tuning
     from hpcpredict.sim.campaign_store import StoreError, open_store
