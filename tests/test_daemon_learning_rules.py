@@ -39,3 +39,17 @@ def test_a_job_that_never_ran_leaves_the_running_set_unlearned() -> None:
     assert set(predictor.features.users[7].running) == {1}
     assert predictor.features.users[7].running_procs == 2
     assert predictor.nag.state.t == 0  # nothing learned
+
+
+def test_a_job_killed_at_a_lowered_limit_after_one_second_is_judged_against_the_model() -> None:
+    """The shortest run there is (1 s) still gets the model's current prediction to compare
+    with: a lower bound learned, or met."""
+    predictor = LearnedPredictor()
+    request = JobRequest(3, 0, 1, 3600, 8)
+    apply_event(predictor, EventKind.SUBMITTED, {"job": request_to_json(request), "now_s": 0})
+    apply_event(predictor, EventKind.STARTED, {"job": request_to_json(request), "now_s": 5})
+    applied = apply_event(predictor, EventKind.ENDED, {
+        "job": request_to_json(request), "run_s": 1, "end_s": 6, "observed": True,
+        "killed_at_lowered_limit": True, "final_state": "TIMEOUT", "first_prediction_s": None,
+    })
+    assert applied.rule in (LearnRule.LOWER_BOUND, LearnRule.BOUND_MET)
