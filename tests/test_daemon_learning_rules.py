@@ -35,7 +35,7 @@ def test_a_job_that_never_ran_leaves_the_running_set_unlearned() -> None:
         "job": request_to_json(never), "run_s": 0, "end_s": 10, "observed": True,
         "killed_at_lowered_limit": False, "final_state": "CANCELLED", "first_prediction_s": None,
     })
-    assert applied.rule is LearnRule.NEVER_RAN and not applied.learned
+    assert applied.rule is LearnRule.NEVER_RAN and applied.learned is False
     assert set(predictor.features.users[7].running) == {1}
     assert predictor.features.users[7].running_procs == 2
     assert predictor.nag.state.t == 0  # nothing learned
