@@ -54,8 +54,9 @@ class Group:
 GROUPS: dict[str, Group] = {
     "schedulers": Group(
         ("hpcpredict/sim/schedulers.py",),
-        ("tests/test_simulation.py", "tests/test_starvation_guard.py",
-         "tests/test_backfill_kernel.py", "tests/test_censoring.py"),
+        ("tests/test_scheduler_fast_path.py", "tests/test_simulation.py",
+         "tests/test_starvation_guard.py", "tests/test_backfill_kernel.py",
+         "tests/test_censoring.py"),
     ),
     "backfill_kernel": Group(
         ("hpcpredict/sim/backfill_kernel.py",),
@@ -82,8 +83,8 @@ GROUPS: dict[str, Group] = {
         ("hpcpredict/daemon/events.py", "hpcpredict/daemon/learning.py"),
         # The service and its store in the test process; no daemon thread (too slow to start
         # under mutmut's trampolines on a loaded machine).
-        ("tests/test_daemon_service.py", "tests/test_daemon_newest_end.py",
-         "tests/test_censoring.py"),
+        ("tests/test_daemon_learning_rules.py", "tests/test_daemon_service.py",
+         "tests/test_daemon_newest_end.py", "tests/test_censoring.py"),
     ),
     "protocol": Group(
         ("hpcpredict/daemon/protocol.py",),

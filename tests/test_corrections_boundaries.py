@@ -116,6 +116,7 @@ def test_an_empty_history_round_trips_and_a_loaded_one_keeps_its_window() -> Non
     restored = RuntimeHistory()
     restored.load_state({})
     assert restored.to_state()["ended"].shape == (0, 3) and restored.observations(1, 0) == ([], [])
+    assert restored.to_state()["running"].shape == (0, 3)
     history = RuntimeHistory(window=2)
     for job_id in range(1, 4):
         history.job_ended(job(job_id), 10 * job_id, 100)
@@ -169,3 +170,17 @@ def test_an_end_whose_start_the_history_never_saw_is_kept() -> None:
     history.job_started(job(1), 100)
     history.job_ended(job(2), 70, 200)
     assert history.observations(1, 200) == ([70], [100])
+
+
+def test_the_smallest_window_and_history_are_one() -> None:
+    history = RuntimeHistory(window=1)
+    history.job_ended(job(1), 10, 10)
+    history.job_ended(job(2), 20, 20)
+    assert history.observations(1, None) == ([20], [])
+    with pytest.raises(ValueError) as error:
+        RuntimeHistory(window=0)
+    assert str(error.value) == "the window must hold at least one runtime, got 0"
+    assert SurvivalCorrection(min_history=1).min_history == 1
+    with pytest.raises(ValueError) as error:
+        SurvivalCorrection(min_history=0)
+    assert str(error.value) == "min_history must be >= 1, got 0"

@@ -170,6 +170,9 @@ def test_get_int_reads_json_numbers_and_text_and_refuses_the_rest() -> None:
             get_int({"k": raw}, "k")
         assert (error.value.code, str(error.value)) == ("bad_request", message)
     with pytest.raises(ProtocolError) as error:
+        get_int({"k": list(range(30))}, "k")  # a JSON array: its text cut at 40 characters
+    assert str(error.value) == f"k: expected an integer, got {str(list(range(30)))[:40]!r}"
+    with pytest.raises(ProtocolError) as error:
         get_int({"k": 1.5e30}, "k")  # a float's text is not a decimal integer
     assert error.value.code == "bad_request" and str(error.value).startswith("k: expected an integer, got")
 

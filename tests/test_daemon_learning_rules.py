@@ -1,0 +1,55 @@
+"""The daemon's learning rules at their edges (hpcpredict/daemon/learning.py). Added for the
+mutation run (docs/mutation.md): when a job counts as killed at its own limit, and that a job
+that never ran leaves its user's running jobs (features 11-15) without being learned."""
+
+from __future__ import annotations
+
+import pytest
+
+from hpcpredict.daemon.events import EventKind, request_to_json
+from hpcpredict.daemon.learning import LearnRule, apply_event, killed_at_limit
+from hpcpredict.jobs import JobRequest
+from hpcpredict.learn.predictor import LearnedPredictor
+
+
+@pytest.mark.parametrize("state, run_s, requested_s, killed", [
+    ("TIMEOUT", 10, 100, True),  # SLURM says so, whatever the runtime
+    ("timeout", 10, 100, True),  # in any case
+    ("COMPLETED", 100, 100, True),  # a log shows only a runtime that reached the request
+    ("COMPLETED", 101, 100, True),
+    ("COMPLETED", 99, 100, False),
+    ("FAILED", 0, 100, False),
+])
+def test_killed_at_its_own_limit(state: str, run_s: int, requested_s: int, killed: bool) -> None:
+    assert killed_at_limit(state, run_s, requested_s) is killed
+
+
+def test_a_job_that_never_ran_leaves_the_running_set_unlearned() -> None:
+    predictor = LearnedPredictor()
+    other, never = JobRequest(1, 0, 2, 3600, 7), JobRequest(2, 0, 4, 3600, 7)
+    for request in (other, never):
+        apply_event(predictor, EventKind.SUBMITTED, {"job": request_to_json(request), "now_s": 0})
+        apply_event(predictor, EventKind.STARTED, {"job": request_to_json(request), "now_s": 10})
+    assert set(predictor.features.users[7].running) == {1, 2}
+    applied = apply_event(predictor, EventKind.ENDED, {
+        "job": request_to_json(never), "run_s": 0, "end_s": 10, "observed": True,
+        "killed_at_lowered_limit": False, "final_state": "CANCELLED", "first_prediction_s": None,
+    })
+    assert applied.rule is LearnRule.NEVER_RAN and applied.learned is False
+    assert set(predictor.features.users[7].running) == {1}
+    assert predictor.features.users[7].running_procs == 2
+    assert predictor.nag.state.t == 0  # nothing learned
+
+
+def test_a_job_killed_at_a_lowered_limit_after_one_second_is_judged_against_the_model() -> None:
+    """The shortest run there is (1 s) still gets the model's current prediction to compare
+    with: a lower bound learned, or met."""
+    predictor = LearnedPredictor()
+    request = JobRequest(3, 0, 1, 3600, 8)
+    apply_event(predictor, EventKind.SUBMITTED, {"job": request_to_json(request), "now_s": 0})
+    apply_event(predictor, EventKind.STARTED, {"job": request_to_json(request), "now_s": 5})
+    applied = apply_event(predictor, EventKind.ENDED, {
+        "job": request_to_json(request), "run_s": 1, "end_s": 6, "observed": True,
+        "killed_at_lowered_limit": True, "final_state": "TIMEOUT", "first_prediction_s": None,
+    })
+    assert applied.rule in (LearnRule.LOWER_BOUND, LearnRule.BOUND_MET)
