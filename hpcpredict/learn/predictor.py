@@ -79,7 +79,8 @@ allocation): about 11 µs per job in all before that last call was one (docs/per
 >>> predictor.predict(job, now_s=0)  # w = 0: f = 0, clipped to 1 s
 1
 >>> predictor.job_started(job, now_s=0)
->>> predictor.job_ended(job, run_s=1800, end_s=1800)
+>>> predictor.job_ended(job, run_s=1800, end_s=1800)  # True: a learning step was taken
+True
 >>> predictor.nag.state.t
 1
 """
