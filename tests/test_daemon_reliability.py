@@ -487,3 +487,21 @@ def test_predict_is_answered_while_a_client_holds_more_connections_than_the_unit
         pytest.skip(f"an open-files limit of {needed} cannot be set here (raising a hard limit "
                     "needs CAP_SYS_RESOURCE); the two tests above show the same under 1,024")
     _predicts_answered_while_held(short_dir, tmp_path, (soft, hard), hard + 100)
+
+
+def test_train_is_refused_on_a_store_a_daemon_serves(sqlite_running: Running, tmp_path: Path) -> None:
+    """`train` takes the daemon's lock too: beside a serving daemon it would store a starting
+    model under it (through any name of the file), which the daemon's next restart would mix
+    with the events it logged meanwhile. Refused in one line; the daemon keeps serving."""
+    database = Path(make_url(sqlite_running.config.db).database)
+    other_name = tmp_path / "link.db"
+    other_name.symlink_to(database)
+    history = tmp_path / "history.swf"
+    history.write_text("".join(SAMPLE_LOG.read_text().splitlines(keepends=True)[:200]))
+    for name in (database, other_name):
+        result = subprocess.run([sys.executable, "-m", "hpcpredict.cli", "train", str(history), "--db",
+                                 f"sqlite:///{name}", "--replace"], capture_output=True, text=True, timeout=300)
+        assert result.returncode != 0 and "Traceback" not in result.stderr, result.stderr
+        assert "already serving this store" in result.stderr
+    with sqlite_running.client() as daemon:
+        assert daemon.request("PING")["healthy"] == "1"

@@ -311,7 +311,7 @@ def _check_sqlite_file(database: Path, *, create: bool) -> None:
     try:
         with database.open("rb") as stream:
             header = stream.read(16)
-    except FileNotFoundError:
+    except (FileNotFoundError, NotADirectoryError):  # no such file (a missing folder is said later)
         if create or database.resolve() == (state_dir() / DB_FILE_NAME).resolve():
             return  # a new store: created by the migrations
         raise click.ClickException(
@@ -402,7 +402,10 @@ def _locked_store(config: DaemonConfig, *, create: bool = False):  # -> (Store, 
     except StoreLockedError as error:
         store.close()
         raise click.ClickException(str(error)) from None
-    except (SQLAlchemyError, OSError) as error:
+    except SQLAlchemyError as error:  # the database cannot be opened at all (train into /proc, ...)
+        store.close()
+        raise click.ClickException(_database_error(config.db, error)) from None
+    except OSError as error:
         store.close()
         raise click.ClickException(f"{config.db}: cannot lock the store: {error}") from None
     try:
@@ -457,10 +460,11 @@ def train(
     offset_s = workload.header.unix_start_time or 0
     if not offset_s:
         click.echo(f"{log}: no UnixStartTime in the header: times are taken as Unix seconds", err=True)
-    if config.db.startswith("sqlite:///"):
-        _tighten_modes(Path(config.db.removeprefix("sqlite:///")))
-    service = _open_service(config)
+    # The daemon's lock, as serve takes it: a train beside a serving daemon would checkpoint a
+    # model under it that its next restart then mixes with the events it logged meanwhile.
+    store, lock = _locked_store(config, create=True)
     try:
+        service = _open_service(config, store)
         predictor = config.predictor_factory()
         started = time.perf_counter()
         with progress_bar(len(workload.jobs), "job", f"training on {log.name}") as update:
@@ -479,7 +483,8 @@ def train(
             raise click.ClickException(f"{config.db}: {error}") from None
         judge.save(service.store)
     finally:
-        service.store.close()
+        store.close()  # first: releasing the lock closes a descriptor of the file (lock.py)
+        lock.release()
     click.echo(
         f"trained on {replay.jobs:,} jobs of {len(predictor.features.users):,} users in "
         f"{time.perf_counter() - started:.1f} s: {predictor.nag.state.t:,} learning steps"
