@@ -75,6 +75,9 @@ JOB = "uid=1001 procs=4 time_limit=3600"
     ("END job=7 run=5 start= end=160", Ended(7, 5, 160)),
     ("END job=7 run= start=100 end=160", Ended(7, 60, 160)),  # an empty run is no run
     ("START job=7 procs= time_limit=", Started(7, NOW, None)),  # empty: no job description
+    # a job SLURM runs with no limit (no --time, no DefaultTime): acknowledged, not described
+    # (protocol.lacks_time_limit; docs/protocol.md, "Jobs without a time limit")
+    ("START job=7 procs=2 uid=1", Started(7, NOW, None)),
     (f"END job=7 run=5 end=9 state=TIMEOUT lowered_kill=1 predicted=1 token=ff {JOB}",
      Ended(7, 5, 9, "TIMEOUT", True, JobRequest(7, NOW, 4, 3600, 1001), 1, "ff")),
     ("END job=7 run=5 state= lowered_kill=0", Ended(7, 5, NOW, "COMPLETED", False)),
@@ -120,7 +123,6 @@ def test_bad_fields_are_refused_naming_the_field_and_what_was_expected(line: str
 
 
 @pytest.mark.parametrize("line, message", [
-    ("START job=7 procs=2 uid=1", "missing field 'time_limit'"),  # a half job description
     ("START job=7 time_limit=60 uid=1", "missing field 'procs'"),
     ("SUBMIT uid=1 procs=1 time_limit=60", "missing field 'job'"),
     ("SUBMIT job=1 uid=1 time_limit=60", "missing field 'procs'"),

@@ -151,3 +151,26 @@ def test_help_examples_write_nothing_into_the_checkout() -> None:
             assert "://" in path or path.startswith("/"), f"hpcpredict {line}: {option} {value} is relative"
         if "--replace" in words:
             assert "--config" not in words and any(word.startswith("sqlite:////tmp/") for word in words), line
+
+
+def test_campaign_report_of_a_campaign_without_baselines(tmp_path: Path, saved_figures: dict) -> None:
+    """A campaign of learned runs only (sim/bound-kth.toml is one): the triples plot's axis range
+    was taken with max() over one value and crashed the report."""
+    campaign = tmp_path / "learned-only.toml"
+    campaign.write_text(f'''name = "learned-only"
+[[logs]]
+name = "KTH-SP2-sample"
+path = "{REPO_ROOT / 'swf' / 'KTH-SP2-sample.swf'}"
+[learned]
+losses = ["eloss"]
+corrections = ["incremental", "doubling"]
+schedulers = ["easy-sjbf"]
+''')
+    store = tmp_path / "runs.jsonl"
+    ran = CliRunner().invoke(main, ["campaign", str(campaign), "--store", str(store)])
+    assert ran.exit_code == 0, ran.output
+    report = CliRunner().invoke(main, ["campaign-report", str(campaign), "--store", str(store),
+                                       "--out", str(tmp_path / "report")])
+    assert report.exit_code == 0, report.output
+    ax = saved_figures["triples_per_log.png"].axes[0]
+    assert sorted(text.get_text() for text in ax.texts) == ["E-Loss + doubling", "E-Loss + incremental"]

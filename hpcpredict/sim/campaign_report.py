@@ -361,8 +361,9 @@ def _plots(learned: pd.DataFrame, baselines: pd.DataFrame, logs: list[str], out_
                                label=f"{label} ({baselines.loc[label, log]:.1f})")
             ax.set_yscale("log")
             # Plain numbers on the log axis ("80", not "8x10^1"), at 1, 2 and 5 of each decade.
-            decades = np.log10(max(values.max(), *_baseline_values(baselines, log)) /
-                               max(min(values.min(), *_baseline_values(baselines, log)), 1e-9))
+            # (lists: a campaign with no baseline on this log gives max() one value, not an iterable)
+            shown = [*values, *_baseline_values(baselines, log)]
+            decades = np.log10(max(shown) / max(min(shown), 1e-9))
             subs = np.arange(1.0, 10.0) if decades < 1 else (1.0, 2.0, 5.0) if decades < 3 else (1.0,)
             ax.yaxis.set_major_locator(LogLocator(subs=subs))
             ax.yaxis.set_major_formatter(FuncFormatter(lambda value, _: f"{value:g}"))
