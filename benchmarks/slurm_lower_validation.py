@@ -121,6 +121,11 @@ def main() -> None:
         print(f"pooled lower - record AVEbsld, {label}: {difference.mean:+.2f} (95% CI {difference.ci_low:+.2f}, "
               f"{difference.ci_high:+.2f}) over {len(slices)} slices; lower better on {difference.wins}, worse on "
               f"{difference.losses}")
+    for key in ("mean_wait_s", "p99_wait_s", "max_wait_s"):  # the worst case beside the average
+        difference = paired_difference([item["lower"]["slurm"][key] for item in slices],
+                                       [item["record"]["slurm"][key] for item in slices])
+        print(f"pooled lower - record {key}, real (SLURM): {difference.mean:+.0f} (95% CI {difference.ci_low:+.0f}, "
+              f"{difference.ci_high:+.0f}); record's mean {np.mean([i['record']['slurm'][key] for i in slices]):.0f}")
     gap = paired_difference(model, real)
     print(f"model - real difference: {gap.mean:+.2f} (95% CI {gap.ci_low:+.2f}, {gap.ci_high:+.2f})")
     if len(slices) > 2 and np.ptp(real) > 0 and np.ptp(model) > 0:

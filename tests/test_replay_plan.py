@@ -23,8 +23,10 @@ from hpcpredict.slurm.replay import (
     ReplayError,
     ReplayJob,
     Scaling,
+    as_log_users,
     plan,
     replay_swf,
+    replay_uid,
     rounding_report,
     run_replay,
     set_plugin_mode,
@@ -60,8 +62,12 @@ def test_plan_takes_the_slice_of_the_cleaned_log():
     assert planned[4].offset_s == (chosen[4].submit_s - chosen[0].submit_s) / 20
     assert planned[2].sbatch_arguments() == [
         "-J", f"hpr{chosen[2].job_id}", "-n", str(chosen[2].procs), "-t", str(planned[2].time_limit_min),
-        "-o", "/dev/null", "--wrap", f"sleep {planned[2].sleep_s}",
+        "-o", "/dev/null", "-D", "/tmp", "--wrap", f"sleep {planned[2].sleep_s}",
     ]
+    # as the log's user (replay-slurm --users log): the account goes before the command
+    as_user = as_log_users(planned, gid=30000)[2]
+    assert as_user.sbatch_arguments()[-4:-2] == [f"--uid={replay_uid(chosen[2].user_id)}", "--gid=30000"]
+    assert replay_uid(chosen[2].user_id) == 30000 + chosen[2].user_id
     report = rounding_report(planned)
     assert report["jobs"] == 5 and report["median_limit_ratio"] >= 1.0
     with pytest.raises(ReplayError, match="no job to replay"):

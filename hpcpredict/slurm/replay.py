@@ -104,9 +104,9 @@ class ReplayJob:
 
     def sbatch_arguments(self) -> list[str]:
         account = [] if self.run_as is None else [f"--uid={self.run_as[0]}", f"--gid={self.run_as[1]}"]
-        # --chdir: the caller's directory may be closed to the log's users
-        return [*account, "-D", "/tmp", "-J", f"{JOB_NAME_PREFIX}{self.log_job_id}", "-n", str(self.procs),
-                "-t", str(self.time_limit_min), "-o", "/dev/null", "--wrap", f"sleep {self.sleep_s}"]
+        # -D: the caller's directory may be closed to the log's users
+        return ["-J", f"{JOB_NAME_PREFIX}{self.log_job_id}", "-n", str(self.procs), "-t", str(self.time_limit_min),
+                "-o", "/dev/null", "-D", "/tmp", *account, "--wrap", f"sleep {self.sleep_s}"]
 
 
 def plan(workload: Workload, *, jobs: int, skip: int, scaling: Scaling) -> list[ReplayJob]:
