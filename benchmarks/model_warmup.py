@@ -22,7 +22,8 @@ from pathlib import Path
 import numpy as np
 
 from hpcpredict.daemon.config import DaemonConfig
-from hpcpredict.learn.history import STARTED, SUBMITTED, history_events
+from hpcpredict.instants import Instant
+from hpcpredict.learn.history import history_events
 from hpcpredict.workload import load_workload
 
 REPO = Path(__file__).resolve().parents[1]
@@ -42,12 +43,12 @@ def within_factor_2(log: Path, reference: int, probe: int) -> dict[int, float]:
         learned = learner.nag.state.t
         if (learned in LEARNED or learned == reference) and learned not in weights:
             weights[learned] = learner.nag.state.w.copy()
-        if event.kind == SUBMITTED:
+        if event.kind is Instant.SUBMISSION:
             learner.predict(event.request, event.time_s)
             if reference <= learned < reference + probe:
                 phi = learner._pending_phi[event.request.job_id].copy()  # noqa: SLF001 - measuring
                 probes.append((phi, event.request.requested_s))
-        elif event.kind == STARTED:
+        elif event.kind is Instant.START:
             learner.job_started(event.request, event.time_s)
         else:
             learner.job_ended(event.request, event.run_s, event.time_s)
