@@ -82,6 +82,20 @@ def slurm_release() -> tuple[int, int]:
     return int(match.group(1)), int(match.group(2))
 
 
+def wait_for(condition: Callable[[], object], timeout_s: float, what: str,
+             cluster: SlurmCluster | None = None, poll_s: float = 0.5):
+    """`condition()`'s first true value, polled every `poll_s` until `timeout_s`; else an
+    AssertionError naming `what` (with the tail of `cluster`'s slurmctld.log when given)."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        value = condition()
+        if value:
+            return value
+        time.sleep(poll_s)
+    log = f"\nslurmctld.log:\n{cluster.log_tail()}" if cluster is not None else ""
+    raise AssertionError(f"timed out after {timeout_s} s waiting for {what}{log}")
+
+
 def ensure_munge() -> None:
     if subprocess.run(["pgrep", "-x", "munged"], capture_output=True).returncode == 0:
         return

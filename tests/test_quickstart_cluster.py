@@ -37,7 +37,7 @@ from pathlib import Path
 
 import pytest
 from site_install import PREFIX, REPO_ROOT, SiteNamespace, checkout_files
-from slurm_cluster import SlurmCluster
+from slurm_cluster import SlurmCluster, wait_for
 from unit_emulation import EmulatedUnit
 
 pytestmark = [pytest.mark.slurm, pytest.mark.site, pytest.mark.quickstart]
@@ -149,16 +149,6 @@ def controller(site_prefix: Path) -> Iterator[Controller]:
         subprocess.run(["rm", "-rf", str(etc_slurm), str(controller.unit.log_path)], check=False)
 
 
-def wait_for(condition, timeout_s: float, what: str, poll_s: float = 1.0):
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        value = condition()
-        if value:
-            return value
-        time.sleep(poll_s)
-    raise AssertionError(f"timed out after {timeout_s} s waiting for {what}")
-
-
 def job_fields(controller: Controller, job_id: str) -> dict[str, str]:
     line = controller.site.run(["scontrol", "show", "job", "-o", job_id]).stdout
     return dict(word.split("=", 1) for word in line.split() if "=" in word)
@@ -198,7 +188,7 @@ def test_the_quick_start_works_word_for_word_as_slurmuser(controller: Controller
     site.shell(f"for i in $(seq {HISTORY_JOBS}); do sbatch --parsable --time=$(( (i % 6 + 1) * 10 )) "
                "--output=/dev/null --wrap \"sleep $(( i % 5 == 0 ? 10 : 1 ))\" >/dev/null; done", timeout=300)
     wait_for(lambda: site.run(["sacct", "-n", "-X", "-S", "2020-01-01", "-o", "State"], check=False)
-             .stdout.split().count("COMPLETED") >= HISTORY_JOBS, 180, "the history in sacct", 2)
+             .stdout.split().count("COMPLETED") >= HISTORY_JOBS, 180, "the history in sacct", poll_s=2)
 
     lap("history")
     # 1. Install, as root, with Debian's python3: a root-owned venv outside any home.
@@ -254,7 +244,7 @@ def test_the_quick_start_works_word_for_word_as_slurmuser(controller: Controller
         done = site.run(["hpcpredict", "errors", "--source", "live", "--format", "json"], check=False)
         return done.returncode == 0 and bool(json.loads(done.stdout or "[]"))
 
-    wait_for(judged_live, 120, "the record-mode job judged live", 2)
+    wait_for(judged_live, 120, "the record-mode job judged live", poll_s=2)
     said = controller.run_block(blocks[5][2])
     assert "jobs judged:" in said and " live" in said and "Traceback" not in said, said
     assert site.run(["test", "-s", "/var/www/hpcpredict/index.html"], check=False).returncode == 0, said
@@ -274,7 +264,7 @@ def test_the_quick_start_works_word_for_word_as_slurmuser(controller: Controller
                                        for line in listed.stdout.splitlines()), listed
     if lowered * 60 <= 120:  # the margin: raised at the watcher's first look once it runs (the page says so)
         wait_for(lambda: minutes(job_fields(controller, job_id)["TimeLimit"]) > lowered, 60,
-                 "the watcher (as slurm) to raise the lowered limit")
+                 "the watcher (as slurm) to raise the lowered limit", poll_s=1.0)
 
     lap("6 lower")
     # 8. Turn off: waits for the lowered job, stops the daemon, takes the plugins out.

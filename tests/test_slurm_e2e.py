@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 from daemon_thread import wait_until_answering
-from slurm_cluster import SlurmCluster
+from slurm_cluster import SlurmCluster, wait_for
 from sqlalchemy import select
 
 from hpcpredict.daemon.client import DaemonClient
@@ -84,16 +84,6 @@ def daemon(cluster: SlurmCluster) -> Iterator[ServeProcess]:
     serve.start()
     yield serve
     serve.stop()
-
-
-def wait_for(condition, timeout_s: float, what: str, cluster: SlurmCluster, poll_s: float = 0.5):
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        value = condition()
-        if value:
-            return value
-        time.sleep(poll_s)
-    raise AssertionError(f"timed out waiting for {what}\nslurmctld.log:\n{cluster.log_tail()}")
 
 
 def stored_job(serve: ServeProcess, job_id: int) -> JobRow | None:
