@@ -15,6 +15,7 @@ from dataclasses import asdict, dataclass
 import numpy as np
 
 from hpcpredict.error_stats import error_stats
+from hpcpredict.job_table import job_column
 from hpcpredict.sim.replica_stats import mean_ci
 from hpcpredict.sim.simulation import SimulationResult
 
@@ -46,11 +47,11 @@ class Metrics:
 def job_arrays(result: SimulationResult) -> dict[str, np.ndarray]:
     """Per-job columns as numpy arrays (wait, run, procs, bsld, predictions...)."""
     jobs = result.jobs
-    submit = np.fromiter((job.submit_s for job in jobs), dtype=np.int64, count=len(jobs))
-    run = np.fromiter((job.run_s for job in jobs), dtype=np.int64, count=len(jobs))
-    procs = np.fromiter((job.procs for job in jobs), dtype=np.int64, count=len(jobs))
-    requested = np.fromiter((job.requested_s for job in jobs), dtype=np.int64, count=len(jobs))
-    user = np.fromiter((job.user_id for job in jobs), dtype=np.int64, count=len(jobs))
+    # a JobTable's own columns (no job object built), else read off the objects
+    submit, run, procs, requested, user = (
+        np.asarray(job_column(jobs, name), dtype=np.int64)
+        for name in ("submit_s", "run_s", "procs", "requested_s", "user_id")
+    )
     start = np.asarray(result.start_s, dtype=np.int64)
     wait = start - submit
     return {

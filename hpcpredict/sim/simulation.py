@@ -29,6 +29,7 @@ from itertools import count as counter
 
 import numpy as np
 
+from hpcpredict.job_table import JobTable
 from hpcpredict.jobs import Job, JobRequest
 from hpcpredict.predictors import Predictor, clip_prediction
 from hpcpredict.corrections.policies import CorrectionPolicy
@@ -396,12 +397,19 @@ def job_columns(
     jobs: Sequence[Job], machine_procs: int
 ) -> tuple[list[JobRequest], list[int], list[int], list[int], list[int]]:
     """The jobs' requests, submit times, runtimes, processors and requested times as plain lists
-    (the replay loops index them), checked for what a replay needs (`_check_input`)."""
-    requests = [job.request for job in jobs]
-    submit_s = [request.submit_s for request in requests]
-    run_s = [job.run_s for job in jobs]
-    procs = [request.procs for request in requests]
-    requested_s = [request.requested_s for request in requests]
+    (the replay loops index them), checked for what a replay needs (`_check_input`). From a
+    `JobTable`, the numbers come from its columns and only the requests are built as objects."""
+    if isinstance(jobs, JobTable):
+        requests = jobs.requests()
+        submit_s, run_s, procs, requested_s = (
+            jobs.columns[name].tolist() for name in ("submit_s", "run_s", "procs", "requested_s")
+        )
+    else:
+        requests = [job.request for job in jobs]
+        submit_s = [request.submit_s for request in requests]
+        run_s = [job.run_s for job in jobs]
+        procs = [request.procs for request in requests]
+        requested_s = [request.requested_s for request in requests]
     _check_input(jobs, machine_procs, submit_s, run_s, procs, requested_s)
     return requests, submit_s, run_s, procs, requested_s
 
@@ -414,9 +422,10 @@ def _check_input(
     procs: list[int],
     requested_s: list[int],
 ) -> None:
-    """Refuse input the cleaning step should have fixed, naming the first offending job."""
+    """Refuse input the cleaning step should have fixed, naming the first offending job (the
+    job objects are read only then)."""
     previous_submit = None
-    for index, job in enumerate(jobs):
+    for index in range(len(submit_s)):
         problem = None
         if not 1 <= procs[index] <= machine_procs:
             problem = f"needs {procs[index]} processors on a machine of {machine_procs}"
@@ -427,5 +436,5 @@ def _check_input(
         elif previous_submit is not None and submit_s[index] < previous_submit:
             problem = "is submitted before the job listed before it (jobs must be sorted)"
         if problem:
-            raise ValueError(f"job {job.job_id} {problem}; clean the log first (hpcpredict info)")
+            raise ValueError(f"job {jobs[index].job_id} {problem}; clean the log first (hpcpredict info)")
         previous_submit = submit_s[index]
