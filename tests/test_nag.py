@@ -400,6 +400,44 @@ def test_the_one_call_step_equals_the_step_with_the_python_gradient(
     assert fused.state.n_sum == stepped.state.n_sum and fused.state.t == stepped.state.t
 
 
+@settings(max_examples=100, deadline=None)
+@given(
+    loss_index=st.integers(0, 19),
+    factor=st.sampled_from([1.0, 1.5, 4.0, 1000.0]),
+    after_steps=st.integers(1, 40),
+    seed=st.integers(0, 2**32 - 1),
+)
+def test_the_step_within_scale_is_the_outlier_check_then_the_step(
+    loss_index: int, factor: float, after_steps: int, seed: int
+) -> None:
+    """`Nag.step_on_loss_within_scale` (one compiled call, the learner's per-job path) against
+    what it replaced: `beyond_scale` once `after_steps` steps are taken, then `step_on_loss`
+    when not an outlier. Same decision at every job and the state bit for bit; the small factors
+    and jumping feature scales make both outcomes common."""
+    from hpcpredict.learn.losses import all_losses
+    from hpcpredict.learn.nag import step_constants
+
+    loss = dataclasses.replace(all_losses()[loss_index], unit_s=3600.0)
+    rng = np.random.default_rng(seed)
+    expansion = QuadraticExpansion(6)
+    config = NagConfig()
+    fused, separate = Nag(expansion.n_terms, config), Nag(expansion.n_terms, config)
+    constants = step_constants(loss, config)
+    outcomes = []
+    for xi in _feature_stream(rng, 60, 6) * rng.choice([1.0, 3.0, 100.0], size=(60, 1)):
+        phi = expansion.expand(xi)
+        p, q = float(10.0 ** rng.uniform(0, 6)), float(rng.integers(1, 1000))
+        expected = not (separate.state.t >= after_steps and separate.beyond_scale(phi, factor))
+        if expected:
+            separate.step_on_loss(phi, constants, p, q)
+        assert fused.step_on_loss_within_scale(phi, constants, p, q, factor, after_steps) == expected
+        outcomes.append(expected)
+    for name in ("w", "s", "g_sum"):
+        np.testing.assert_array_equal(getattr(fused.state, name), getattr(separate.state, name))
+    assert fused.state.n_sum == separate.state.n_sum and fused.state.t == separate.state.t
+    assert any(outcomes)
+
+
 @settings(max_examples=500, deadline=None)
 @given(
     loss_index=st.integers(0, 19),

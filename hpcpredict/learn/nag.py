@@ -63,6 +63,7 @@ from hpcpredict.learn.nag_kernels import (
     descend,
     exceeds_scale,
     learn_step,
+    learn_step_within_scale,
     rescale_and_score,
 )
 
@@ -239,6 +240,22 @@ class Nag:
         state.t += 1
         f, state.n_sum = learn_step(phi, self._table, constants, state.t, state.n_sum, p, q)
         return f
+
+    def step_on_loss_within_scale(
+        self, phi: np.ndarray, constants: np.ndarray, p: float, q: float, factor: float,
+        after_steps: int,
+    ) -> bool:
+        """`step_on_loss(phi, constants, p, q)` unless, once `after_steps` steps are taken,
+        `beyond_scale(phi, factor)`: then no change. True when the step was taken. One compiled
+        call for both (`nag_kernels.learn_step_within_scale`): the learner's per-job path."""
+        state = self._state
+        stepped, _, n_sum = learn_step_within_scale(
+            phi, self._table, constants, state.t, state.n_sum, p, q, state.t >= after_steps, factor
+        )
+        if stepped:
+            state.t += 1
+            state.n_sum = n_sum
+        return stepped
 
 
 _WEIGHT_CODES = {

@@ -238,3 +238,17 @@ def learn_step(
     rate = -constants[ETA_AT] * _libm_pow(t / n_sum, constants[HALF_AT])
     descend(phi, table, constants[L2_AT], gradient, rate, constants[SQRT_G_FLOOR_AT])
     return f, n_sum
+
+
+@compiled
+def learn_step_within_scale(
+    phi: np.ndarray, table: np.ndarray, constants: np.ndarray, t: int, n_sum: float, p: float,
+    q: float, check_scale: bool, factor: float,
+) -> tuple[bool, float, float]:  # pragma: no cover - compiled
+    """`learn_step` with t + 1, unless `check_scale` and some |Phi_i| is more than `factor` times
+    s_i (`exceeds_scale`): then nothing changes. Returns (stepped, f or 0, the new N). The
+    learner's two calls per job (the outlier check, then the step) as one dispatch."""
+    if check_scale and exceeds_scale(phi, table, factor):
+        return False, 0.0, n_sum
+    f, n_sum = learn_step(phi, table, constants, t + 1, n_sum, p, q)
+    return True, f, n_sum

@@ -273,10 +273,12 @@ class LearnedPredictor:
         if phi is None and self.learn_unseen:
             phi = self._expansion.expand(self._scaled(
                 self.features.late_submission(request, end_s, self._x)))
-        stepped = phi is not None and not self._outlier(phi)
-        if stepped:
-            # = nag.step(phi, lambda f: self._loss.gradient(f, run_s, procs)), bit for bit
-            self.nag.step_on_loss(phi, self._step_constants, float(run_s), float(request.procs))
+        # = `not self._outlier(phi)` and then nag.step(phi, lambda f: self._loss.gradient(f,
+        # run_s, procs)), bit for bit, in one compiled call
+        stepped = phi is not None and self.nag.step_on_loss_within_scale(
+            phi, self._step_constants, float(run_s), float(request.procs), OUTLIER_SCALE_FACTOR,
+            OUTLIER_AFTER_STEPS,
+        )
         self.features.job_ended(request, run_s, end_s)
         return stepped
 
