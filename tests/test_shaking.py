@@ -50,6 +50,20 @@ def test_shaking_keeps_every_job_and_moves_submissions_within_the_shake(
     assert submits == sorted(submits)
 
 
+@given(jobs=jobs_strategy, shake_s=st.integers(0, 600), seed=st.integers(0, 2**32 - 1))
+@settings(max_examples=100, deadline=None)
+def test_a_table_is_shaken_as_its_jobs_are(jobs: list[Job], shake_s: int, seed: int) -> None:
+    """A loaded log's `JobTable` is shaken as columns (no job object built): the same jobs in
+    the same order as the objects' shaking gives, and a table again."""
+    from hpcpredict.job_table import JOB_FIELDS, REQUEST_FIELDS, JobTable, job_column
+
+    table = JobTable({name: np.asarray(job_column(jobs, name), dtype=np.int64)
+                      for name in (*REQUEST_FIELDS, *JOB_FIELDS)})
+    shaken = shake_jobs(table, shake_s, np.random.default_rng(seed))
+    assert isinstance(shaken, JobTable) and shaken._jobs is None
+    assert list(shaken) == shake_jobs(jobs, shake_s, np.random.default_rng(seed))
+
+
 def ties_in_log_order(shaken: list[Job]) -> bool:
     """Do jobs the shaking left at equal submit times come in the log's order (ids ascending)?"""
     return all(a.job_id < b.job_id for a, b in zip(shaken, shaken[1:]) if a.submit_s == b.submit_s)
