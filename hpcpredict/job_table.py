@@ -6,23 +6,20 @@ and the summaries never need (they read columns), while the replay and the predi
 access to a job; `len()` and the columns never build them, and a replay builds only the
 `JobRequest`s (`requests()`: the simulator reads the rest as columns).
 
-Why the cycle collector is paused while the objects are built: each of the 600,000 new objects
-counts towards its next collection, so a build triggered ~800 young and 6 full collections, each
-full one walking every object made so far: 40% of the build's CPU time on CEA-Curie
-(docs/performance.md, "Issue 31, round 2"). The objects hold integers and each other, never a
-cycle, so there is nothing for the collector to find; it resumes as it was afterwards.
+The objects are built with the cycle collector paused (`hpcpredict.collector`): they hold
+integers and each other, never a cycle, and the collections their number triggered took 40% of
+the build's CPU on CEA-Curie.
 """
 
 from __future__ import annotations
 
-import gc
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import overload
 
 import numpy as np
 
+from hpcpredict.collector import collector_paused
 from hpcpredict.jobs import Job, JobRequest
 
 #: JobRequest's fields, then Job's own, in the order their constructors take them.
@@ -65,32 +62,20 @@ class JobTable(Sequence[Job]):
         """The jobs as objects, built on the first call (Python integers, as a log's parse gives)."""
         if self._jobs is None:
             requests = self.requests()
-            with _collector_paused():
+            with collector_paused():
                 self._jobs = list(map(Job, requests, *(self.columns[name].tolist() for name in JOB_FIELDS)))
         return self._jobs
 
     def requests(self) -> list[JobRequest]:
         """The jobs' `JobRequest`s (each `jobs()[i].request`), built on the first call."""
         if self._requests is None:
-            with _collector_paused():
+            with collector_paused():
                 self._requests = list(map(JobRequest, *(self.columns[name].tolist() for name in REQUEST_FIELDS)))
         return self._requests
 
     def __getstate__(self) -> dict[str, object]:
         """Pickled as columns only (a worker process builds its own objects)."""
         return {"columns": self.columns, "_jobs": None, "_requests": None}
-
-
-@contextmanager
-def _collector_paused() -> Iterator[None]:
-    """The cycle collector off for a bulk build of acyclic objects (module doc), then as it was."""
-    was_enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was_enabled:
-            gc.enable()
 
 
 def job_column(jobs: Sequence[Job], name: str) -> np.ndarray:

@@ -29,6 +29,7 @@ from itertools import count as counter
 
 import numpy as np
 
+from hpcpredict.collector import collector_paused
 from hpcpredict.job_table import JobTable
 from hpcpredict.jobs import Job, JobRequest
 from hpcpredict.predictors import Predictor, clip_prediction
@@ -153,6 +154,12 @@ class Simulation:
     def run(
         self, *, progress: ProgressCallback | None = None, progress_every: int = 5000
     ) -> SimulationResult:
+        # The cycle collector paused for the replay (`hpcpredict.collector`: it makes tuples at
+        # every event and no cycle).
+        with collector_paused():
+            return self._run(progress, progress_every)
+
+    def _run(self, progress: ProgressCallback | None, progress_every: int) -> SimulationResult:
         wall_start = time.perf_counter()
         events, submit_s, count = self.events, self.submit_s, len(self.jobs)
         profile, decide_on_correction = self.profile, self.decide_on_correction
