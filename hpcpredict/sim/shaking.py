@@ -22,7 +22,6 @@ from collections.abc import Sequence
 
 from typing import TYPE_CHECKING
 
-from hpcpredict.job_table import JobTable, job_column
 from hpcpredict.jobs import Job
 from hpcpredict.workload import Workload
 
@@ -41,6 +40,8 @@ def shake_jobs(jobs: Sequence[Job], shake_s: int, rng: np.random.Generator) -> S
     sixth), and the replay of the copy builds only its requests. Other sequences give a list.
     """
     import numpy as np  # here: the command line imports this module for its defaults
+
+    from hpcpredict.job_table import JobTable, job_column  # numpy too
 
     if shake_s < 0:
         raise ValueError(f"the shake must be >= 0 seconds, got {shake_s}")
