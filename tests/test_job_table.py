@@ -75,3 +75,15 @@ def test_a_replay_of_a_table_builds_no_job_and_equals_the_replay_of_the_objects(
     for column in ("start_s", "initial_prediction_s", "final_prediction_s", "corrections", "backfilled"):
         assert getattr(result, column) == getattr(expected, column)
     assert metrics == compute_metrics(expected)
+
+
+def test_forked_runs_of_the_log_share_requests_built_before_the_fork(workload) -> None:
+    """`run_replicated(jobs=2)` with a run and its baseline builds the log's requests once, in
+    the parent (the workers inherit them), and never the Job objects."""
+    from hpcpredict.sim.runner import run_replicated
+
+    from_table, table = _fresh(workload)
+    specs = [RunSpec(starvation_guard_s=86_400), RunSpec("easy", "requested", "requested")]
+    runs = run_replicated(from_table, specs, jobs=2)
+    assert table._requests is not None and table._jobs is None
+    assert [m[0] for m in runs.metrics] == [compute_metrics(run(from_table, spec)) for spec in specs]
