@@ -2,6 +2,7 @@
 simulate` on the three archive logs, process start to exit, interleaved with an older tree.
 
     python benchmarks/bench_whole_command.py --before /tmp/speed-before --rounds 3
+    python benchmarks/bench_whole_command.py --before /tmp/speed-before --tree main=/tmp/speed-main --rounds 2
     python benchmarks/bench_whole_command.py --only "simulate CEA-Curie --replicas 10" --rounds 1
 
 Goals (issue 31, default configuration): `simulate LOG --no-baseline` KTH-SP2 <= 1.0 s,
@@ -35,6 +36,8 @@ DEFAULT = [name for name in COMMANDS if "--replicas" not in name]
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--before", type=Path, default=None, help="an older tree to compare with")
+    parser.add_argument("--tree", action="append", default=[], metavar="NAME=PATH",
+                        help="one more tree to interleave (e.g. main=/tmp/speed-main)")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--only", action="append", choices=sorted(COMMANDS), default=None)
     parser.add_argument("--extra-args", default="", help="appended to every simulate command "
@@ -44,7 +47,13 @@ def main() -> None:
     args = parser.parse_args()
     chosen = {name: COMMANDS[name] + (args.extra_args.split() if name.startswith("simulate") else [])
               for name in (args.only or DEFAULT)}
-    compare(chosen, HERE, args.before, args.rounds, args.side_by_side)
+    others = {}
+    for option in args.tree:
+        name, separator, path = option.partition("=")
+        if not separator or not name or not path:
+            parser.error(f"--tree takes NAME=PATH, got {option!r}")
+        others[name] = Path(path)
+    compare(chosen, HERE, args.before, args.rounds, args.side_by_side, others)
 
 
 if __name__ == "__main__":

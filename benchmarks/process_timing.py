@@ -92,10 +92,13 @@ def print_table(results: dict[tuple[str, str], Timings], trees: list[str]) -> No
 
 def compare(
     commands: dict[str, list[str]], here: Path, before: Path | None, rounds: int,
-    side_by_side: bool = False,
+    side_by_side: bool = False, others: dict[str, Path] | None = None,
 ) -> None:
-    """Interleave `commands` on this tree (`here`) and an older one, print the table and the load."""
-    trees = {"after": here} if before is None else {"before": before.resolve(), "after": here}
+    """Interleave `commands` on this tree (`here`), an older one and any `others` (name -> tree,
+    between the two in the table), print the table and the load."""
+    trees = {} if before is None else {"before": before.resolve()}
+    trees.update({name: tree.resolve() for name, tree in (others or {}).items()})
+    trees["after"] = here
     print(f"load average at start: {os.getloadavg()[0]:.2f}")
     results = interleave(commands, trees, rounds, side_by_side)
     print_table(results, list(trees))
