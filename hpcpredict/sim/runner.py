@@ -28,7 +28,7 @@ from hpcpredict.learn.defaults import (
     NegativeRule,
 )
 from hpcpredict.learn.losses import parse_loss
-from hpcpredict.corrections.starvation import STARVATION_RULES
+from hpcpredict.corrections.starvation import STARVATION_RULES, STARVATION_SCOPES
 from hpcpredict.sim.backfill_orders import BACKFILL_ORDERS
 from hpcpredict.sim.replica_stats import PairedDifference, mean_ci, paired_difference
 from hpcpredict.sim.shaking import DEFAULT_SEED, DEFAULT_SHAKE_S, replica
@@ -65,6 +65,9 @@ class RunSpec:
     # When the guard falls due for a head: "wait" (after starvation_guard_s) or "promise" (once
     # later than plain EASY's promise when it became the head, or after starvation_guard_s).
     guard_rule: str = "wait"
+    # What a due guard protects: "machine" (every running job pinned to its request, the
+    # daemon's) or "head" (the aged head's reservation only; schedulers.Scheduler says how).
+    guard_scope: str = "machine"
     censor_at_limit: bool = DEFAULT_CENSOR_AT_LIMIT  # learn jobs killed at their limit as bounds
     feature_scaling: str = DEFAULT_FEATURE_SCALING  # "robust": log break time, no extrapolation
     per_user_experts: bool = DEFAULT_PER_USER_EXPERTS  # per user: learned, AVE2 or the request
@@ -139,6 +142,14 @@ class RunSpec:
             if self.scheduler == SLURM_BACKFILL:
                 raise ValueError(f"the guard rule {self.guard_rule!r} is modelled for the EASY "
                                  f"schedulers only, not {SLURM_BACKFILL}")
+        if self.guard_scope not in STARVATION_SCOPES:
+            raise ValueError(f"unknown guard scope {self.guard_scope!r}; one of {', '.join(STARVATION_SCOPES)}")
+        if self.guard_scope != "machine":
+            if self.starvation_guard_s is None:
+                raise ValueError(f"the guard scope {self.guard_scope!r} needs a starvation guard")
+            if self.scheduler == SLURM_BACKFILL:
+                raise ValueError(f"the guard scope {self.guard_scope!r} is modelled for the EASY "
+                                 f"schedulers only, not {SLURM_BACKFILL}")
 
     @property
     def label(self) -> str:
@@ -177,7 +188,8 @@ class RunSpec:
         if self.starvation_guard_s is None:
             return ""
         rule = "" if self.guard_rule == "wait" else f"{self.guard_rule} or "
-        return f" + guard {rule}{self.starvation_guard_s / 3600:g} h"
+        scope = "" if self.guard_scope == "machine" else f", {self.guard_scope} only"
+        return f" + guard {rule}{self.starvation_guard_s / 3600:g} h{scope}"
 
     @property
     def published_name(self) -> str | None:
@@ -197,6 +209,8 @@ class RunSpec:
             settings.pop("starvation_guard_s")
         if self.guard_rule == "wait":  # the rule every earlier guard had: absent, keys stay valid
             settings.pop("guard_rule")
+        if self.guard_scope == "machine":  # the scope every earlier guard had: keys stay valid
+            settings.pop("guard_scope")
         if not self.slurm_params:  # defaults or another scheduler: absent, older keys stay valid
             settings.pop("slurm_params")
         # The same for the learner's options added later: absent while at their default.
@@ -288,7 +302,7 @@ def run(
     scheduler = SCHEDULERS[spec.scheduler]
     if spec.starvation_guard_s is not None:
         scheduler = dataclasses.replace(scheduler, starvation_guard_s=spec.starvation_guard_s,
-                                        guard_rule=spec.guard_rule)
+                                        guard_rule=spec.guard_rule, guard_scope=spec.guard_scope)
     result = simulate(
         workload.jobs,
         workload.machine_procs,

@@ -34,7 +34,7 @@ from hpcpredict.sim.backfill_kernel import (
     WORK_ROW,
     backfill_pass,
 )
-from hpcpredict.corrections.starvation import STARVATION_RULES
+from hpcpredict.corrections.starvation import STARVATION_RULES, STARVATION_SCOPES
 from hpcpredict.sim.backfill_orders import BACKFILL_ORDERS
 from hpcpredict.sim.profile import RunningProfile
 
@@ -216,6 +216,14 @@ class Scheduler:
     good (the simulation pins it; the live corrector raises its limit back to the request and
     never lowers a running job's limit again), while waiting jobs go back to their predictions
     once no head is due (the corrector lowers pending jobs' limits again).
+
+    `guard_scope` "head" (simulator only, issue 30: docs/results.md, "Protecting the aged head
+    only") narrows that to what the aged head needs: its reservation and the test of the
+    candidates that would start in front of it use requested times, as above, but no running job
+    is pinned: they keep their predicted ends and corrections, and once the aged head has
+    started the next head is planned on predictions as if no guard had fired. Live, that would
+    need the daemon to raise the running jobs' limits to their requests while an aged job is
+    pending and lower them again after it starts (never below the time they have run).
     """
 
     name: str
@@ -226,10 +234,20 @@ class Scheduler:
     # when it became the head (its reservation on the running jobs' requests then), or has
     # waited `starvation_guard_s`, whichever comes first.
     guard_rule: str = "wait"
+    # What a due guard protects (`GUARD_SCOPES`): "machine", the running jobs are pinned to
+    # their requests for good; "head", only the aged head's reservation (the class docstring).
+    guard_scope: str = "machine"
 
     def __post_init__(self) -> None:
         if self.guard_rule not in GUARD_RULES:
             raise ValueError(f"unknown guard rule {self.guard_rule!r}; one of {', '.join(GUARD_RULES)}")
+        if self.guard_scope not in GUARD_SCOPES:
+            raise ValueError(f"unknown guard scope {self.guard_scope!r}; one of {', '.join(GUARD_SCOPES)}")
+
+    @property
+    def guard_pins_running(self) -> bool:
+        """Does a guarded decision plan the jobs then running to their requests for good?"""
+        return self.guard_scope == "machine"
 
     def guard_due(self, now_s: int, waiting: WaitingQueue, head: int) -> bool:
         """Has `head` waited long enough for the starvation guard?"""
@@ -367,5 +385,6 @@ class Reservation(NamedTuple):
 
 
 GUARD_RULES = STARVATION_RULES  # corrections.starvation: one list for the simulator and the daemon
+GUARD_SCOPES = STARVATION_SCOPES
 
 SCHEDULERS: dict[str, Scheduler] = {name: Scheduler(name, order) for name, order in BACKFILL_ORDERS.items()}
