@@ -154,6 +154,39 @@ def test_guarded_schedules_keep_the_invariants_and_the_fast_path_is_exact(
 
 
 @settings(max_examples=100, deadline=None)
+@given(workloads(), st.sampled_from(PREDICTORS), st.sampled_from(sorted(CORRECTIONS)),
+       st.integers(0, 2_000), st.sampled_from([None, 0, 300]))
+def test_aged_first_backfilling_keeps_the_invariants_and_the_fast_path_is_exact(
+    workload, predictor, correction, aged_s, guard_s
+) -> None:
+    machine, jobs = workload
+    policy = dataclasses.replace(guarded("easy-sjbf", guard_s), aged_first_s=aged_s)
+    fast = simulate(jobs, machine, policy, build_predictor(predictor, jobs), CORRECTIONS[correction])
+    slow = simulate(jobs, machine, policy, build_predictor(predictor, jobs), CORRECTIONS[correction],
+                    exhaustive=True)
+    assert fast.start_s == slow.start_s
+    assert peak_usage(fast) <= machine
+
+
+@settings(max_examples=100, deadline=None)
+@given(workloads(), st.sampled_from(PREDICTORS))
+def test_every_job_aged_at_once_is_easys_submission_order(workload, predictor) -> None:
+    """aged_first_s = 0: every waiting job is aged at every pass, so EASY-SJBF backfills in
+    submission order: plain EASY's schedule (and a long threshold changes nothing)."""
+    machine, jobs = workload
+    easy = simulate(jobs, machine, SCHEDULERS["easy"], build_predictor(predictor, jobs),
+                    CORRECTIONS["incremental"])
+    aged = simulate(jobs, machine, dataclasses.replace(SCHEDULERS["easy-sjbf"], aged_first_s=0),
+                    build_predictor(predictor, jobs), CORRECTIONS["incremental"])
+    assert aged.start_s == easy.start_s
+    sjbf = simulate(jobs, machine, SCHEDULERS["easy-sjbf"], build_predictor(predictor, jobs),
+                    CORRECTIONS["incremental"])
+    never = simulate(jobs, machine, dataclasses.replace(SCHEDULERS["easy-sjbf"], aged_first_s=10**9),
+                     build_predictor(predictor, jobs), CORRECTIONS["incremental"])
+    assert never.start_s == sjbf.start_s
+
+
+@settings(max_examples=100, deadline=None)
 @given(workloads(), st.sampled_from(["easy", "easy-sjbf"]), st.sampled_from(PREDICTORS))
 def test_a_guard_that_never_fires_changes_nothing(workload, scheduler, predictor) -> None:
     machine, jobs = workload
@@ -188,6 +221,12 @@ def test_the_guard_is_an_option_of_a_run_and_off_by_default() -> None:
         RunSpec(guard_scope="head")
     with pytest.raises(ValueError, match="EASY schedulers only"):
         RunSpec(scheduler="slurm-backfill", starvation_guard_s=60, guard_scope="head")
+    assert "aged_first_s" not in RunSpec().to_dict()  # off: keys unchanged
+    aged = RunSpec(starvation_guard_s=86_400, aged_first_s=21_600)
+    assert aged.to_dict()["aged_first_s"] == 21_600 and aged.label.endswith("guard 24 h + aged first 6 h")
+    assert RunSpec(predictor="ave2", aged_first_s=3600).published_name is None  # not EASY++
+    with pytest.raises(ValueError, match="EASY-SJBF"):
+        RunSpec(scheduler="easy", aged_first_s=3600)
     spec = RunSpec(starvation_guard_s=43_200)
     assert spec.to_dict()["starvation_guard_s"] == 43_200 and spec.label.endswith("guard 12 h")
     with pytest.raises(ValueError, match="backfilling scheduler"):

@@ -68,6 +68,9 @@ class RunSpec:
     # What a due guard protects: "machine" (every running job pinned to its request, the
     # daemon's) or "head" (the aged head's reservation only; schedulers.Scheduler says how).
     guard_scope: str = "machine"
+    # EASY-SJBF: backfill jobs that have waited this long first, oldest first (None: off;
+    # schedulers.Scheduler.aged_first_s).
+    aged_first_s: int | None = None
     censor_at_limit: bool = DEFAULT_CENSOR_AT_LIMIT  # learn jobs killed at their limit as bounds
     feature_scaling: str = DEFAULT_FEATURE_SCALING  # "robust": log break time, no extrapolation
     per_user_experts: bool = DEFAULT_PER_USER_EXPERTS  # per user: learned, AVE2 or the request
@@ -142,6 +145,12 @@ class RunSpec:
             if self.scheduler == SLURM_BACKFILL:
                 raise ValueError(f"the guard rule {self.guard_rule!r} is modelled for the EASY "
                                  f"schedulers only, not {SLURM_BACKFILL}")
+        if self.aged_first_s is not None:
+            if isinstance(self.aged_first_s, bool) or not isinstance(self.aged_first_s, int) \
+                    or self.aged_first_s < 0:
+                raise ValueError(f"aged_first_s must be a whole number of seconds >= 0, got {self.aged_first_s!r}")
+            if self.scheduler != "easy-sjbf":
+                raise ValueError(f"aged first is an order of EASY-SJBF's backfilling, not {self.scheduler}'s")
         if self.guard_scope not in STARVATION_SCOPES:
             raise ValueError(f"unknown guard scope {self.guard_scope!r}; one of {', '.join(STARVATION_SCOPES)}")
         if self.guard_scope != "machine":
@@ -184,12 +193,14 @@ class RunSpec:
 
     @property
     def guard_label(self) -> str:
-        """`` + guard 24 h`` when the starvation guard is on, else empty."""
+        """`` + guard 24 h`` when the starvation guard is on (`` + aged first 6 h`` after it
+        when backfilling puts aged jobs first), else empty."""
+        aged = "" if self.aged_first_s is None else f" + aged first {self.aged_first_s / 3600:g} h"
         if self.starvation_guard_s is None:
-            return ""
+            return aged
         rule = "" if self.guard_rule == "wait" else f"{self.guard_rule} or "
         scope = "" if self.guard_scope == "machine" else f", {self.guard_scope} only"
-        return f" + guard {rule}{self.starvation_guard_s / 3600:g} h{scope}"
+        return f" + guard {rule}{self.starvation_guard_s / 3600:g} h{scope}{aged}"
 
     @property
     def published_name(self) -> str | None:
@@ -197,7 +208,7 @@ class RunSpec:
         or ``EASY++ (guard 24 h)`` for its bounded variant; None if it has none. A published
         name without a guard is the unbounded scheduler, as published."""
         name = PUBLISHED_NAMES.get((self.scheduler, self.predictor, self.correction))
-        if name is None or self.decide_on_correction:
+        if name is None or self.decide_on_correction or self.aged_first_s is not None:
             return None
         if self.starvation_guard_s is None:
             return name
@@ -211,6 +222,8 @@ class RunSpec:
             settings.pop("guard_rule")
         if self.guard_scope == "machine":  # the scope every earlier guard had: keys stay valid
             settings.pop("guard_scope")
+        if self.aged_first_s is None:  # off: absent, keys stay valid
+            settings.pop("aged_first_s")
         if not self.slurm_params:  # defaults or another scheduler: absent, older keys stay valid
             settings.pop("slurm_params")
         # The same for the learner's options added later: absent while at their default.
@@ -303,6 +316,8 @@ def run(
     if spec.starvation_guard_s is not None:
         scheduler = dataclasses.replace(scheduler, starvation_guard_s=spec.starvation_guard_s,
                                         guard_rule=spec.guard_rule, guard_scope=spec.guard_scope)
+    if spec.aged_first_s is not None:
+        scheduler = dataclasses.replace(scheduler, aged_first_s=spec.aged_first_s)
     result = simulate(
         workload.jobs,
         workload.machine_procs,
