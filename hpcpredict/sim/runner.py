@@ -137,28 +137,24 @@ class RunSpec:
                 )
             if self.scheduler != SLURM_BACKFILL and BACKFILL_ORDERS[self.scheduler] is None:
                 raise ValueError(f"the starvation guard needs a backfilling scheduler, not {self.scheduler}")
-        if self.guard_rule not in STARVATION_RULES:
-            raise ValueError(f"unknown guard rule {self.guard_rule!r}; one of {', '.join(STARVATION_RULES)}")
-        if self.guard_rule != "wait":
-            if self.starvation_guard_s is None:
-                raise ValueError(f"the guard rule {self.guard_rule!r} needs a starvation guard")
-            if self.scheduler == SLURM_BACKFILL:
-                raise ValueError(f"the guard rule {self.guard_rule!r} is modelled for the EASY "
-                                 f"schedulers only, not {SLURM_BACKFILL}")
+        # The guard's rule and scope: a value other than the default needs a guard and the EASY
+        # schedulers (the SLURM model has the default rule and scope only).
+        for option, value, allowed in (("rule", self.guard_rule, STARVATION_RULES),
+                                       ("scope", self.guard_scope, STARVATION_SCOPES)):
+            if value not in allowed:
+                raise ValueError(f"unknown guard {option} {value!r}; one of {', '.join(allowed)}")
+            if value != allowed[0]:
+                if self.starvation_guard_s is None:
+                    raise ValueError(f"the guard {option} {value!r} needs a starvation guard")
+                if self.scheduler == SLURM_BACKFILL:
+                    raise ValueError(f"the guard {option} {value!r} is modelled for the EASY "
+                                     f"schedulers only, not {SLURM_BACKFILL}")
         if self.aged_first_s is not None:
             if isinstance(self.aged_first_s, bool) or not isinstance(self.aged_first_s, int) \
                     or self.aged_first_s < 0:
                 raise ValueError(f"aged_first_s must be a whole number of seconds >= 0, got {self.aged_first_s!r}")
             if self.scheduler != "easy-sjbf":
                 raise ValueError(f"aged first is an order of EASY-SJBF's backfilling, not {self.scheduler}'s")
-        if self.guard_scope not in STARVATION_SCOPES:
-            raise ValueError(f"unknown guard scope {self.guard_scope!r}; one of {', '.join(STARVATION_SCOPES)}")
-        if self.guard_scope != "machine":
-            if self.starvation_guard_s is None:
-                raise ValueError(f"the guard scope {self.guard_scope!r} needs a starvation guard")
-            if self.scheduler == SLURM_BACKFILL:
-                raise ValueError(f"the guard scope {self.guard_scope!r} is modelled for the EASY "
-                                 f"schedulers only, not {SLURM_BACKFILL}")
 
     @property
     def label(self) -> str:
