@@ -38,8 +38,9 @@ class OneSecond:
         pass
 
 
-def guarded(name: str, guard_s: int | None, rule: str = "wait"):
-    return dataclasses.replace(SCHEDULERS[name], starvation_guard_s=guard_s, guard_rule=rule)
+def guarded(name: str, guard_s: int | None, rule: str = "wait", scope: str = "machine"):
+    return dataclasses.replace(SCHEDULERS[name], starvation_guard_s=guard_s, guard_rule=rule,
+                               guard_scope=scope)
 
 
 # A 10-processor machine. Job 0 (6 procs, 1000 s) runs; job 1 needs all 10 and becomes the head
@@ -100,6 +101,25 @@ def test_jobs_running_at_a_guarded_decision_are_planned_to_their_requests_for_go
 
 
 @pytest.mark.parametrize("scheduler", ["easy", "easy-sjbf"])
+def test_the_head_scope_protects_the_aged_head_alone_and_pins_no_running_job(scheduler: str) -> None:
+    """Guard scope "head": the aged head starts when the machine-wide guard starts it (its
+    reservation is on requested ends either way: job 0's request, 1000), but the jobs running at
+    the guarded decisions keep being planned on predictions, so they are corrected further
+    (by the incremental correction, as without a guard) instead of being pinned to their
+    requests."""
+    machine = simulate(STREAM, 10, guarded(scheduler, 300), OneSecond(), CORRECTIONS["incremental"])
+    head = simulate(STREAM, 10, guarded(scheduler, 300, scope="head"), OneSecond(),
+                    CORRECTIONS["incremental"])
+    free_run = simulate(STREAM, 10, guarded(scheduler, None), OneSecond(), CORRECTIONS["incremental"])
+    assert head.start_s[1] == machine.start_s[1] == 1000
+    for index in (0, 2):  # running at the first guarded decision (t=302)
+        assert machine.final_prediction_s[index] == STREAM[index].requested_s
+        assert head.corrections[index] == free_run.corrections[index] > machine.corrections[index]
+    with pytest.raises(ValueError, match="guard scope"):
+        guarded(scheduler, 300, scope="partition")
+
+
+@pytest.mark.parametrize("scheduler", ["easy", "easy-sjbf"])
 def test_the_promise_rule_guards_a_head_once_it_is_later_than_plain_easys_promise(scheduler: str) -> None:
     """Job 1 becomes the head at t=1; plain EASY would have promised it job 0's requested end
     (1000). Under the "promise" rule the guard falls due then, whatever the wait threshold: the
@@ -118,18 +138,52 @@ def test_the_promise_rule_guards_a_head_once_it_is_later_than_plain_easys_promis
 
 @settings(max_examples=100, deadline=None)
 @given(workloads(), st.sampled_from(["easy", "easy-sjbf"]), st.sampled_from(PREDICTORS),
-       st.sampled_from(sorted(CORRECTIONS)), st.integers(0, 2_000), st.sampled_from(["wait", "promise"]))
+       st.sampled_from(sorted(CORRECTIONS)), st.integers(0, 2_000), st.sampled_from(["wait", "promise"]),
+       st.sampled_from(["machine", "head"]))
 def test_guarded_schedules_keep_the_invariants_and_the_fast_path_is_exact(
-    workload, scheduler, predictor, correction, guard_s, rule
+    workload, scheduler, predictor, correction, guard_s, rule, scope
 ) -> None:
     machine, jobs = workload
-    policy = guarded(scheduler, guard_s, rule)
+    policy = guarded(scheduler, guard_s, rule, scope)
     fast = simulate(jobs, machine, policy, build_predictor(predictor, jobs), CORRECTIONS[correction])
     slow = simulate(jobs, machine, policy, build_predictor(predictor, jobs), CORRECTIONS[correction],
                     exhaustive=True)
     assert fast.start_s == slow.start_s
     assert peak_usage(fast) <= machine
     assert all(fast.start_s[i] >= job.submit_s for i, job in enumerate(jobs))
+
+
+@settings(max_examples=100, deadline=None)
+@given(workloads(), st.sampled_from(PREDICTORS), st.sampled_from(sorted(CORRECTIONS)),
+       st.integers(0, 2_000), st.sampled_from([None, 0, 300]))
+def test_aged_first_backfilling_keeps_the_invariants_and_the_fast_path_is_exact(
+    workload, predictor, correction, aged_s, guard_s
+) -> None:
+    machine, jobs = workload
+    policy = dataclasses.replace(guarded("easy-sjbf", guard_s), aged_first_s=aged_s)
+    fast = simulate(jobs, machine, policy, build_predictor(predictor, jobs), CORRECTIONS[correction])
+    slow = simulate(jobs, machine, policy, build_predictor(predictor, jobs), CORRECTIONS[correction],
+                    exhaustive=True)
+    assert fast.start_s == slow.start_s
+    assert peak_usage(fast) <= machine
+
+
+@settings(max_examples=100, deadline=None)
+@given(workloads(), st.sampled_from(PREDICTORS))
+def test_every_job_aged_at_once_is_easys_submission_order(workload, predictor) -> None:
+    """aged_first_s = 0: every waiting job is aged at every pass, so EASY-SJBF backfills in
+    submission order: plain EASY's schedule (and a long threshold changes nothing)."""
+    machine, jobs = workload
+    easy = simulate(jobs, machine, SCHEDULERS["easy"], build_predictor(predictor, jobs),
+                    CORRECTIONS["incremental"])
+    aged = simulate(jobs, machine, dataclasses.replace(SCHEDULERS["easy-sjbf"], aged_first_s=0),
+                    build_predictor(predictor, jobs), CORRECTIONS["incremental"])
+    assert aged.start_s == easy.start_s
+    sjbf = simulate(jobs, machine, SCHEDULERS["easy-sjbf"], build_predictor(predictor, jobs),
+                    CORRECTIONS["incremental"])
+    never = simulate(jobs, machine, dataclasses.replace(SCHEDULERS["easy-sjbf"], aged_first_s=10**9),
+                     build_predictor(predictor, jobs), CORRECTIONS["incremental"])
+    assert never.start_s == sjbf.start_s
 
 
 @settings(max_examples=100, deadline=None)
@@ -160,6 +214,19 @@ def test_the_guard_is_an_option_of_a_run_and_off_by_default() -> None:
     assert promise.to_dict()["guard_rule"] == "promise" and promise.label.endswith("guard promise or 48 h")
     with pytest.raises(ValueError, match="needs a starvation guard"):
         RunSpec(guard_rule="promise")
+    assert "guard_scope" not in RunSpec(starvation_guard_s=60).to_dict()  # machine: keys unchanged
+    head = RunSpec(starvation_guard_s=21_600, guard_scope="head")
+    assert head.to_dict()["guard_scope"] == "head" and head.label.endswith("guard 6 h, head only")
+    with pytest.raises(ValueError, match="needs a starvation guard"):
+        RunSpec(guard_scope="head")
+    with pytest.raises(ValueError, match="EASY schedulers only"):
+        RunSpec(scheduler="slurm-backfill", starvation_guard_s=60, guard_scope="head")
+    assert "aged_first_s" not in RunSpec().to_dict()  # off: keys unchanged
+    aged = RunSpec(starvation_guard_s=86_400, aged_first_s=21_600)
+    assert aged.to_dict()["aged_first_s"] == 21_600 and aged.label.endswith("guard 24 h + aged first 6 h")
+    assert RunSpec(predictor="ave2", aged_first_s=3600).published_name is None  # not EASY++
+    with pytest.raises(ValueError, match="EASY-SJBF"):
+        RunSpec(scheduler="easy", aged_first_s=3600)
     spec = RunSpec(starvation_guard_s=43_200)
     assert spec.to_dict()["starvation_guard_s"] == 43_200 and spec.label.endswith("guard 12 h")
     with pytest.raises(ValueError, match="backfilling scheduler"):

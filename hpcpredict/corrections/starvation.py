@@ -12,7 +12,13 @@ DEFAULT_STARVATION_GUARD_S = 86_400
 # When the guard falls due for a job (the simulator's `Scheduler.guard_rule`): "wait", once it has
 # waited DEFAULT_STARVATION_GUARD_S; "promise", as soon as it is later than the start plain EASY
 # promised it when it became the head (or has waited the guard's duration, whichever first).
-STARVATION_RULES = ("wait", "promise")
+STARVATION_RULES = ("wait", "promise")  # the first is the default (RunSpec relies on it)
+# What the guard protects once it is due (the simulator's `Scheduler.guard_scope`): "machine"
+# (the daemon's, and the default), every job then running is planned to its request for good and
+# every backfilling decision uses requests while the head is due; "head" (simulator only, issue
+# 30), only the aged head's reservation and the candidates that would start in front of it use
+# requests: the running jobs keep their predicted ends, and the next head is planned as usual.
+STARVATION_SCOPES = ("machine", "head")  # the first is the default
 # Predictors whose schedulers the literature names and publishes unbounded (EASY, EASY-SJBF,
 # EASY++, clairvoyant EASY / EASY-SJBF: docs/reproduction.md): their names mean no guard, so a
 # replay under their name runs without one unless asked; the bounded variant says so in its name.

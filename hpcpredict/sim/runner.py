@@ -28,7 +28,7 @@ from hpcpredict.learn.defaults import (
     NegativeRule,
 )
 from hpcpredict.learn.losses import parse_loss
-from hpcpredict.corrections.starvation import STARVATION_RULES
+from hpcpredict.corrections.starvation import STARVATION_RULES, STARVATION_SCOPES
 from hpcpredict.sim.backfill_orders import BACKFILL_ORDERS
 from hpcpredict.sim.replica_stats import PairedDifference, mean_ci, paired_difference
 from hpcpredict.sim.shaking import DEFAULT_SEED, DEFAULT_SHAKE_S, replica
@@ -65,6 +65,12 @@ class RunSpec:
     # When the guard falls due for a head: "wait" (after starvation_guard_s) or "promise" (once
     # later than plain EASY's promise when it became the head, or after starvation_guard_s).
     guard_rule: str = "wait"
+    # What a due guard protects: "machine" (every running job pinned to its request, the
+    # daemon's) or "head" (the aged head's reservation only; schedulers.Scheduler says how).
+    guard_scope: str = "machine"
+    # EASY-SJBF: backfill jobs that have waited this long first, oldest first (None: off;
+    # schedulers.Scheduler.aged_first_s).
+    aged_first_s: int | None = None
     censor_at_limit: bool = DEFAULT_CENSOR_AT_LIMIT  # learn jobs killed at their limit as bounds
     feature_scaling: str = DEFAULT_FEATURE_SCALING  # "robust": log break time, no extrapolation
     per_user_experts: bool = DEFAULT_PER_USER_EXPERTS  # per user: learned, AVE2 or the request
@@ -131,14 +137,24 @@ class RunSpec:
                 )
             if self.scheduler != SLURM_BACKFILL and BACKFILL_ORDERS[self.scheduler] is None:
                 raise ValueError(f"the starvation guard needs a backfilling scheduler, not {self.scheduler}")
-        if self.guard_rule not in STARVATION_RULES:
-            raise ValueError(f"unknown guard rule {self.guard_rule!r}; one of {', '.join(STARVATION_RULES)}")
-        if self.guard_rule != "wait":
-            if self.starvation_guard_s is None:
-                raise ValueError(f"the guard rule {self.guard_rule!r} needs a starvation guard")
-            if self.scheduler == SLURM_BACKFILL:
-                raise ValueError(f"the guard rule {self.guard_rule!r} is modelled for the EASY "
-                                 f"schedulers only, not {SLURM_BACKFILL}")
+        # The guard's rule and scope: a value other than the default needs a guard and the EASY
+        # schedulers (the SLURM model has the default rule and scope only).
+        for option, value, allowed in (("rule", self.guard_rule, STARVATION_RULES),
+                                       ("scope", self.guard_scope, STARVATION_SCOPES)):
+            if value not in allowed:
+                raise ValueError(f"unknown guard {option} {value!r}; one of {', '.join(allowed)}")
+            if value != allowed[0]:
+                if self.starvation_guard_s is None:
+                    raise ValueError(f"the guard {option} {value!r} needs a starvation guard")
+                if self.scheduler == SLURM_BACKFILL:
+                    raise ValueError(f"the guard {option} {value!r} is modelled for the EASY "
+                                     f"schedulers only, not {SLURM_BACKFILL}")
+        if self.aged_first_s is not None:
+            if isinstance(self.aged_first_s, bool) or not isinstance(self.aged_first_s, int) \
+                    or self.aged_first_s < 0:
+                raise ValueError(f"aged_first_s must be a whole number of seconds >= 0, got {self.aged_first_s!r}")
+            if self.scheduler != "easy-sjbf":
+                raise ValueError(f"aged first is an order of EASY-SJBF's backfilling, not {self.scheduler}'s")
 
     @property
     def label(self) -> str:
@@ -173,11 +189,14 @@ class RunSpec:
 
     @property
     def guard_label(self) -> str:
-        """`` + guard 24 h`` when the starvation guard is on, else empty."""
+        """`` + guard 24 h`` when the starvation guard is on (`` + aged first 6 h`` after it
+        when backfilling puts aged jobs first), else empty."""
+        aged = "" if self.aged_first_s is None else f" + aged first {self.aged_first_s / 3600:g} h"
         if self.starvation_guard_s is None:
-            return ""
+            return aged
         rule = "" if self.guard_rule == "wait" else f"{self.guard_rule} or "
-        return f" + guard {rule}{self.starvation_guard_s / 3600:g} h"
+        scope = "" if self.guard_scope == "machine" else f", {self.guard_scope} only"
+        return f" + guard {rule}{self.starvation_guard_s / 3600:g} h{scope}{aged}"
 
     @property
     def published_name(self) -> str | None:
@@ -185,7 +204,7 @@ class RunSpec:
         or ``EASY++ (guard 24 h)`` for its bounded variant; None if it has none. A published
         name without a guard is the unbounded scheduler, as published."""
         name = PUBLISHED_NAMES.get((self.scheduler, self.predictor, self.correction))
-        if name is None or self.decide_on_correction:
+        if name is None or self.decide_on_correction or self.aged_first_s is not None:
             return None
         if self.starvation_guard_s is None:
             return name
@@ -197,6 +216,10 @@ class RunSpec:
             settings.pop("starvation_guard_s")
         if self.guard_rule == "wait":  # the rule every earlier guard had: absent, keys stay valid
             settings.pop("guard_rule")
+        if self.guard_scope == "machine":  # the scope every earlier guard had: keys stay valid
+            settings.pop("guard_scope")
+        if self.aged_first_s is None:  # off: absent, keys stay valid
+            settings.pop("aged_first_s")
         if not self.slurm_params:  # defaults or another scheduler: absent, older keys stay valid
             settings.pop("slurm_params")
         # The same for the learner's options added later: absent while at their default.
@@ -288,7 +311,9 @@ def run(
     scheduler = SCHEDULERS[spec.scheduler]
     if spec.starvation_guard_s is not None:
         scheduler = dataclasses.replace(scheduler, starvation_guard_s=spec.starvation_guard_s,
-                                        guard_rule=spec.guard_rule)
+                                        guard_rule=spec.guard_rule, guard_scope=spec.guard_scope)
+    if spec.aged_first_s is not None:
+        scheduler = dataclasses.replace(scheduler, aged_first_s=spec.aged_first_s)
     result = simulate(
         workload.jobs,
         workload.machine_procs,

@@ -34,7 +34,7 @@ from hpcpredict.sim.backfill_kernel import (
     WORK_ROW,
     backfill_pass,
 )
-from hpcpredict.corrections.starvation import STARVATION_RULES
+from hpcpredict.corrections.starvation import STARVATION_RULES, STARVATION_SCOPES
 from hpcpredict.sim.backfill_orders import BACKFILL_ORDERS
 from hpcpredict.sim.profile import RunningProfile
 
@@ -67,7 +67,8 @@ class WaitingQueue:
     __slots__ = (
         "table", "procs", "prediction_s", "sjbf_key", "is_waiting", "_order", "_size", "count",
         "_head", "procs_list", "prediction_list", "waiting_list", "requested_s", "requested_list",
-        "submit_list", "work", "_last_added", "guard_due_list", "promised_list", *_MEMORY_VIEWS,
+        "submit_list", "work", "_last_added", "guard_due_list", "promised_list", "_aged_cursor",
+        *_MEMORY_VIEWS,
     )
 
     def __init__(
@@ -91,6 +92,9 @@ class WaitingQueue:
         # the "promise" rule has fixed it yet (it does so once, when the job is first the head).
         self.guard_due_list: list[int] = list(self.submit_list)  # `set_guard_wait` sets them
         self.promised_list: list[bool] = [False] * size
+        # Jobs below this index have been moved to the front of the SJBF order once they had
+        # waited `Scheduler.aged_first_s` (`age`).
+        self._aged_cursor = 0
         self.sjbf_key[:] = _NO_KEY
         self._order = np.empty(max(16, min(size, 1024)), dtype=np.int64)  # indices, ascending
         self._size = 0  # used length of _order, stale entries included
@@ -161,6 +165,18 @@ class WaitingQueue:
         self.waiting_list[job] = True
         self.count += 1
 
+    def age(self, now_s: int, aged_after_s: int) -> None:
+        """Put every waiting job that has waited `aged_after_s` by `now_s` first in the SJBF
+        order, in submission order among them: its key becomes its index alone (prediction 0).
+        Jobs age in index order (submitted in that order), so a cursor makes this O(1) amortised."""
+        job, last, submit = self._aged_cursor, self._last_added, self.submit_list
+        due_s = now_s - aged_after_s
+        while job <= last and submit[job] <= due_s:
+            if self.waiting_list[job]:
+                self._key_view[job] = job
+            job += 1
+        self._aged_cursor = job
+
     def remove(self, job: int) -> None:
         self._waiting_view[job] = 0
         self.waiting_list[job] = False
@@ -216,6 +232,14 @@ class Scheduler:
     good (the simulation pins it; the live corrector raises its limit back to the request and
     never lowers a running job's limit again), while waiting jobs go back to their predictions
     once no head is due (the corrector lowers pending jobs' limits again).
+
+    `guard_scope` "head" (simulator only, issue 30: docs/results.md, "Protecting the aged head
+    only") narrows that to what the aged head needs: its reservation and the test of the
+    candidates that would start in front of it use requested times, as above, but no running job
+    is pinned: they keep their predicted ends and corrections, and once the aged head has
+    started the next head is planned on predictions as if no guard had fired. Live, that would
+    need the daemon to raise the running jobs' limits to their requests while an aged job is
+    pending and lower them again after it starts (never below the time they have run).
     """
 
     name: str
@@ -226,10 +250,26 @@ class Scheduler:
     # when it became the head (its reservation on the running jobs' requests then), or has
     # waited `starvation_guard_s`, whichever comes first.
     guard_rule: str = "wait"
+    # What a due guard protects (`GUARD_SCOPES`): "machine", the running jobs are pinned to
+    # their requests for good; "head", only the aged head's reservation (the class docstring).
+    guard_scope: str = "machine"
+    # Aged first (simulator only, issue 30; EASY-SJBF): a waiting job that has waited this long
+    # is backfilled before the others, oldest first, instead of by its predicted length; None:
+    # off. Shortest-first order favours what the model predicts short, so a job predicted long
+    # can wait behind a stream of short ones even when it fits: aging bounds that in the order
+    # itself, without the guard's requested times.
+    aged_first_s: int | None = None
 
     def __post_init__(self) -> None:
         if self.guard_rule not in GUARD_RULES:
             raise ValueError(f"unknown guard rule {self.guard_rule!r}; one of {', '.join(GUARD_RULES)}")
+        if self.guard_scope not in GUARD_SCOPES:
+            raise ValueError(f"unknown guard scope {self.guard_scope!r}; one of {', '.join(GUARD_SCOPES)}")
+
+    @property
+    def guard_pins_running(self) -> bool:
+        """Does a guarded decision plan the jobs then running to their requests for good?"""
+        return self.guard_scope == "machine"
 
     def guard_due(self, now_s: int, waiting: WaitingQueue, head: int) -> bool:
         """Has `head` waited long enough for the starvation guard?"""
@@ -285,6 +325,8 @@ class Scheduler:
         else:
             shadow_s, extra = profile.reservation(procs[head], now_s)
         if waiting.count > 1 and free > 0:
+            if self.aged_first_s is not None and self.backfill_order == "shortest_prediction":
+                waiting.age(now_s, self.aged_first_s)
             extra = self._backfill(now_s, waiting, head, free, shadow_s, extra, start, guarded)
         return Reservation(head, shadow_s, extra, guarded)
 
@@ -367,5 +409,6 @@ class Reservation(NamedTuple):
 
 
 GUARD_RULES = STARVATION_RULES  # corrections.starvation: one list for the simulator and the daemon
+GUARD_SCOPES = STARVATION_SCOPES
 
 SCHEDULERS: dict[str, Scheduler] = {name: Scheduler(name, order) for name, order in BACKFILL_ORDERS.items()}

@@ -391,7 +391,7 @@ class Simulation:
             return
         if self.first_reserved_start_s[reservation.head] < 0:
             self.first_reserved_start_s[reservation.head] = reservation.shadow_s
-        if reservation.guarded and self.unpinned_running:
+        if reservation.guarded and self.unpinned_running and self.scheduler.guard_pins_running:
             start_s, prediction_s, requested_s = self.start_s, self.prediction_s, self.requested_s
             for index in self.unpinned_running:
                 self.profile.move(index, start_s[index] + prediction_s[index],
