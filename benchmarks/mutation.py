@@ -76,7 +76,7 @@ GROUPS: dict[str, Group] = {
     ),
     "nag": Group(
         ("hpcpredict/learn/nag.py", "hpcpredict/learn/nag_kernels.py"),
-        ("tests/test_nag.py",),
+        ("tests/test_nag.py", "tests/test_nag_checkpoint.py"),
         compiled=True,
     ),
     "events": Group(
@@ -120,8 +120,9 @@ def _libm_pow(x, y):  # pragma: no mutate
 
 
 def as_python(source: str) -> str:
-    """A kernel module's source with its @njit lines removed and the stand-ins appended."""
-    source = re.sub(r"^@njit(\(.*\))?\n", "", source, flags=re.MULTILINE)
+    """A kernel module's source with its compiling decorators removed (``@njit``, ``@njit(...)``
+    and ``@compiled``, hpcpredict.compiled's cached njit) and the stand-ins appended."""
+    source = re.sub(r"^@(njit|compiled)(\(.*\))?\n", "", source, flags=re.MULTILINE)
     if "_libm_log = _c_function" in source:
         source += PYTHON_STAND_INS
     return source
