@@ -49,14 +49,21 @@ class Group:
     modules: tuple[str, ...]
     tests: tuple[str, ...]
     compiled: bool = False  # has @njit kernels: run them as Python (module doc)
+    # Tests of those files left out (pytest node ids): slow ones that reach the modules only
+    # through a whole command (the CLI), which the other tests already judge more directly.
+    deselect: tuple[str, ...] = ()
 
 
 GROUPS: dict[str, Group] = {
     "schedulers": Group(
         ("hpcpredict/sim/schedulers.py",),
-        ("tests/test_scheduler_fast_path.py", "tests/test_simulation.py",
-         "tests/test_starvation_guard.py", "tests/test_backfill_kernel.py",
-         "tests/test_censoring.py"),
+        ("tests/test_scheduler_fast_path.py", "tests/test_scheduler_edges.py",
+         "tests/test_simulation.py", "tests/test_starvation_guard.py"),
+        deselect=(
+            "tests/test_starvation_guard.py::test_simulate_guards_learned_predictions_by_default_as_the_daemon_does",
+            "tests/test_starvation_guard.py::test_published_baselines_are_named_as_published_and_their_bounded_variants_as_such",
+            "tests/test_starvation_guard.py::test_predict_eval_runs_every_predictor_under_the_guard_it_names",
+        ),
     ),
     "backfill_kernel": Group(
         ("hpcpredict/sim/backfill_kernel.py",),
@@ -145,12 +152,13 @@ def prepare(name: str, group: Group, work_dir: Path) -> Path:
         for module in group.modules:
             path = folder / module
             path.write_text(as_python(path.read_text()))
+    pytest_args = PYTEST_ARGS + [f"--deselect={test}" for test in group.deselect]
     settings = (
         "\n[tool.mutmut]\n"
         'source_paths = ["hpcpredict"]\n'
         f"also_copy = {toml_list(ALSO_COPY)}\n"
         f"only_mutate = {toml_list(group.modules)}\n"
-        f"pytest_add_cli_args = {toml_list(PYTEST_ARGS)}\n"
+        f"pytest_add_cli_args = {toml_list(pytest_args)}\n"
         f"pytest_add_cli_args_test_selection = {toml_list(group.tests)}\n"
         "use_git_change_detection = false\n"
     )
