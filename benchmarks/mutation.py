@@ -90,7 +90,8 @@ GROUPS: dict[str, Group] = {
         ("hpcpredict/daemon/events.py", "hpcpredict/daemon/learning.py"),
         # The service and its store in the test process; no daemon thread (too slow to start
         # under mutmut's trampolines on a loaded machine).
-        ("tests/test_daemon_learning_rules.py", "tests/test_daemon_service.py",
+        ("tests/test_daemon_learning_rules.py", "tests/test_daemon_events_format.py",
+         "tests/test_daemon_service.py",
          "tests/test_daemon_newest_end.py", "tests/test_censoring.py"),
     ),
     "protocol": Group(
