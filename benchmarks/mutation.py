@@ -50,7 +50,8 @@ class Group:
     tests: tuple[str, ...]
     compiled: bool = False  # has @njit kernels: run them as Python (module doc)
     # Tests of those files left out (pytest node ids): slow ones that reach the modules only
-    # through a whole command (the CLI), which the other tests already judge more directly.
+    # through a whole command (the CLI) or judge another group's module, where the other
+    # tests judge these modules more directly.
     deselect: tuple[str, ...] = ()
 
 
@@ -58,8 +59,11 @@ GROUPS: dict[str, Group] = {
     "schedulers": Group(
         ("hpcpredict/sim/schedulers.py",),
         ("tests/test_scheduler_fast_path.py", "tests/test_scheduler_edges.py",
-         "tests/test_simulation.py", "tests/test_starvation_guard.py"),
+         "tests/test_simulation.py", "tests/test_starvation_guard.py",
+         "tests/test_backfill_kernel.py"),
         deselect=(
+            # the kernel against the slow rule (hypothesis): the backfill_kernel group's
+            "tests/test_backfill_kernel.py::test_the_kernel_starts_what_the_slow_rule_starts",
             "tests/test_starvation_guard.py::test_simulate_guards_learned_predictions_by_default_as_the_daemon_does",
             "tests/test_starvation_guard.py::test_published_baselines_are_named_as_published_and_their_bounded_variants_as_such",
             "tests/test_starvation_guard.py::test_predict_eval_runs_every_predictor_under_the_guard_it_names",
