@@ -10,6 +10,7 @@ from hpcpredict.corrections import CORRECTIONS
 from hpcpredict.sim import simulate
 from hpcpredict.sim.profile import RunningProfile
 from hpcpredict.sim.schedulers import Scheduler, WaitingQueue
+from test_simulation import make_job
 from test_starvation_guard import STREAM, OneSecond, guarded
 
 
@@ -47,3 +48,49 @@ def test_a_guard_without_the_running_jobs_by_request_is_refused_by_name(rule: st
     with pytest.raises(ValueError) as raised:
         scheduler.schedule(10, waiting, profile, lambda job, backfilled: None)
     assert str(raised.value) == "the starvation guard needs the running jobs by requested end"
+
+
+@pytest.mark.parametrize("exhaustive", [False, True])
+@pytest.mark.parametrize("scheduler", ["easy", "easy-sjbf"])
+def test_a_job_started_in_the_extra_processors_of_a_guarded_reservation_is_pinned(
+    scheduler: str, exhaustive: bool
+) -> None:
+    """10 processors; job 0 (6 procs) runs to 1000 by its request; the head (8 procs) is due
+    for the guard at once (bound 0 s): its reservation is at 1000 with 2 extra processors. Job 2
+    (1 proc, 5000 s, predicted 1 s) arrives at 20: it ends after 1000 by its request, fits in the
+    extra processors and starts. It started at a guarded decision, so it is planned to its
+    request for good, never corrected: by the full pass and by the O(1) path for a lone
+    submission alike. Catches the reservation returned by that path losing its `guarded` flag
+    (then the job is not pinned: corrected from its 1 s prediction)."""
+    jobs = [make_job(1, 0, 6, 1000, 1000), make_job(2, 1, 8, 100, 100),
+            make_job(3, 20, 1, 5000, 5000)]
+    result = simulate(jobs, 10, guarded(scheduler, 0), OneSecond(), CORRECTIONS["incremental"],
+                      exhaustive=exhaustive)
+    assert result.start_s == [0, 1000, 20]
+    assert result.backfilled == [False, False, True]
+    assert result.final_prediction_s[2] == 5000 and result.corrections[2] == 0
+
+
+@pytest.mark.parametrize("scheduler", ["easy", "easy-sjbf"])
+def test_the_promise_is_fixed_when_a_job_first_becomes_the_head(scheduler: str) -> None:
+    """Job 0 (6 of 10 procs) runs to 1000; job 1 (4 procs, asks 3000 s) runs 100 s; the head
+    (10 procs) arrives at 1: plain EASY promises it 3000 (job 1's requested end). From 101 a
+    4-processor job (900 s, predicted 1 s) arrives every 50 s and is backfilled. Once job 1 has
+    ended, EASY on the requests would promise 1000 (job 0's end), but the promise is the one
+    made when the job became the head: the guard falls due at 3000, not 1000. Catches the
+    promise recomputed at every decision (`promised_list[head]` not set)."""
+    jobs = [make_job(1, 0, 6, 1000, 1000), make_job(2, 0, 4, 100, 3000),
+            make_job(3, 1, 10, 100, 100)] + [make_job(4 + k, 101 + 50 * k, 4, 900, 900)
+                                             for k in range(80)]
+    promise = simulate(jobs, 10, guarded(scheduler, 10**9, "promise"), OneSecond(),
+                       CORRECTIONS["incremental"])
+    by_wait = simulate(jobs, 10, guarded(scheduler, 3000 - 1), OneSecond(),
+                       CORRECTIONS["incremental"])
+    assert promise.start_s == by_wait.start_s
+    assert 3000 <= promise.start_s[2] <= 3000 + 900
+
+
+def test_an_unknown_guard_rule_is_refused_with_the_rules_there_are() -> None:
+    with pytest.raises(ValueError) as raised:
+        Scheduler("easy", "fcfs", 60, guard_rule="sometimes")
+    assert str(raised.value) == "unknown guard rule 'sometimes'; one of wait, promise"
