@@ -1,0 +1,52 @@
+"""Edges of the feature state (hpcpredict/features.py) that the recomputation tests let through.
+Added for the mutation run (docs/mutation.md); each test names the wrong program it catches."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from hpcpredict import features as F
+from hpcpredict.features import FeatureState
+from hpcpredict.jobs import JobRequest
+
+
+def job(job_id: int, submit_s: int, procs: int = 1, user: int = 1) -> JobRequest:
+    return JobRequest(job_id=job_id, submit_s=submit_s, procs=procs, requested_s=3600, user_id=user)
+
+
+def test_a_late_submission_is_computed_at_the_end_into_the_buffer_given() -> None:
+    """A job whose submission was missed is described at its end (`end_s`), from the history
+    then: here the user's last job ended at 500 and another job runs since 200. The features go
+    into the caller's buffer, as for `job_submitted`. Catches `end_s` or `out` not passed on."""
+    state = FeatureState()
+    done, other, late = job(1, 0), job(2, 100, procs=2), job(3, 150, procs=4)
+    state.job_submitted(done, 0)
+    state.job_started(done, 0)
+    state.job_ended(done, 500, 500)
+    state.job_submitted(other, 100)
+    state.job_started(other, 200)
+    state.job_started(late, 300)  # its submission was never seen
+    out = np.full(F.N_FEATURES, -1.0)
+    x = state.late_submission(late, end_s=900, out=out)
+    assert x is out
+    assert x[F.BREAK_TIME_S] == 900 - 500
+    assert x[F.LONGEST_ELAPSED_S] == x[F.SUM_ELAPSED_S] == 900 - 200  # job 2 only, not itself
+    assert (x[F.N_RUNNING], x[F.PROCS_HELD]) == (1.0, 2.0)
+    assert x[F.PROCS_MEAN_SUBMITTED] == (1 + 2 + 4) / 3
+
+
+def test_a_checkpoint_holds_int64_ids_and_counts_even_when_empty() -> None:
+    """The checkpoint's columns are int64 (ids, counts) and float64 (times, sums), as written,
+    whatever the state holds: an empty state too (numpy's default for an empty list would be
+    float64). Catches a dtype dropped from `to_state`."""
+    busy = FeatureState()
+    busy.job_submitted(job(1, 0, procs=2), 0)
+    busy.job_started(job(1, 0, procs=2), 10)
+    for state in (FeatureState(), busy):
+        saved = state.to_state()
+        for name in ("user_id", "user_counts", "running_ids", "unix_start_s"):
+            assert saved[name].dtype == np.int64, name
+        for name in ("user_floats", "running_values"):
+            assert saved[name].dtype == np.float64, name
+        assert saved["user_counts"].shape == (len(state.users), 2)
+        assert saved["running_ids"].shape == saved["running_values"].shape
