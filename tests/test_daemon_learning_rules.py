@@ -7,7 +7,8 @@ from __future__ import annotations
 import pytest
 
 from hpcpredict.daemon.events import EventKind, request_to_json
-from hpcpredict.daemon.learning import LearnRule, apply_event, killed_at_limit
+from hpcpredict.corrections.survival import SurvivalCorrection
+from hpcpredict.daemon.learning import Applied, LearnRule, apply_event, killed_at_limit, observe_event
 from hpcpredict.jobs import JobRequest
 from hpcpredict.learn.predictor import LearnedPredictor
 
@@ -53,3 +54,33 @@ def test_a_job_killed_at_a_lowered_limit_after_one_second_is_judged_against_the_
         "killed_at_lowered_limit": True, "final_state": "TIMEOUT", "first_prediction_s": None,
     })
     assert applied.rule in (LearnRule.LOWER_BOUND, LearnRule.BOUND_MET)
+
+
+def _ended(request: JobRequest, run_s: int, end_s: int, killed: bool = False) -> dict[str, object]:
+    return {"job": request_to_json(request), "run_s": run_s, "end_s": end_s, "observed": True,
+            "killed_at_lowered_limit": killed, "final_state": "COMPLETED",
+            "first_prediction_s": None}
+
+
+def test_the_survival_correction_hears_starts_and_ends_from_the_payloads() -> None:
+    """SURVIVAL's history (hpcpredict/corrections/survival.py) is fed from the events alone: a
+    start enters the user's running jobs; an end is a runtime (above the request: the request;
+    1 s is a runtime too), or a lower bound when killed at a lowered limit or when it never ran
+    (by the learner's rule or by its 0 s, whatever the rule). Added for the mutation run:
+    catches the started or ended job not passed on, and each part of the censoring condition
+    (`observe_event` 6, 7, 20-29)."""
+    correction = SurvivalCorrection()
+    jobs = [JobRequest(job_id, 0, 1, 100, 7) for job_id in range(1, 7)]
+    for request in jobs:
+        payload = {"job": request_to_json(request), "now_s": 10 * request.job_id}
+        observe_event(correction, EventKind.STARTED, payload, Applied())
+    assert correction.history.observations(7, 100) == ([], [90, 80, 70, 60, 50, 40])
+    ends = [(_ended(jobs[0], 50, 60), LearnRule.TRUE_RUNTIME),
+            (_ended(jobs[1], 130, 150), LearnRule.TRUE_RUNTIME),  # over its request
+            (_ended(jobs[2], 1, 70), LearnRule.TRUE_RUNTIME),
+            (_ended(jobs[3], 40, 80, killed=True), LearnRule.LOWER_BOUND),
+            (_ended(jobs[4], 0, 90), LearnRule.NEVER_RAN),
+            (_ended(jobs[5], 0, 90), None)]
+    for payload, rule in ends:
+        observe_event(correction, EventKind.ENDED, payload, Applied(rule=rule))
+    assert correction.history.observations(7, 200) == ([50, 100, 1], [40, 0, 0])
