@@ -94,3 +94,17 @@ def test_an_unknown_guard_rule_is_refused_with_the_rules_there_are() -> None:
     with pytest.raises(ValueError) as raised:
         Scheduler("easy", "fcfs", 60, guard_rule="sometimes")
     assert str(raised.value) == "unknown guard rule 'sometimes'; one of wait, promise"
+
+
+def test_a_queue_without_submit_times_counts_them_as_zero() -> None:
+    """Built without submit times (a direct user; the simulator always gives them), every job
+    counts as submitted at 0: the guard falls due at 0 before `set_guard_wait`, at the wait
+    after it. Catches the default's value or the initial due times changed."""
+    queue = WaitingQueue(np.array([1, 2, 3]))
+    assert queue.submit_list == [0, 0, 0] and queue.guard_due_list == [0, 0, 0]
+    queue.set_guard_wait(50)
+    assert queue.guard_due_list == [50, 50, 50]
+    timed = WaitingQueue(np.array([1, 2]), submit_s=[5, 7])
+    assert timed.guard_due_list == [5, 7]
+    timed.set_guard_wait(50)
+    assert timed.guard_due_list == [55, 57]
