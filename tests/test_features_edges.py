@@ -50,3 +50,27 @@ def test_a_checkpoint_holds_int64_ids_and_counts_even_when_empty() -> None:
             assert saved[name].dtype == np.float64, name
         assert saved["user_counts"].shape == (len(state.users), 2)
         assert saved["running_ids"].shape == saved["running_values"].shape
+
+
+def test_a_copied_user_history_is_independent_and_whole() -> None:
+    """The daemon undoes an event that failed to commit by putting back a copy taken before it
+    (`UserHistory.copy`): the copy holds every field, and later events change the original only.
+    Catches a field not copied or the running set / heap shared."""
+    state = FeatureState()
+    for job_id, start_s in ((1, 10), (2, 20)):
+        state.job_submitted(job(job_id, 0, procs=job_id), 0)
+        state.job_started(job(job_id, 0, procs=job_id), start_s)
+    state.job_ended(job(1, 0, procs=1), 90, 100)
+    state.job_started(job(3, 0, procs=4), 30)
+    user = state.users[1]
+    twin = user.copy()
+    heap = list(user._start_heap)
+    for name in user.__slots__:
+        assert getattr(twin, name) == getattr(user, name), name
+    before = state.compute(job(9, 200), 200)
+    state.job_ended(job(2, 0, procs=2), 200, 220)
+    state.job_started(job(4, 0, procs=8), 230)
+    assert set(twin.running) == {2, 3} and twin.n_completed == 1
+    assert twin._start_heap == heap and twin.running_procs == 6.0
+    state.users[1] = twin  # the undo
+    np.testing.assert_array_equal(state.compute(job(9, 200), 200), before)
