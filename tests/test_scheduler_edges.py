@@ -108,3 +108,19 @@ def test_a_queue_without_submit_times_counts_them_as_zero() -> None:
     assert timed.guard_due_list == [5, 7]
     timed.set_guard_wait(50)
     assert timed.guard_due_list == [55, 57]
+
+
+def test_a_job_added_twice_or_out_of_order_and_the_head_of_an_empty_queue_are_refused() -> None:
+    """Job indices are submission order (the FCFS order and every tie-break): a job added again
+    or before a later one is a bug of the caller, refused by name, as is asking an empty queue
+    for its head. Catches `<=` -> `<` and the messages lost."""
+    queue = WaitingQueue(np.array([1, 1, 1]))
+    with pytest.raises(IndexError) as empty:
+        queue.head()
+    assert str(empty.value) == "head of an empty queue"
+    queue.add(1, 5)
+    for job in (1, 0):
+        with pytest.raises(AssertionError) as raised:
+            queue.add(job, 5)
+        assert str(raised.value) == f"job {job} submitted out of order"
+    assert queue.head() == 1 and len(queue) == 1
