@@ -74,3 +74,17 @@ def test_a_copied_user_history_is_independent_and_whole() -> None:
     assert twin._start_heap == heap and twin.running_procs == 6.0
     state.users[1] = twin  # the undo
     np.testing.assert_array_equal(state.compute(job(9, 200), 200), before)
+
+
+def test_stale_start_entries_stay_within_twice_the_running_jobs_plus_eight() -> None:
+    """Ended jobs leave their start in the user's heap until they surface (lazy deletion); the
+    heap is compacted beyond 2 n + 8 entries for n running jobs, checked after every event.
+    Catches a looser bound (`remove_running` 14, 15)."""
+    state = FeatureState()
+    state.job_started(job(0, 0), 0)  # runs throughout: its start stays at the top
+    user = state.users[1]
+    for job_id in range(1, 40):
+        state.job_started(job(job_id, job_id), job_id)
+        assert len(user._start_heap) <= 2 * len(user.running) + 8 + 1  # + the start just pushed
+        state.job_ended(job(job_id, job_id), 1, job_id + 1)
+        assert len(user._start_heap) <= 2 * len(user.running) + 8
