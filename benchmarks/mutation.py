@@ -88,7 +88,7 @@ GROUPS: dict[str, Group] = {
     ),
     "nag": Group(
         ("hpcpredict/learn/nag.py", "hpcpredict/learn/nag_kernels.py"),
-        ("tests/test_nag.py", "tests/test_nag_checkpoint.py"),
+        ("tests/test_nag.py", "tests/test_nag_checkpoint.py", "tests/test_nag_edges.py"),
         compiled=True,
     ),
     "events": Group(
