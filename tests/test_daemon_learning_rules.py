@@ -125,3 +125,10 @@ def test_a_judgement_without_the_models_prediction_is_refused_by_name(
         decide(run_s=50, requested_s=100, observed=True, killed_at_lowered_limit=not censored,
                first_prediction_s=None, current_prediction_s=None, censored_at_limit=censored)
     assert str(raised.value) == message
+
+
+def test_an_event_of_no_known_kind_is_refused_by_name() -> None:
+    request = JobRequest(8, 0, 1, 100, 9)
+    with pytest.raises(ValueError) as raised:
+        apply_event(LearnedPredictor(), "resumed", {"job": request_to_json(request)})  # type: ignore[arg-type]
+    assert str(raised.value) == "unknown event kind 'resumed'"
