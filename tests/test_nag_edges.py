@@ -6,7 +6,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from hpcpredict.learn.nag import Nag, NagConfig, NagState
+from hpcpredict.learn.losses import E_LOSS
+from hpcpredict.learn.nag import Nag, NagConfig, NagState, step_constants
 
 
 @pytest.mark.parametrize("phi, beyond", [
@@ -24,3 +25,16 @@ def test_a_coordinate_is_beyond_scale_when_it_exceeds_factor_times_its_largest(
     state = NagState(w=np.zeros(3), s=np.array([1.0, 3.0, 0.0]), g_sum=np.zeros(3), n_sum=1.0, t=1)
     nag = Nag(3, NagConfig(), state)
     assert nag.beyond_scale(np.array(phi), 2.0) is beyond
+
+
+def test_a_first_step_with_one_feature_moves_the_weights_as_the_step_does() -> None:
+    """A first example with one non-zero coordinate has |Phi / s|^2 = 1 exactly: N = 1, a step
+    like any other (only N = 0 skips the descent). The compiled loss step and `Nag.step` agree
+    and both move w. Catches the skip test `N == 0` changed (`learn_step` 18)."""
+    phi = np.array([3.0, 0.0])
+    fused, plain = Nag(2, NagConfig()), Nag(2, NagConfig())
+    fused.step_on_loss(phi, step_constants(E_LOSS, fused.config), 100.0, 4.0)
+    plain.step(phi, lambda f: E_LOSS.gradient(f, 100.0, 4.0))
+    assert fused.state.n_sum == plain.state.n_sum == 1.0
+    assert fused.state.w[0] != 0.0
+    np.testing.assert_array_equal(fused.state.w, plain.state.w)
