@@ -88,3 +88,24 @@ def test_stale_start_entries_stay_within_twice_the_running_jobs_plus_eight() -> 
         assert len(user._start_heap) <= 2 * len(user.running) + 8 + 1  # + the start just pushed
         state.job_ended(job(job_id, job_id), 1, job_id + 1)
         assert len(user._start_heap) <= 2 * len(user.running) + 8
+
+
+def test_an_offset_change_inside_a_cache_bucket_is_exact_on_both_sides() -> None:
+    """Liberia moved from UTC-0:44:30 to UTC at 1972-01-07 00:44:30 UTC (unix 63,593,070),
+    inside a 15-minute bucket: the offset is looked up for each timestamp there, never cached
+    across the change. Catches the exact branch changed (`_LocalClock.local_s` 11, 16, 17)."""
+    change_s = 63_593_070
+    state = FeatureState(F.FeatureContext(0, "Africa/Monrovia"))
+    for unix_s, offset_s in ((change_s - 70, -2670), (change_s - 1, -2670), (change_s, 0),
+                             (change_s + 20, 0)):
+        x = state.compute(job(1, unix_s), unix_s)
+        local_s = unix_s + offset_s
+        assert x[F.DAY_COS] == np.cos(2 * np.pi * (local_s % F.DAY_S) / F.DAY_S)
+        assert x[F.DAY_SIN] == np.sin(2 * np.pi * (local_s % F.DAY_S) / F.DAY_S)
+
+
+def test_a_job_of_no_processors_gets_a_ratio_of_zero() -> None:
+    """A first job of 0 processors (a raw log's cancelled entry) has a mean of 0 submitted
+    processors: its ratio is 0, not a division by zero. Catches `compute` 46, 48, 50."""
+    x = FeatureState().compute(job(1, 0, procs=0), 0)
+    assert (x[F.PROCS], x[F.PROCS_MEAN_SUBMITTED], x[F.PROCS_RATIO]) == (0.0, 0.0, 0.0)
