@@ -18,7 +18,7 @@ folder under --work-dir (a copy of hpcpredict/, the files the tests read and pyp
 
 Why the compiled kernels are turned into Python for their group: mutmut skips decorated
 functions, and a mutant of an ``@njit(cache=True)`` function could be judged on a stale cache.
-In the kernels' copy the ``@njit`` lines are removed and NUMBA_DISABLE_JIT=1 is set (numba's
+In the kernels' copy the ``@njit`` and ``@compiled`` lines are removed and NUMBA_DISABLE_JIT=1 is set (numba's
 own pure-Python mode, where ``njit`` returns the function unchanged), and the three calls that
 only compile (`nag_kernels._fma`, ``_libm_log``, ``_libm_pow``) get Python versions that round
 exactly as the compiled ones: a correctly rounded a * b + c through `fractions.Fraction`, and

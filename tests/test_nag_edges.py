@@ -8,6 +8,7 @@ import pytest
 
 from hpcpredict.learn.losses import E_LOSS
 from hpcpredict.learn.nag import Nag, NagConfig, NagState, step_constants
+from hpcpredict.learn.nag_kernels import quadratic_terms
 
 
 @pytest.mark.parametrize("phi, beyond", [
@@ -38,3 +39,9 @@ def test_a_first_step_with_one_feature_moves_the_weights_as_the_step_does() -> N
     assert fused.state.n_sum == plain.state.n_sum == 1.0
     assert fused.state.w[0] != 0.0
     np.testing.assert_array_equal(fused.state.w, plain.state.w)
+
+
+def test_the_expansion_kernel_refuses_a_buffer_of_another_size_by_name() -> None:
+    with pytest.raises(ValueError) as raised:
+        quadratic_terms(np.ones(3), np.empty(9))  # 1 + 2 * 3 + 3 = 10 terms
+    assert str(raised.value) == "out must hold 1 + 2n + n(n-1)/2 terms for n features"
