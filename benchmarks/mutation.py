@@ -18,7 +18,7 @@ folder under --work-dir (a copy of hpcpredict/, the files the tests read and pyp
 
 Why the compiled kernels are turned into Python for their group: mutmut skips decorated
 functions, and a mutant of an ``@njit(cache=True)`` function could be judged on a stale cache.
-In the kernels' copy the ``@njit`` lines are removed and NUMBA_DISABLE_JIT=1 is set (numba's
+In the kernels' copy the ``@njit`` and ``@compiled`` lines are removed and NUMBA_DISABLE_JIT=1 is set (numba's
 own pure-Python mode, where ``njit`` returns the function unchanged), and the three calls that
 only compile (`nag_kernels._fma`, ``_libm_log``, ``_libm_pow``) get Python versions that round
 exactly as the compiled ones: a correctly rounded a * b + c through `fractions.Fraction`, and
@@ -49,14 +49,25 @@ class Group:
     modules: tuple[str, ...]
     tests: tuple[str, ...]
     compiled: bool = False  # has @njit kernels: run them as Python (module doc)
+    # Tests of those files left out (pytest node ids): slow ones that reach the modules only
+    # through a whole command (the CLI) or judge another group's module, where the other
+    # tests judge these modules more directly.
+    deselect: tuple[str, ...] = ()
 
 
 GROUPS: dict[str, Group] = {
     "schedulers": Group(
         ("hpcpredict/sim/schedulers.py",),
-        ("tests/test_scheduler_fast_path.py", "tests/test_simulation.py",
-         "tests/test_starvation_guard.py", "tests/test_backfill_kernel.py",
-         "tests/test_censoring.py"),
+        ("tests/test_scheduler_fast_path.py", "tests/test_scheduler_edges.py",
+         "tests/test_simulation.py", "tests/test_starvation_guard.py",
+         "tests/test_backfill_kernel.py"),
+        deselect=(
+            # the kernel against the slow rule (hypothesis): the backfill_kernel group's
+            "tests/test_backfill_kernel.py::test_the_kernel_starts_what_the_slow_rule_starts",
+            "tests/test_starvation_guard.py::test_simulate_guards_learned_predictions_by_default_as_the_daemon_does",
+            "tests/test_starvation_guard.py::test_published_baselines_are_named_as_published_and_their_bounded_variants_as_such",
+            "tests/test_starvation_guard.py::test_predict_eval_runs_every_predictor_under_the_guard_it_names",
+        ),
     ),
     "backfill_kernel": Group(
         ("hpcpredict/sim/backfill_kernel.py",),
@@ -72,18 +83,20 @@ GROUPS: dict[str, Group] = {
     ),
     "features": Group(
         ("hpcpredict/features.py",),
-        ("tests/test_features.py", "tests/test_learned_predictor.py", "tests/test_cold_start.py"),
+        ("tests/test_features.py", "tests/test_features_edges.py", "tests/test_learned_predictor.py",
+         "tests/test_cold_start.py"),
     ),
     "nag": Group(
         ("hpcpredict/learn/nag.py", "hpcpredict/learn/nag_kernels.py"),
-        ("tests/test_nag.py",),
+        ("tests/test_nag.py", "tests/test_nag_checkpoint.py", "tests/test_nag_edges.py"),
         compiled=True,
     ),
     "events": Group(
         ("hpcpredict/daemon/events.py", "hpcpredict/daemon/learning.py"),
         # The service and its store in the test process; no daemon thread (too slow to start
         # under mutmut's trampolines on a loaded machine).
-        ("tests/test_daemon_learning_rules.py", "tests/test_daemon_service.py",
+        ("tests/test_daemon_learning_rules.py", "tests/test_daemon_events_format.py",
+         "tests/test_daemon_service.py",
          "tests/test_daemon_newest_end.py", "tests/test_censoring.py"),
     ),
     "protocol": Group(
@@ -120,8 +133,9 @@ def _libm_pow(x, y):  # pragma: no mutate
 
 
 def as_python(source: str) -> str:
-    """A kernel module's source with its @njit lines removed and the stand-ins appended."""
-    source = re.sub(r"^@njit(\(.*\))?\n", "", source, flags=re.MULTILINE)
+    """A kernel module's source with its compiling decorators removed (``@njit``, ``@njit(...)``
+    and ``@compiled``, hpcpredict.compiled's cached njit) and the stand-ins appended."""
+    source = re.sub(r"^@(njit|compiled)(\(.*\))?\n", "", source, flags=re.MULTILINE)
     if "_libm_log = _c_function" in source:
         source += PYTHON_STAND_INS
     return source
@@ -144,12 +158,13 @@ def prepare(name: str, group: Group, work_dir: Path) -> Path:
         for module in group.modules:
             path = folder / module
             path.write_text(as_python(path.read_text()))
+    pytest_args = PYTEST_ARGS + [f"--deselect={test}" for test in group.deselect]
     settings = (
         "\n[tool.mutmut]\n"
         'source_paths = ["hpcpredict"]\n'
         f"also_copy = {toml_list(ALSO_COPY)}\n"
         f"only_mutate = {toml_list(group.modules)}\n"
-        f"pytest_add_cli_args = {toml_list(PYTEST_ARGS)}\n"
+        f"pytest_add_cli_args = {toml_list(pytest_args)}\n"
         f"pytest_add_cli_args_test_selection = {toml_list(group.tests)}\n"
         "use_git_change_detection = false\n"
     )
