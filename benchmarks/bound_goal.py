@@ -26,8 +26,8 @@ from collections import defaultdict
 from pathlib import Path
 
 from hpcpredict.sim.replica_stats import paired_difference
+from hpcpredict.sim.tune import MAX_WAIT_BOUND  # the same bound `tune` chooses under
 
-MAX_WAIT_BOUND = 1.25
 AVEBSLD_BOUND = 1.10
 PLAIN = "EASY"
 UNBOUNDED = "learned, no guard"
@@ -101,9 +101,9 @@ def main() -> None:
     print("| held out | chosen on the other logs | rule | summed AVEbsld on the others | on the held-out log: AVEbsld, max / EASY, p99 / EASY, goal (1) (2) (3) (4) |")
     print("|---|---|---|---|---|")
     labels = [label for label, _ in bounds]
+    complete = [label for label in labels if all((log, label) in table for log in logs)]
     for held_out in logs:
         others = [log for log in logs if log != held_out]
-        complete = [label for label in labels if all((log, label) in table for log in logs)]
         rule = "(1) and (2) on both"
         eligible = [label for label in complete
                     if all(table[log, label]["(1)"] and table[log, label]["(2)"] for log in others)]

@@ -45,8 +45,7 @@ def shake_jobs(jobs: Sequence[Job], shake_s: int, rng: np.random.Generator) -> S
 
     if shake_s < 0:
         raise ValueError(f"the shake must be >= 0 seconds, got {shake_s}")
-    submit = np.asarray(job_column(jobs, "submit_s"), dtype=np.int64) if len(jobs) \
-        else np.zeros(0, dtype=np.int64)
+    submit = np.asarray(job_column(jobs, "submit_s"), dtype=np.int64)
     offsets = rng.integers(-shake_s, shake_s, size=len(jobs), endpoint=True)
     shaken = np.maximum(submit + offsets, 0)
     order = np.argsort(shaken, kind="stable")
