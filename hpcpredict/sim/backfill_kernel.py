@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import numpy as np
 from hpcpredict.compiled import compiled
+from hpcpredict.sim.profile_kernel import NEVER, free_now, insert, reservation
 
 
 _JOB_MASK = (1 << 32) - 1  # sjbf_key's low half: the job index
@@ -30,8 +31,13 @@ _JOB_MASK = (1 << 32) - 1  # sjbf_key's low half: the job index
 # Rows of the waiting queue's table (`schedulers.WaitingQueue.table`: one int64 column per job
 # index). numba's dispatch costs ~0.2 us per array argument, and the pass runs at every
 # decision: one 2-D table instead of six 1-D arrays (docs/performance.md).
-PROCS_ROW, PREDICTION_ROW, REQUESTED_ROW, SJBF_KEY_ROW, WAITING_ROW, WORK_ROW = range(6)
-QUEUE_ROWS = 6
+# GUARD_DUE_ROW: when the starvation guard falls due for each job; PROMISED_ROW: 1 once the
+# "promise" rule has fixed it; STARTED_ROW: the jobs a `schedule_pass` started, in start order.
+(PROCS_ROW, PREDICTION_ROW, REQUESTED_ROW, SJBF_KEY_ROW, WAITING_ROW, WORK_ROW, GUARD_DUE_ROW,
+ PROMISED_ROW, STARTED_ROW) = range(9)
+QUEUE_ROWS = 9
+# Backfilling orders as `schedule_pass` takes them (`Scheduler.backfill_order`).
+NO_BACKFILLING, SUBMISSION_ORDER, SHORTEST_FIRST = range(3)
 
 
 @compiled
@@ -97,3 +103,92 @@ def backfill_pass(
             if free == 0:
                 break
     return count, extra, kept
+
+
+@compiled
+def schedule_pass(
+    candidates: np.ndarray,
+    table: np.ndarray,
+    profile: np.ndarray,
+    by_request: np.ndarray,
+    now_s: int,
+    head: int,
+    waiting_count: int,
+    order: int,
+    guard: bool,
+    promise_rule: bool,
+) -> tuple[int, int, int, int, int, int, int, int]:  # pragma: no cover - compiled
+    """EASY's full scheduling pass at `now_s` (`schedulers.Scheduler.schedule`, whose docstring
+    says what it decides), in one compiled call: start the waiting jobs from the head while they
+    fit, fix the head's reservation, backfill around it.
+
+    `table` is the waiting queue's (`schedulers.WaitingQueue`), `candidates` its candidate list,
+    `head` its head cursor (at or below the oldest waiting job) and `waiting_count` how many
+    jobs wait; `profile` the running jobs by predicted end and `by_request` by requested end
+    (`profile_kernel` tables; read and extended only when `guard`: the starvation guard is on,
+    its rule "promise" when `promise_rule`); `order` one of NO_BACKFILLING, SUBMISSION_ORDER,
+    SHORTEST_FIRST. Every job started leaves the waiting row and enters the running profiles,
+    and is listed in `table[STARTED_ROW]`, in start order.
+
+    Returns (head cursor, jobs started, of which from the head, candidates kept (-1: the pass
+    did not read them), 1 if there is a reservation, its shadow time (NEVER: the head can never
+    run), its extra processors, 1 if guarded).
+    """
+    procs = table[PROCS_ROW]
+    predictions = table[PREDICTION_ROW]
+    requests = table[REQUESTED_ROW]
+    is_waiting = table[WAITING_ROW]
+    started = table[STARTED_ROW]
+    free = free_now(profile, now_s)
+    count = 0
+    while waiting_count > 0:
+        while is_waiting[head] == 0:
+            head += 1
+        need = procs[head]
+        if need > free:
+            break
+        free -= need
+        started[count] = head
+        count += 1
+        waiting_count -= 1
+        is_waiting[head] = 0
+        insert(profile, now_s + predictions[head], head, need)
+        if guard:
+            insert(by_request, now_s + requests[head], head, need)
+    from_head = count
+    if order == NO_BACKFILLING or waiting_count == 0:
+        return head, count, from_head, -1, 0, 0, 0, 0
+    while is_waiting[head] == 0:
+        head += 1
+    need = procs[head]
+    guarded = False
+    if guard:
+        if promise_rule and table[PROMISED_ROW, head] == 0:
+            # The "promise" rule fixes when the guard falls due the first time a job is the
+            # head: at plain EASY's promise (its shadow time on the requested ends, which
+            # cannot slide), unless its wait reaches the guard's bound first.
+            table[PROMISED_ROW, head] = 1
+            promise_s = reservation(by_request, need, now_s)[0]
+            if promise_s == NEVER:
+                return head, count, from_head, -1, 1, NEVER, 0, 0
+            if promise_s < table[GUARD_DUE_ROW, head]:
+                table[GUARD_DUE_ROW, head] = promise_s
+        guarded = now_s >= table[GUARD_DUE_ROW, head]
+    shadow_s, extra = reservation(by_request if guarded else profile, need, now_s)
+    kept = -1
+    if shadow_s != NEVER and waiting_count > 1 and free > 0:
+        backfilled, extra, kept = backfill_pass(
+            candidates, table, REQUESTED_ROW if guarded else PREDICTION_ROW, head, free,
+            shadow_s - now_s, extra, order == SHORTEST_FIRST,
+        )
+        work = table[WORK_ROW]
+        for position in range(backfilled):
+            job = work[position]
+            need = procs[job]
+            started[count] = job
+            count += 1
+            is_waiting[job] = 0
+            insert(profile, now_s + predictions[job], job, need)
+            if guard:
+                insert(by_request, now_s + requests[job], job, need)
+    return head, count, from_head, kept, 1, shadow_s, extra, 1 if guarded else 0

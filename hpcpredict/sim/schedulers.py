@@ -25,18 +25,25 @@ from typing import NamedTuple
 import numpy as np
 
 from hpcpredict.sim.backfill_kernel import (
+    GUARD_DUE_ROW,
+    NO_BACKFILLING,
     PREDICTION_ROW,
     PROCS_ROW,
+    PROMISED_ROW,
     QUEUE_ROWS,
     REQUESTED_ROW,
+    SHORTEST_FIRST,
     SJBF_KEY_ROW,
+    STARTED_ROW,
+    SUBMISSION_ORDER,
     WAITING_ROW,
     WORK_ROW,
-    backfill_pass,
+    schedule_pass,
 )
 from hpcpredict.corrections.starvation import STARVATION_RULES, STARVATION_SCOPES
 from hpcpredict.sim.backfill_orders import BACKFILL_ORDERS
-from hpcpredict.sim.profile import RunningProfile
+from hpcpredict.sim.profile import RunningProfile, never_fits
+from hpcpredict.sim.profile_kernel import NEVER
 
 _NO_KEY = np.iinfo(np.int64).max
 # WaitingQueue's attributes that are views of its table's rows (rebound after a copy):
@@ -44,9 +51,10 @@ _NO_KEY = np.iinfo(np.int64).max
 _ROW_VIEWS = {
     "procs": PROCS_ROW, "prediction_s": PREDICTION_ROW, "requested_s": REQUESTED_ROW,
     "sjbf_key": SJBF_KEY_ROW, "is_waiting": WAITING_ROW, "work": WORK_ROW,
+    "guard_due_s": GUARD_DUE_ROW, "promised": PROMISED_ROW, "started": STARTED_ROW,
 }
-# Memoryviews of three of those rows and of the candidate list, rebuilt with them (never pickled).
-_MEMORY_VIEWS = ("_prediction_view", "_key_view", "_waiting_view", "_order_view")
+# Memoryviews of four of those rows and of the candidate list, rebuilt with them (never pickled).
+_MEMORY_VIEWS = ("_prediction_view", "_key_view", "_waiting_view", "_guard_due_view", "_order_view")
 
 
 class WaitingQueue:
@@ -65,10 +73,9 @@ class WaitingQueue:
     """
 
     __slots__ = (
-        "table", "procs", "prediction_s", "sjbf_key", "is_waiting", "_order", "_size", "count",
-        "_head", "procs_list", "prediction_list", "waiting_list", "requested_s", "requested_list",
-        "submit_list", "work", "_last_added", "guard_due_list", "promised_list", "_aged_cursor",
-        *_MEMORY_VIEWS,
+        "table", "_order", "_size", "count", "_head", "procs_list", "prediction_list",
+        "waiting_list", "requested_list", "submit_list", "_last_added", "_aged_cursor",
+        *_ROW_VIEWS, *_MEMORY_VIEWS,
     )
 
     def __init__(
@@ -88,10 +95,10 @@ class WaitingQueue:
             self.requested_s[:] = requested_s
         self.requested_list: list[int] = self.requested_s.tolist()
         self.submit_list: list[int] = submit_s if submit_s is not None else [0] * size
-        # When the starvation guard falls due for each job (`Scheduler.guard_due`), and whether
-        # the "promise" rule has fixed it yet (it does so once, when the job is first the head).
-        self.guard_due_list: list[int] = list(self.submit_list)  # `set_guard_wait` sets them
-        self.promised_list: list[bool] = [False] * size
+        # When the starvation guard falls due for each job (`Scheduler.guard_due`; the row
+        # `promised` says whether the "promise" rule has fixed it yet: it does so once, when the
+        # job is first the head).
+        self.guard_due_s[:] = self.submit_list  # `set_guard_wait` sets them
         # Jobs below this index have been moved to the front of the SJBF order once they had
         # waited `Scheduler.aged_first_s` (`age`).
         self._aged_cursor = 0
@@ -115,8 +122,13 @@ class WaitingQueue:
 
     def set_guard_wait(self, wait_s: int) -> None:
         """The starvation guard falls due once a job has waited `wait_s` (earlier under the
-        "promise" rule: `Scheduler._note_new_head`)."""
-        self.guard_due_list = [submit_s + wait_s for submit_s in self.submit_list]
+        "promise" rule: `Scheduler.schedule`)."""
+        self.guard_due_s[:] = np.asarray(self.submit_list, dtype=np.int64) + wait_s
+
+    @property
+    def guard_due_list(self) -> list[int]:
+        """When the starvation guard falls due for each job, as a list."""
+        return self.guard_due_s.tolist()
 
     def _bind_rows(self) -> None:
         """The named arrays (`_ROW_VIEWS`) as views of the table's rows, and the memoryviews
@@ -126,6 +138,7 @@ class WaitingQueue:
         self._prediction_view = memoryview(self.prediction_s)
         self._key_view = memoryview(self.sjbf_key)
         self._waiting_view = memoryview(self.is_waiting)
+        self._guard_due_view = memoryview(self.guard_due_s)
 
     def _bind_order(self) -> None:
         self._order_view = memoryview(self._order)
@@ -182,6 +195,17 @@ class WaitingQueue:
         self.waiting_list[job] = False
         self.count -= 1
 
+    def started_by_pass(self, jobs: list[int], head: int, kept: int) -> None:
+        """`schedule_pass` started `jobs` (it cleared their waiting row), moved the head cursor
+        to `head` and, when `kept` >= 0, kept that many candidates (`keep_candidates`)."""
+        waiting = self.waiting_list
+        for job in jobs:
+            waiting[job] = False
+        self.count -= len(jobs)
+        self._head = head
+        if kept >= 0:
+            self._size = kept
+
     def head(self) -> int:
         """The oldest waiting job (the queue must not be empty)."""
         if not self.count:
@@ -211,7 +235,9 @@ class WaitingQueue:
 
 
 
-StartJob = Callable[[int, bool], None]  # (job index, backfilled?)
+# (job index, backfilled?): told once the scheduler has moved the job from the waiting queue
+# into the running profiles, in start order.
+StartJob = Callable[[int, bool], None]
 
 
 @dataclass(frozen=True)
@@ -273,22 +299,7 @@ class Scheduler:
 
     def guard_due(self, now_s: int, waiting: WaitingQueue, head: int) -> bool:
         """Has `head` waited long enough for the starvation guard?"""
-        return self.starvation_guard_s is not None and now_s >= waiting.guard_due_list[head]
-
-    def _note_new_head(
-        self, now_s: int, waiting: WaitingQueue, head: int, requested_profile: RunningProfile | None
-    ) -> None:
-        """Under the "promise" rule, fix when the guard falls due for a job the first time it is
-        the head: at plain EASY's promise (its shadow time on the running jobs' requests, which
-        cannot slide), unless its wait reaches `starvation_guard_s` first."""
-        if self.guard_rule != "promise" or waiting.promised_list[head]:
-            return
-        if requested_profile is None:
-            raise ValueError("the starvation guard needs the running jobs by requested end")
-        waiting.promised_list[head] = True
-        promise_s = requested_profile.reservation(waiting.procs_list[head], now_s)[0]
-        if promise_s < waiting.guard_due_list[head]:
-            waiting.guard_due_list[head] = promise_s
+        return self.starvation_guard_s is not None and now_s >= waiting._guard_due_view[head]
 
     def schedule(
         self,
@@ -303,65 +314,38 @@ class Scheduler:
         Returns the head's reservation as it stands after backfilling (None if there is none),
         which stays valid until the running profile changes. `requested_profile` (the running
         jobs by requested end) is needed when the starvation guard is on.
-        """
-        free = profile.free_now(now_s)
-        procs = waiting.procs_list
-        while waiting.count:
-            head = waiting.head()
-            if procs[head] > free:
-                break
-            free -= procs[head]
-            start(head, False)
-        if self.backfill_order is None or waiting.count == 0:
-            return None
-        head = waiting.head()
-        if self.starvation_guard_s is not None:
-            self._note_new_head(now_s, waiting, head, requested_profile)
-        guarded = self.starvation_guard_s is not None and self.guard_due(now_s, waiting, head)
-        if guarded:
-            if requested_profile is None:
-                raise ValueError("the starvation guard needs the running jobs by requested end")
-            shadow_s, extra = requested_profile.reservation(procs[head], now_s)
-        else:
-            shadow_s, extra = profile.reservation(procs[head], now_s)
-        if waiting.count > 1 and free > 0:
-            if self.aged_first_s is not None and self.backfill_order == "shortest_prediction":
-                waiting.age(now_s, self.aged_first_s)
-            extra = self._backfill(now_s, waiting, head, free, shadow_s, extra, start, guarded)
-        return Reservation(head, shadow_s, extra, guarded)
 
-    def _backfill(
-        self,
-        now_s: int,
-        waiting: WaitingQueue,
-        head: int,
-        free: int,
-        shadow_s: int,
-        extra: int,
-        start: StartJob,
-        guarded: bool = False,
-    ) -> int:
-        """Backfill around the head's reservation; returns the extra processors left.
-
-        A candidate "ends by the shadow time" by its prediction, or by its request when the
-        reservation is guarded. The pass is compiled (`backfill_kernel.backfill_pass`): it
-        chooses the jobs, then they start here, in its order.
+        The pass is one compiled call (`backfill_kernel.schedule_pass`): it moves the jobs it
+        starts from the waiting queue into the running profiles; `start` is then told of each,
+        in start order. Under the "promise" rule, the first time a job is the head, when the
+        guard falls due for it is fixed at plain EASY's promise (its shadow time on the running
+        jobs' requests, which cannot slide), unless its wait reaches `starvation_guard_s` first.
         """
-        count, extra, kept = backfill_pass(
-            waiting.candidates(),
-            waiting.table,
-            REQUESTED_ROW if guarded else PREDICTION_ROW,
-            head,
-            free,
-            shadow_s - now_s,
-            extra,
-            self.backfill_order == "shortest_prediction",
+        guard = self.starvation_guard_s is not None
+        if guard and requested_profile is None:
+            raise ValueError("the starvation guard needs the running jobs by requested end")
+        order = _PASS_ORDERS[self.backfill_order]
+        if self.aged_first_s is not None and order == SHORTEST_FIRST and waiting.count > 1:
+            # (before the pass rather than between its head starts and its backfilling: only
+            # the keys of jobs still waiting then are read, and they age the same either way)
+            waiting.age(now_s, self.aged_first_s)
+        head, count, from_head, kept, reserved, shadow_s, extra, guarded = schedule_pass(
+            waiting.candidates(), waiting.table, profile.table,
+            requested_profile.table if guard else profile.table,
+            now_s, waiting._head, waiting.count, order, guard, self.guard_rule == "promise",
         )
-        waiting.keep_candidates(kept)  # the pass dropped the stale candidates as it read them
         if count:
-            for job in waiting.work[:count].tolist():
-                start(job, True)
-        return extra
+            jobs = waiting.started[:count].tolist()
+            waiting.started_by_pass(jobs, head, kept)
+            for position, job in enumerate(jobs):
+                start(job, position >= from_head)
+        else:
+            waiting.started_by_pass([], head, kept)
+        if not reserved:
+            return None
+        if shadow_s == NEVER:
+            raise never_fits(waiting.procs_list[head], profile.total_procs)
+        return Reservation(head, shadow_s, extra, bool(guarded))
 
     def consider_new_job(
         self,
@@ -371,12 +355,15 @@ class Scheduler:
         reservation: Reservation,
         job: int,
         start: StartJob,
+        requested_profile: RunningProfile | None = None,
     ) -> Reservation:
         """Decide for a newly submitted job when nothing else changed since the last decision.
 
         Then every other waiting job is exactly as (in)eligible as at that decision, the head and
         its reservation are unchanged, and the only possible start is the new job's: the same
-        decision a full pass would take (the simulation checks when this holds).
+        decision a full pass would take (the simulation checks when this holds). A job started
+        moves from the waiting queue into the running profiles, as in a full pass, and `start`
+        is told.
         """
         if self.backfill_order is None:
             return reservation
@@ -385,14 +372,34 @@ class Scheduler:
             return reservation
         duration = waiting.requested_list if reservation.guarded else waiting.prediction_list
         if now_s + duration[job] <= reservation.shadow_s:
-            start(job, True)
+            self._start_new(now_s, waiting, profile, requested_profile, job, start)
             return reservation
         if need <= reservation.extra:
-            start(job, True)
+            self._start_new(now_s, waiting, profile, requested_profile, job, start)
             return Reservation(
                 reservation.head, reservation.shadow_s, reservation.extra - need, reservation.guarded
             )
         return reservation
+
+    def _start_new(
+        self,
+        now_s: int,
+        waiting: WaitingQueue,
+        profile: RunningProfile,
+        requested_profile: RunningProfile | None,
+        job: int,
+        start: StartJob,
+    ) -> None:
+        """Start a backfilled new submission: out of the queue, into the running profiles."""
+        procs = waiting.procs_list[job]
+        waiting.remove(job)
+        profile.add(job, now_s, now_s + waiting.prediction_list[job], procs)
+        if self.starvation_guard_s is not None:
+            if requested_profile is None:
+                raise ValueError("the starvation guard needs the running jobs by requested end")
+            requested_profile.add(job, now_s, now_s + waiting.requested_list[job], procs,
+                                  checked=False)
+        start(job, True)
 
 
 class Reservation(NamedTuple):
@@ -408,6 +415,8 @@ class Reservation(NamedTuple):
     guarded: bool = False  # computed by the starvation guard's rule (requested times)
 
 
+_PASS_ORDERS = {None: NO_BACKFILLING, "fcfs": SUBMISSION_ORDER,
+                "shortest_prediction": SHORTEST_FIRST}
 GUARD_RULES = STARVATION_RULES  # corrections.starvation: one list for the simulator and the daemon
 GUARD_SCOPES = STARVATION_SCOPES
 

@@ -236,7 +236,7 @@ class Simulation:
             and (not self.plan_moved or (reservation := self._still_valid(reservation)) is not None)
         ):
             self._remember(scheduler.consider_new_job(
-                now_s, waiting, self.profile, reservation, index, self._start
+                now_s, waiting, self.profile, reservation, index, self._start, self.by_request
             ))
         else:
             self._decide()
@@ -368,15 +368,13 @@ class Simulation:
         ))
 
     def _start(self, index: int, was_backfilled: bool) -> None:
+        """A job the scheduler started (it moved it from the waiting queue into the running
+        profiles): its outcome, the predictor, the correction policy, its termination event."""
         now_s, request = self.now_s, self.requests[index]
-        self.waiting.remove(index)
         self.start_s[index] = now_s
         self.backfilled[index] = was_backfilled
-        prediction_s, run_s = self.prediction_s[index], self.run_s[index]
-        procs = self.procs[index]
-        self.profile.add(index, now_s, now_s + prediction_s, procs)
+        run_s = self.run_s[index]
         if self.by_request is not None:
-            self.by_request.add(index, now_s, now_s + self.requested_s[index], procs, checked=False)
             self.unpinned_running.add(index)
         self.predictor.job_started(request, now_s)
         if self.correction_hears_jobs:
