@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import numpy as np
 from hpcpredict.compiled import compiled
-from hpcpredict.sim.profile_kernel import NEVER, free_now, insert, reservation
+from hpcpredict.sim.profile_kernel import NEVER, free_now, insert, remove, reservation
 
 
 _JOB_MASK = (1 << 32) - 1  # sjbf_key's low half: the job index
@@ -38,6 +38,7 @@ _JOB_MASK = (1 << 32) - 1  # sjbf_key's low half: the job index
 QUEUE_ROWS = 9
 # Backfilling orders as `schedule_pass` takes them (`Scheduler.backfill_order`).
 NO_BACKFILLING, SUBMISSION_ORDER, SHORTEST_FIRST = range(3)
+ENDED_NOT_RUNNING = -1  # `schedule_pass`'s answer when the job said to have ended was not running
 
 
 @compiled
@@ -117,6 +118,9 @@ def schedule_pass(
     order: int,
     guard: bool,
     promise_rule: bool,
+    ended_job: int,
+    ended_end_s: int,
+    ended_request_end_s: int,
 ) -> tuple[int, int, int, int, int, int, int, int]:  # pragma: no cover - compiled
     """EASY's full scheduling pass at `now_s` (`schedulers.Scheduler.schedule`, whose docstring
     says what it decides), in one compiled call: start the waiting jobs from the head while they
@@ -128,12 +132,20 @@ def schedule_pass(
     (`profile_kernel` tables; read and extended only when `guard`: the starvation guard is on,
     its rule "promise" when `promise_rule`); `order` one of NO_BACKFILLING, SUBMISSION_ORDER,
     SHORTEST_FIRST. Every job started leaves the waiting row and enters the running profiles,
-    and is listed in `table[STARTED_ROW]`, in start order.
+    and is listed in `table[STARTED_ROW]`, in start order. `ended_job` (-1: none) is a job that
+    ended at `now_s`, with its predicted and requested ends: taken out of the running profiles
+    first (a termination's pass, one call for both).
 
     Returns (head cursor, jobs started, of which from the head, candidates kept (-1: the pass
-    did not read them), 1 if there is a reservation, its shadow time (NEVER: the head can never
-    run), its extra processors, 1 if guarded).
+    did not read them), 1 if there is a reservation (ENDED_NOT_RUNNING: `ended_job` was not
+    running with those ends, nothing done), its shadow time (NEVER: the head can never run),
+    its extra processors, 1 if guarded).
     """
+    if ended_job >= 0:
+        if remove(profile, ended_end_s, ended_job) < 0 or (
+            guard and remove(by_request, ended_request_end_s, ended_job) < 0
+        ):
+            return head, 0, 0, -1, ENDED_NOT_RUNNING, 0, 0, 0
     procs = table[PROCS_ROW]
     predictions = table[PREDICTION_ROW]
     requests = table[REQUESTED_ROW]
@@ -192,3 +204,37 @@ def schedule_pass(
             if guard:
                 insert(by_request, now_s + requests[job], job, need)
     return head, count, from_head, kept, 1, shadow_s, extra, 1 if guarded else 0
+
+
+@compiled
+def consider_new_job_pass(
+    table: np.ndarray,
+    profile: np.ndarray,
+    by_request: np.ndarray,
+    now_s: int,
+    job: int,
+    shadow_s: int,
+    extra: int,
+    guarded: bool,
+    guard: bool,
+) -> tuple[bool, int]:  # pragma: no cover - compiled
+    """`schedulers.Scheduler.consider_new_job`'s decision for a new submission `job` when only it
+    changed since the last decision (the head's reservation `shadow_s`, `extra`, `guarded`
+    still holds), in one compiled call: it starts if it fits now and ends by the shadow time
+    (by its request when the reservation is guarded) or fits in the extra processors. A job
+    started leaves the waiting row and enters the running profiles (`by_request` too when
+    `guard`). Returns (started?, extra processors left).
+    """
+    need = table[PROCS_ROW, job]
+    if need > free_now(profile, now_s):
+        return False, extra
+    duration = table[REQUESTED_ROW, job] if guarded else table[PREDICTION_ROW, job]
+    if now_s + duration > shadow_s:
+        if need > extra:
+            return False, extra
+        extra -= need
+    table[WAITING_ROW, job] = 0
+    insert(profile, now_s + table[PREDICTION_ROW, job], job, need)
+    if guard:
+        insert(by_request, now_s + table[REQUESTED_ROW, job], job, need)
+    return True, extra

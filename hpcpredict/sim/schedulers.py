@@ -36,8 +36,10 @@ from hpcpredict.sim.backfill_kernel import (
     SJBF_KEY_ROW,
     STARTED_ROW,
     SUBMISSION_ORDER,
+    ENDED_NOT_RUNNING,
     WAITING_ROW,
     WORK_ROW,
+    consider_new_job_pass,
     schedule_pass,
 )
 from hpcpredict.corrections.starvation import STARVATION_RULES, STARVATION_SCOPES
@@ -206,6 +208,11 @@ class WaitingQueue:
         if kept >= 0:
             self._size = kept
 
+    def started_alone(self, job: int) -> None:
+        """`consider_new_job_pass` started `job` (it cleared its waiting row)."""
+        self.waiting_list[job] = False
+        self.count -= 1
+
     def head(self) -> int:
         """The oldest waiting job (the queue must not be empty)."""
         if not self.count:
@@ -308,12 +315,15 @@ class Scheduler:
         profile: RunningProfile,
         start: StartJob,
         requested_profile: RunningProfile | None = None,
+        ended: tuple[int, int, int] | None = None,
     ) -> Reservation | None:
         """Start every job the policy starts at `now_s`, in start order.
 
         Returns the head's reservation as it stands after backfilling (None if there is none),
         which stays valid until the running profile changes. `requested_profile` (the running
-        jobs by requested end) is needed when the starvation guard is on.
+        jobs by requested end) is needed when the starvation guard is on. `ended` (job,
+        predicted end, requested end): a job that ended at `now_s`, taken out of the running
+        profiles first (a termination's decision, in the same compiled call).
 
         The pass is one compiled call (`backfill_kernel.schedule_pass`): it moves the jobs it
         starts from the waiting queue into the running profiles; `start` is then told of each,
@@ -329,11 +339,16 @@ class Scheduler:
             # (before the pass rather than between its head starts and its backfilling: only
             # the keys of jobs still waiting then are read, and they age the same either way)
             waiting.age(now_s, self.aged_first_s)
+        ended_job, ended_end_s, ended_request_end_s = ended if ended is not None else _NOTHING_ENDED
         head, count, from_head, kept, reserved, shadow_s, extra, guarded = schedule_pass(
             waiting.candidates(), waiting.table, profile.table,
             requested_profile.table if guard else profile.table,
             now_s, waiting._head, waiting.count, order, guard, self.guard_rule == "promise",
+            ended_job, ended_end_s, ended_request_end_s,
         )
+        if reserved == ENDED_NOT_RUNNING:
+            raise KeyError(f"job {ended_job} with predicted end {ended_end_s} (requested end "
+                           f"{ended_request_end_s}) is not running")
         if count:
             jobs = waiting.started[:count].tolist()
             waiting.started_by_pass(jobs, head, kept)
@@ -367,39 +382,20 @@ class Scheduler:
         """
         if self.backfill_order is None:
             return reservation
-        need = waiting.procs_list[job]
-        if need > profile.free_now(now_s):
+        guard = self.starvation_guard_s is not None
+        if guard and requested_profile is None:
+            raise ValueError("the starvation guard needs the running jobs by requested end")
+        started, extra = consider_new_job_pass(
+            waiting.table, profile.table, requested_profile.table if guard else profile.table,
+            now_s, job, reservation.shadow_s, reservation.extra, reservation.guarded, guard,
+        )
+        if not started:
             return reservation
-        duration = waiting.requested_list if reservation.guarded else waiting.prediction_list
-        if now_s + duration[job] <= reservation.shadow_s:
-            self._start_new(now_s, waiting, profile, requested_profile, job, start)
-            return reservation
-        if need <= reservation.extra:
-            self._start_new(now_s, waiting, profile, requested_profile, job, start)
-            return Reservation(
-                reservation.head, reservation.shadow_s, reservation.extra - need, reservation.guarded
-            )
-        return reservation
-
-    def _start_new(
-        self,
-        now_s: int,
-        waiting: WaitingQueue,
-        profile: RunningProfile,
-        requested_profile: RunningProfile | None,
-        job: int,
-        start: StartJob,
-    ) -> None:
-        """Start a backfilled new submission: out of the queue, into the running profiles."""
-        procs = waiting.procs_list[job]
-        waiting.remove(job)
-        profile.add(job, now_s, now_s + waiting.prediction_list[job], procs)
-        if self.starvation_guard_s is not None:
-            if requested_profile is None:
-                raise ValueError("the starvation guard needs the running jobs by requested end")
-            requested_profile.add(job, now_s, now_s + waiting.requested_list[job], procs,
-                                  checked=False)
+        waiting.started_alone(job)
         start(job, True)
+        if extra == reservation.extra:
+            return reservation
+        return Reservation(reservation.head, reservation.shadow_s, extra, reservation.guarded)
 
 
 class Reservation(NamedTuple):
@@ -415,6 +411,7 @@ class Reservation(NamedTuple):
     guarded: bool = False  # computed by the starvation guard's rule (requested times)
 
 
+_NOTHING_ENDED = (-1, 0, 0)
 _PASS_ORDERS = {None: NO_BACKFILLING, "fcfs": SUBMISSION_ORDER,
                 "shortest_prediction": SHORTEST_FIRST}
 GUARD_RULES = STARVATION_RULES  # corrections.starvation: one list for the simulator and the daemon

@@ -268,12 +268,14 @@ class Simulation:
         if self.correction_hears_jobs:
             self.correction.job_ended(request, run_s, now_s)
         start_s = self.start_s[index]
-        self.profile.remove(index, start_s + self.prediction_s[index])
         if self.by_request is not None:
-            self.by_request.remove(index, start_s + self.requested_s[index])
             self.unpinned_running.discard(index)
         self.finished += 1
-        self._decide()
+        # The decision takes the job out of the running profiles first (one compiled call).
+        self._remember(self.scheduler.schedule(
+            now_s, self.waiting, self.profile, self._start, self.by_request,
+            (index, start_s + self.prediction_s[index], start_s + self.requested_s[index]),
+        ))
 
     # ------------------------------------------------------------------ corrections
     # No event marks a prediction running out: before each event, the running profile (by
