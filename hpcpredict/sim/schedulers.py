@@ -35,6 +35,7 @@ from hpcpredict.sim.backfill_kernel import (
     SHORTEST_FIRST,
     SJBF_KEY_ROW,
     STARTED_ROW,
+    CANDIDATES_ROW,
     SUBMISSION_ORDER,
     ENDED_NOT_RUNNING,
     WAITING_ROW,
@@ -54,6 +55,7 @@ _ROW_VIEWS = {
     "procs": PROCS_ROW, "prediction_s": PREDICTION_ROW, "requested_s": REQUESTED_ROW,
     "sjbf_key": SJBF_KEY_ROW, "is_waiting": WAITING_ROW, "work": WORK_ROW,
     "guard_due_s": GUARD_DUE_ROW, "promised": PROMISED_ROW, "started": STARTED_ROW,
+    "_order": CANDIDATES_ROW,
 }
 # Memoryviews of four of those rows and of the candidate list, rebuilt with them (never pickled).
 _MEMORY_VIEWS = ("_prediction_view", "_key_view", "_waiting_view", "_guard_due_view", "_order_view")
@@ -67,7 +69,7 @@ class WaitingQueue:
     of a list kept in submission order). `sjbf_key` packs (prediction, index) in one int64 for
     shortest-prediction-first order. Removal only clears `is_waiting`; each backfilling pass
     drops the stale entries of the compact list of candidates as it reads them
-    (`keep_candidates`), and the list is rebuilt here when more than a fifth of it is stale (and
+    (`started_by_pass`), and the list is rebuilt here when more than a fifth of it is stale (and
     at least 4 entries) all the same, so each job costs O(1) amortised. With up to half of it
     stale (the first threshold) the scans cost more than the rebuilds (SDSC-BLUE learned replay
     7.9-8.1 -> 7.2 s, CEA-Curie 12.2 -> 10.7 s CPU, same schedules); since the pass compacts,
@@ -75,7 +77,7 @@ class WaitingQueue:
     """
 
     __slots__ = (
-        "table", "_order", "_size", "count", "_head", "procs_list", "prediction_list",
+        "table", "_size", "_sorted", "count", "_head", "procs_list", "prediction_list",
         "waiting_list", "requested_list", "submit_list", "_last_added", "_aged_cursor",
         *_ROW_VIEWS, *_MEMORY_VIEWS,
     )
@@ -105,10 +107,12 @@ class WaitingQueue:
         # waited `Scheduler.aged_first_s` (`age`).
         self._aged_cursor = 0
         self.sjbf_key[:] = _NO_KEY
-        self._order = np.empty(max(16, min(size, 1024)), dtype=np.int64)  # indices, ascending
-        self._size = 0  # used length of _order, stale entries included
+        # The candidates: the table's row `_order`, its first `_size` entries (stale ones
+        # included), in submission order, or for SJBF the first `_sorted` in key order (the
+        # backfilling pass leaves them so) and the jobs submitted since behind them.
+        self._size = 0
+        self._sorted = 0
         self._last_added = -1  # the last job added (jobs come in index order)
-        self._bind_order()
         self.count = 0
         # Lowest job index that may still be waiting. Jobs arrive in index order, so the head
         # (the lowest waiting index) only ever moves forward: a cursor finds it in O(1)
@@ -141,8 +145,6 @@ class WaitingQueue:
         self._key_view = memoryview(self.sjbf_key)
         self._waiting_view = memoryview(self.is_waiting)
         self._guard_due_view = memoryview(self.guard_due_s)
-
-    def _bind_order(self) -> None:
         self._order_view = memoryview(self._order)
 
     def __getstate__(self) -> dict[str, object]:
@@ -155,7 +157,6 @@ class WaitingQueue:
         for name, value in saved.items():
             setattr(self, name, value)
         self._bind_rows()
-        self._bind_order()
 
     def __len__(self) -> int:
         return self.count
@@ -166,12 +167,7 @@ class WaitingQueue:
         if job <= self._last_added:
             raise AssertionError(f"job {job} submitted out of order")
         self._last_added = job
-        if self._size == len(self._order):
-            self._compact()
-            if self._size == len(self._order):
-                self._order = np.concatenate([self._order, np.empty_like(self._order)])
-                self._bind_order()
-        self._order_view[self._size] = job
+        self._order_view[self._size] = job  # (each job once: the row is long enough)
         self._size += 1
         self._prediction_view[job] = prediction_s
         self._key_view[job] = (prediction_s << 32) | job
@@ -189,6 +185,7 @@ class WaitingQueue:
         while job <= last and submit[job] <= due_s:
             if self.waiting_list[job]:
                 self._key_view[job] = job
+                self._sorted = 0  # a key changed: the candidates' key order is lost
             job += 1
         self._aged_cursor = job
 
@@ -197,9 +194,9 @@ class WaitingQueue:
         self.waiting_list[job] = False
         self.count -= 1
 
-    def started_by_pass(self, jobs: list[int], head: int, kept: int) -> None:
+    def started_by_pass(self, jobs: list[int], head: int, kept: int, by_key: bool) -> None:
         """`schedule_pass` started `jobs` (it cleared their waiting row), moved the head cursor
-        to `head` and, when `kept` >= 0, kept that many candidates (`keep_candidates`)."""
+        to `head` and, when `kept` >= 0, kept that many candidates (in key order if `by_key`)."""
         waiting = self.waiting_list
         for job in jobs:
             waiting[job] = False
@@ -207,6 +204,7 @@ class WaitingQueue:
         self._head = head
         if kept >= 0:
             self._size = kept
+            self._sorted = kept if by_key else 0
 
     def started_alone(self, job: int) -> None:
         """`consider_new_job_pass` started `job` (it cleared its waiting row)."""
@@ -224,19 +222,27 @@ class WaitingQueue:
         return job
 
     def candidates(self) -> np.ndarray:
-        """Indices of the waiting jobs (maybe with some stale ones), in submission order."""
-        if self._size - self.count > max(4, self.count // 4):
-            self._compact()
+        """Indices of the waiting jobs (maybe with some stale ones), in submission order (or,
+        after SJBF passes, partly in key order: `prepare_candidates`)."""
+        self.prepare_candidates(False)
         return self._order[: self._size]
 
-    def keep_candidates(self, kept: int) -> None:
-        """The backfilling pass moved the `kept` candidates still waiting to the front of
-        `candidates()`, in order: the rest of the list is stale."""
-        self._size = kept
+    def prepare_candidates(self, by_key: bool) -> tuple[int, int]:
+        """(how many candidates, how many of the first in key order) for a pass in key order
+        (`by_key`) or in submission order; the stale entries are dropped first when more than
+        a fifth of the list is stale."""
+        if self._size - self.count > max(4, self.count // 4):
+            self._compact()
+        if not by_key and self._sorted:  # (a queue that served an SJBF pass before)
+            self._order[: self._size].sort()
+            self._sorted = 0
+        return self._size, self._sorted
 
     def _compact(self) -> None:
         order = self._order[: self._size]
-        kept = order[self.is_waiting[order] != 0]
+        waiting = self.is_waiting[order] != 0
+        kept = order[waiting]
+        self._sorted = int(np.count_nonzero(waiting[: self._sorted]))  # order is kept
         self._order[: len(kept)] = kept
         self._size = len(kept)
 
@@ -340,8 +346,10 @@ class Scheduler:
             # the keys of jobs still waiting then are read, and they age the same either way)
             waiting.age(now_s, self.aged_first_s)
         ended_job, ended_end_s, ended_request_end_s = ended if ended is not None else _NOTHING_ENDED
+        by_key = order == SHORTEST_FIRST
+        candidate_count, sorted_count = waiting.prepare_candidates(by_key)
         head, count, from_head, kept, reserved, shadow_s, extra, guarded = schedule_pass(
-            waiting.candidates(), waiting.table, profile.table,
+            waiting.table, candidate_count, sorted_count, profile.table,
             requested_profile.table if guard else profile.table,
             now_s, waiting._head, waiting.count, order, guard, self.guard_rule == "promise",
             ended_job, ended_end_s, ended_request_end_s,
@@ -351,11 +359,11 @@ class Scheduler:
                            f"{ended_request_end_s}) is not running")
         if count:
             jobs = waiting.started[:count].tolist()
-            waiting.started_by_pass(jobs, head, kept)
+            waiting.started_by_pass(jobs, head, kept, by_key)
             for position, job in enumerate(jobs):
                 start(job, position >= from_head)
         else:
-            waiting.started_by_pass([], head, kept)
+            waiting.started_by_pass([], head, kept, by_key)
         if not reserved:
             return None
         if shadow_s == NEVER:
