@@ -68,12 +68,9 @@ class WaitingQueue:
     index is the FCFS order and the tie-breaker of every other order (the reference's stable sort
     of a list kept in submission order). `sjbf_key` packs (prediction, index) in one int64 for
     shortest-prediction-first order. Removal only clears `is_waiting`; each backfilling pass
-    drops the stale entries of the compact list of candidates as it reads them
-    (`started_by_pass`), and the list is rebuilt here when more than a fifth of it is stale (and
-    at least 4 entries) all the same, so each job costs O(1) amortised. With up to half of it
-    stale (the first threshold) the scans cost more than the rebuilds (SDSC-BLUE learned replay
-    7.9-8.1 -> 7.2 s, CEA-Curie 12.2 -> 10.7 s CPU, same schedules); since the pass compacts,
-    the rebuild here is rare (docs/performance.md, "Issue 13, item 5, round 3").
+    drops the stale entries of the list of candidates as it reads them (`started_by_pass`), so
+    each job costs O(1) amortised; the list is a row of the table, as long as the jobs (each is
+    added once), so it never grows (docs/performance.md, "Issue 31, round 3").
     """
 
     __slots__ = (
@@ -223,16 +220,17 @@ class WaitingQueue:
 
     def candidates(self) -> np.ndarray:
         """Indices of the waiting jobs (maybe with some stale ones), in submission order (or,
-        after SJBF passes, partly in key order: `prepare_candidates`)."""
+        after SJBF passes, partly in key order: `prepare_candidates`); the stale entries are
+        dropped first when more than a fifth of the list is stale."""
+        if self._size - self.count > max(4, self.count // 4):
+            self._compact()
         self.prepare_candidates(False)
         return self._order[: self._size]
 
     def prepare_candidates(self, by_key: bool) -> tuple[int, int]:
         """(how many candidates, how many of the first in key order) for a pass in key order
-        (`by_key`) or in submission order; the stale entries are dropped first when more than
-        a fifth of the list is stale."""
-        if self._size - self.count > max(4, self.count // 4):
-            self._compact()
+        (`by_key`) or in submission order. The stale entries stay: the pass drops them as it
+        reads them (a separate compaction would read them too)."""
         if not by_key and self._sorted:  # (a queue that served an SJBF pass before)
             self._order[: self._size].sort()
             self._sorted = 0
