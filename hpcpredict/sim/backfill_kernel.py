@@ -96,8 +96,8 @@ def backfill_pass(
     before it left. It reads every entry anyway, so it also drops the stale ones, moving the
     waiting ones to the front in the same order (a separate compaction cost one numpy pass and
     its own call, ~3% of a learned replay); for SJBF the list is left in key order, so the next
-    pass only places the jobs submitted since (sorting the eligible jobs at every pass cost
-    ~7 us of a 10 us pass on CEA-Curie under EASY++, 350 candidates).
+    pass only places the jobs submitted since, instead of sorting the eligible jobs at every
+    pass (CEA-Curie under EASY++, ~350 candidates: docs/performance.md, "Issue 31, round 3").
     Returns (how many jobs to start, extra processors left at the shadow time, how many
     candidates were waiting: the row's first `kept` after the call); the jobs to start, in start
     order, are `table[WORK_ROW, :count]` (the scratch row is as long as the table, so that a
