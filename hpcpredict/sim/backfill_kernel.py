@@ -1,4 +1,4 @@
-"""The EASY / EASY-SJBF backfilling pass (`schedulers.Scheduler._backfill`) as one compiled loop.
+"""The EASY / EASY-SJBF scheduling pass (`schedulers.Scheduler.schedule`) as compiled loops.
 
 Why compiled: a backfilling pass visits the whole waiting queue at every scheduling decision
 (hundreds to thousands of jobs on SDSC-BLUE and CEA-Curie), and as numpy calls or a Python loop
