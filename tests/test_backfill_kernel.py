@@ -15,6 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from hpcpredict.sim.backfill_kernel import (
+    CANDIDATES_ROW,
     PREDICTION_ROW,
     PROCS_ROW,
     QUEUE_ROWS,
@@ -78,14 +79,17 @@ def passes(draw):
     extra = draw(st.integers(0, machine))
     horizon_s = draw(st.integers(0, 15))
     shortest_first = draw(st.booleans())
+    # How many candidates the last pass left in key order (the rest came since, behind them).
+    sorted_size = draw(st.integers(0, len(candidates)))
     return (candidates, procs, requested if guarded else predictions, predictions, waiting,
-            head, free, horizon_s, extra, shortest_first)
+            head, free, horizon_s, extra, shortest_first, sorted_size)
 
 
 def compiled_backfill(candidates, procs, durations, predictions, waiting, head, free, horizon_s,
-                      extra, shortest_first):
+                      extra, shortest_first, sorted_size=0):
     """The kernel on the table WaitingQueue keeps (sjbf_key = prediction << 32 | index); the
-    durations go in the request row, as the starvation guard's do."""
+    durations go in the request row, as the starvation guard's do. For SJBF the first
+    `sorted_size` candidates are given in key order, as a previous pass leaves them."""
     size = len(procs)
     table = np.full((QUEUE_ROWS, size), -1, dtype=np.int64)
     table[PROCS_ROW] = procs
@@ -93,19 +97,27 @@ def compiled_backfill(candidates, procs, durations, predictions, waiting, head, 
     table[REQUESTED_ROW] = durations
     table[SJBF_KEY_ROW] = (np.asarray(predictions, dtype=np.int64) << 32) | np.arange(size)
     table[WAITING_ROW] = waiting
-    listed = np.asarray(candidates, dtype=np.int64)
+    by_key = lambda job: (predictions[job], job)  # noqa: E731
+    listed = list(candidates)
+    if shortest_first:
+        listed[:sorted_size] = sorted(listed[:sorted_size], key=by_key)
+    table[CANDIDATES_ROW, : len(listed)] = listed
     count, extra_left, kept = backfill_pass(
-        listed, table, REQUESTED_ROW, head, free, horizon_s, extra, shortest_first,
+        table, len(listed), sorted_size if shortest_first else 0, REQUESTED_ROW, head, free,
+        horizon_s, extra, shortest_first,
     )
-    # The pass also drops the stale candidates, keeping the others in submission order.
-    assert listed[:kept].tolist() == [job for job in candidates if waiting[job]]
+    # The pass also drops the stale candidates, keeping the others in backfilling order.
+    still_waiting = [job for job in candidates if waiting[job]]
+    if shortest_first:
+        still_waiting.sort(key=by_key)
+    assert table[CANDIDATES_ROW, :kept].tolist() == still_waiting
     return table[WORK_ROW, :count].tolist(), extra_left
 
 
 @settings(max_examples=600, deadline=None)
 @given(passes())
 def test_the_kernel_starts_what_the_slow_rule_starts(case):
-    assert compiled_backfill(*case) == slow_backfill(*case)
+    assert compiled_backfill(*case) == slow_backfill(*case[:-1])
 
 
 def test_sjbf_takes_the_shortest_first_and_fcfs_the_oldest():

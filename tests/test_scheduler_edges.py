@@ -78,7 +78,7 @@ def test_the_promise_is_fixed_when_a_job_first_becomes_the_head(scheduler: str) 
     4-processor job (900 s, predicted 1 s) arrives every 50 s and is backfilled. Once job 1 has
     ended, EASY on the requests would promise 1000 (job 0's end), but the promise is the one
     made when the job became the head: the guard falls due at 3000, not 1000. Catches the
-    promise recomputed at every decision (`promised_list[head]` not set)."""
+    promise recomputed at every decision (the job's `promised` flag not set)."""
     jobs = [make_job(1, 0, 6, 1000, 1000), make_job(2, 0, 4, 100, 3000),
             make_job(3, 1, 10, 100, 100)] + [make_job(4 + k, 101 + 50 * k, 4, 900, 900)
                                              for k in range(80)]

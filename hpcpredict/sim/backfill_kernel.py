@@ -1,4 +1,4 @@
-"""The EASY / EASY-SJBF backfilling pass (`schedulers.Scheduler._backfill`) as one compiled loop.
+"""The EASY / EASY-SJBF scheduling pass (`schedulers.Scheduler.schedule`) as compiled loops.
 
 Why compiled: a backfilling pass visits the whole waiting queue at every scheduling decision
 (hundreds to thousands of jobs on SDSC-BLUE and CEA-Curie), and as numpy calls or a Python loop
@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import numpy as np
 from hpcpredict.compiled import compiled
+from hpcpredict.sim.profile_kernel import NEVER, free_now, insert, remove, reservation
 
 
 _JOB_MASK = (1 << 32) - 1  # sjbf_key's low half: the job index
@@ -30,14 +31,50 @@ _JOB_MASK = (1 << 32) - 1  # sjbf_key's low half: the job index
 # Rows of the waiting queue's table (`schedulers.WaitingQueue.table`: one int64 column per job
 # index). numba's dispatch costs ~0.2 us per array argument, and the pass runs at every
 # decision: one 2-D table instead of six 1-D arrays (docs/performance.md).
-PROCS_ROW, PREDICTION_ROW, REQUESTED_ROW, SJBF_KEY_ROW, WAITING_ROW, WORK_ROW = range(6)
-QUEUE_ROWS = 6
+# GUARD_DUE_ROW: when the starvation guard falls due for each job; PROMISED_ROW: 1 once the
+# "promise" rule has fixed it; STARTED_ROW: the jobs a `schedule_pass` started, in start order;
+# CANDIDATES_ROW: the waiting queue's list of candidates (job indices; each job is added once,
+# so the list never outgrows the row).
+(PROCS_ROW, PREDICTION_ROW, REQUESTED_ROW, SJBF_KEY_ROW, WAITING_ROW, WORK_ROW, GUARD_DUE_ROW,
+ PROMISED_ROW, STARTED_ROW, CANDIDATES_ROW) = range(10)
+QUEUE_ROWS = 10
+_FULL_SORT_ABOVE = 32  # unsorted candidates beyond which `order_by_key` sorts the whole list
+# Backfilling orders as `schedule_pass` takes them (`Scheduler.backfill_order`).
+NO_BACKFILLING, SUBMISSION_ORDER, SHORTEST_FIRST = range(3)
+ENDED_NOT_RUNNING = -1  # `schedule_pass`'s answer when the job said to have ended was not running
+
+
+@compiled
+def order_by_key(table: np.ndarray, size: int, sorted_size: int) -> None:  # pragma: no cover - compiled
+    """Put the first `size` candidates in increasing `sjbf_key` order, the first `sorted_size`
+    of them being in that order already (the list kept from the last pass; new submissions are
+    appended behind it). A few new ones are inserted, each by a backward walk; many (after a
+    compaction or aging reset the order) are sorted with the rest, keys in the scratch row."""
+    candidates = table[CANDIDATES_ROW]
+    sjbf_key = table[SJBF_KEY_ROW]
+    if size - sorted_size > _FULL_SORT_ABOVE:
+        work = table[WORK_ROW]
+        for position in range(size):
+            work[position] = sjbf_key[candidates[position]]
+        work[:size].sort()
+        for position in range(size):
+            candidates[position] = work[position] & _JOB_MASK
+        return
+    for position in range(sorted_size, size):
+        job = candidates[position]
+        key = sjbf_key[job]
+        place = position
+        while place > 0 and sjbf_key[candidates[place - 1]] > key:
+            candidates[place] = candidates[place - 1]
+            place -= 1
+        candidates[place] = job
 
 
 @compiled
 def backfill_pass(
-    candidates: np.ndarray,
     table: np.ndarray,
+    size: int,
+    sorted_size: int,
     duration_row: int,
     head: int,
     free: int,
@@ -47,53 +84,187 @@ def backfill_pass(
 ) -> tuple[int, int, int]:  # pragma: no cover - compiled
     """Backfill around the head's reservation.
 
-    `candidates`: job indices in submission order, stale (no longer waiting) ones included;
-    the pass reads every entry anyway, so it also drops the stale ones, moving the waiting
-    ones to the front in the same order (a separate compaction cost one numpy pass over the
-    list and its own call, ~3% of a learned replay);
     `table`: per job index, the rows named by the *_ROW constants (processors, prediction,
-    request, SJBF key, waiting 1 / 0, and scratch space); `duration_row` is the row that "ends
-    by the shadow time" is judged on (predictions, or requests under the starvation guard), and
-    a job ends by the shadow time when its duration is at most `horizon_s` (shadow - now).
+    request, SJBF key, waiting 1 / 0, scratch space, ..., the candidates); `duration_row` is
+    the row that "ends by the shadow time" is judged on (predictions, or requests under the
+    starvation guard), and a job ends by the shadow time when its duration is at most
+    `horizon_s` (shadow - now). The first `size` entries of the candidate row are job indices,
+    stale (no longer waiting) ones included, in submission order, or for SJBF
+    (`shortest_first`) with the first `sorted_size` in key order and the rest (new ones) in
+    submission order: the pass puts them in backfilling order first (`order_by_key`), then
+    reads them in that order, starting each job that is eligible against what the jobs started
+    before it left. It reads every entry anyway, so it also drops the stale ones, moving the
+    waiting ones to the front in the same order (a separate compaction cost one numpy pass and
+    its own call, ~3% of a learned replay); for SJBF the list is left in key order, so the next
+    pass only places the jobs submitted since, instead of sorting the eligible jobs at every
+    pass (CEA-Curie under EASY++, ~350 candidates: docs/performance.md, "Issue 31, round 3").
     Returns (how many jobs to start, extra processors left at the shadow time, how many
-    candidates were waiting: `candidates[:kept]` after the call); the jobs to start, in start
+    candidates were waiting: the row's first `kept` after the call); the jobs to start, in start
     order, are `table[WORK_ROW, :count]` (the scratch row is as long as the table, so that a
     pass allocates nothing).
     """
+    if shortest_first:
+        order_by_key(table, size, sorted_size)
+    candidates = table[CANDIDATES_ROW]
     procs = table[PROCS_ROW]
     durations = table[duration_row]
-    sjbf_key = table[SJBF_KEY_ROW]
     is_waiting = table[WAITING_ROW]
     work = table[WORK_ROW]
-    # The jobs eligible at the outset, in submission order, or their keys for SJBF ...
-    # (The waiting candidates are written back over the list as it is read: kept <= position.)
-    size = 0
+    # The waiting candidates are written back over the list as it is read (kept <= position),
+    # the jobs started into the scratch row. Starting a job only lowers the free and extra
+    # processors, so a job found ineligible stays so: one pass in backfilling order decides
+    # what "start the first eligible job, repeat" decides (the module's docstring).
     kept = 0
-    for position in range(candidates.shape[0]):
+    count = 0
+    for position in range(size):
         job = candidates[position]
         if is_waiting[job] == 0:
             continue
         candidates[kept] = job
         kept += 1
         need = procs[job]
-        if job != head and need <= free and (durations[job] <= horizon_s or need <= extra):
-            work[size] = sjbf_key[job] if shortest_first else job
-            size += 1
-    if shortest_first and size > 1:  # ... in increasing key order (the job index is the key's low half) ...
-        work[:size].sort()
-    # ... each re-checked against what the jobs started before it left; the jobs started are
-    # written over the ones read (count <= position).
-    count = 0
-    for position in range(size):
-        job = work[position] & _JOB_MASK if shortest_first else work[position]
-        need = procs[job]
-        ends = durations[job] <= horizon_s
-        if need <= free and (ends or need <= extra):
-            work[count] = job
-            count += 1
-            free -= need
-            if not ends:
-                extra -= need
-            if free == 0:
-                break
+        if job != head and need <= free:
+            ends = durations[job] <= horizon_s
+            if ends or need <= extra:
+                work[count] = job
+                count += 1
+                free -= need
+                if not ends:
+                    extra -= need
     return count, extra, kept
+
+
+@compiled
+def schedule_pass(
+    table: np.ndarray,
+    candidate_count: int,
+    sorted_count: int,
+    profile: np.ndarray,
+    by_request: np.ndarray,
+    now_s: int,
+    head: int,
+    waiting_count: int,
+    order: int,
+    guard: bool,
+    promise_rule: bool,
+    ended_job: int,
+    ended_end_s: int,
+    ended_request_end_s: int,
+) -> tuple[int, int, int, int, int, int, int, int]:  # pragma: no cover - compiled
+    """EASY's full scheduling pass at `now_s` (`schedulers.Scheduler.schedule`, whose docstring
+    says what it decides), in one compiled call: start the waiting jobs from the head while they
+    fit, fix the head's reservation, backfill around it.
+
+    `table` is the waiting queue's (`schedulers.WaitingQueue`), `candidate_count` the length of
+    its candidate list, of which the first `sorted_count` in key order (`backfill_pass`), `head`
+    its head cursor (at or below the oldest waiting job) and `waiting_count` how many
+    jobs wait; `profile` the running jobs by predicted end and `by_request` by requested end
+    (`profile_kernel` tables; read and extended only when `guard`: the starvation guard is on,
+    its rule "promise" when `promise_rule`); `order` one of NO_BACKFILLING, SUBMISSION_ORDER,
+    SHORTEST_FIRST. Every job started leaves the waiting row and enters the running profiles,
+    and is listed in `table[STARTED_ROW]`, in start order. `ended_job` (-1: none) is a job that
+    ended at `now_s`, with its predicted and requested ends: taken out of the running profiles
+    first (a termination's pass, one call for both).
+
+    Returns (head cursor, jobs started, of which from the head, candidates kept (-1: the pass
+    did not read them), 1 if there is a reservation (ENDED_NOT_RUNNING: `ended_job` was not
+    running with those ends, nothing done), its shadow time (NEVER: the head can never run),
+    its extra processors, 1 if guarded).
+    """
+    if ended_job >= 0:
+        if remove(profile, ended_end_s, ended_job) < 0 or (
+            guard and remove(by_request, ended_request_end_s, ended_job) < 0
+        ):
+            return head, 0, 0, -1, ENDED_NOT_RUNNING, 0, 0, 0
+    procs = table[PROCS_ROW]
+    predictions = table[PREDICTION_ROW]
+    requests = table[REQUESTED_ROW]
+    is_waiting = table[WAITING_ROW]
+    started = table[STARTED_ROW]
+    free = free_now(profile, now_s)
+    count = 0
+    while waiting_count > 0:
+        while is_waiting[head] == 0:
+            head += 1
+        need = procs[head]
+        if need > free:
+            break
+        free -= need
+        started[count] = head
+        count += 1
+        waiting_count -= 1
+        is_waiting[head] = 0
+        insert(profile, now_s + predictions[head], head, need)
+        if guard:
+            insert(by_request, now_s + requests[head], head, need)
+    from_head = count
+    if order == NO_BACKFILLING or waiting_count == 0:
+        return head, count, from_head, -1, 0, 0, 0, 0
+    while is_waiting[head] == 0:
+        head += 1
+    need = procs[head]
+    guarded = False
+    if guard:
+        if promise_rule and table[PROMISED_ROW, head] == 0:
+            # The "promise" rule fixes when the guard falls due the first time a job is the
+            # head: at plain EASY's promise (its shadow time on the requested ends, which
+            # cannot slide), unless its wait reaches the guard's bound first.
+            table[PROMISED_ROW, head] = 1
+            promise_s = reservation(by_request, need, now_s)[0]
+            if promise_s == NEVER:
+                return head, count, from_head, -1, 1, NEVER, 0, 0
+            if promise_s < table[GUARD_DUE_ROW, head]:
+                table[GUARD_DUE_ROW, head] = promise_s
+        guarded = now_s >= table[GUARD_DUE_ROW, head]
+    shadow_s, extra = reservation(by_request if guarded else profile, need, now_s)
+    kept = -1
+    if shadow_s != NEVER and waiting_count > 1 and free > 0:
+        backfilled, extra, kept = backfill_pass(
+            table, candidate_count, sorted_count, REQUESTED_ROW if guarded else PREDICTION_ROW,
+            head, free, shadow_s - now_s, extra, order == SHORTEST_FIRST,
+        )
+        work = table[WORK_ROW]
+        for position in range(backfilled):
+            job = work[position]
+            need = procs[job]
+            started[count] = job
+            count += 1
+            is_waiting[job] = 0
+            insert(profile, now_s + predictions[job], job, need)
+            if guard:
+                insert(by_request, now_s + requests[job], job, need)
+    return head, count, from_head, kept, 1, shadow_s, extra, 1 if guarded else 0
+
+
+@compiled
+def consider_new_job_pass(
+    table: np.ndarray,
+    profile: np.ndarray,
+    by_request: np.ndarray,
+    now_s: int,
+    job: int,
+    shadow_s: int,
+    extra: int,
+    guarded: bool,
+    guard: bool,
+) -> tuple[bool, int]:  # pragma: no cover - compiled
+    """`schedulers.Scheduler.consider_new_job`'s decision for a new submission `job` when only it
+    changed since the last decision (the head's reservation `shadow_s`, `extra`, `guarded`
+    still holds), in one compiled call: it starts if it fits now and ends by the shadow time
+    (by its request when the reservation is guarded) or fits in the extra processors. A job
+    started leaves the waiting row and enters the running profiles (`by_request` too when
+    `guard`). Returns (started?, extra processors left).
+    """
+    need = table[PROCS_ROW, job]
+    if need > free_now(profile, now_s):
+        return False, extra
+    duration = table[REQUESTED_ROW, job] if guarded else table[PREDICTION_ROW, job]
+    if now_s + duration > shadow_s:
+        if need > extra:
+            return False, extra
+        extra -= need
+    table[WAITING_ROW, job] = 0
+    insert(profile, now_s + table[PREDICTION_ROW, job], job, need)
+    if guard:
+        insert(by_request, now_s + table[REQUESTED_ROW, job], job, need)
+    return True, extra

@@ -9,30 +9,67 @@ at that instant, so `free_now` does too; a job whose predicted end is past but w
 running never exists here when a decision reads the profile, because the simulation corrects
 it first (`ending_by` finds such jobs before each event).
 
+The jobs live in a sorted int64 table that compiled code owns (`profile_kernel`): the full
+scheduling pass reads and extends it in one compiled call (`backfill_kernel.schedule_pass`);
+this class is the Python side, for the simulation's event handlers and other users (the SLURM
+model). Python reads the table through memoryviews of its rows (a read costs about half a numpy
+item read); every change goes through a compiled operation.
+
 Invariant (checked by the tests): 0 <= used <= total, and `used` is the sum of the processors of
 the jobs in the profile.
 """
 
 from __future__ import annotations
 
-from bisect import bisect_left, insort
+from hpcpredict.sim import profile_kernel as kernel
+from hpcpredict.sim.profile_kernel import (
+    END_ROW,
+    JOB_ROW,
+    META_ROW,
+    MOVED_AT_ROW,
+    MOVED_END_ROW,
+    NEVER,
+    PROCS_ROW,
+    SIZE,
+    TOTAL,
+    USED,
+)
+
+_VIEWS = {"_ends": END_ROW, "_jobs": JOB_ROW, "_procs": PROCS_ROW, "_meta": META_ROW,
+          "_moved_at": MOVED_AT_ROW, "_moved_end": MOVED_END_ROW}
 
 
 class RunningProfile:
-    """Running jobs ordered by predicted end; O(log n) search, O(n) memmove insert/remove."""
+    """Running jobs ordered by (predicted end, job); O(log n) search, O(n) shift insert/remove."""
 
-    __slots__ = ("total_procs", "used_procs", "_by_end", "_procs")
+    __slots__ = ("table", *_VIEWS)
 
     def __init__(self, total_procs: int) -> None:
-        self.total_procs = total_procs
-        self.used_procs = 0
-        # (predicted_end_s, job index, procs), sorted; procs rides along so that the scans of
-        # free_now and reservation (the hot loops of a replay) need no dict lookup.
-        self._by_end: list[tuple[int, int, int]] = []
-        self._procs: dict[int, int] = {}
+        self.table = kernel.new_profile_table(total_procs)
+        self._bind()
+
+    def _bind(self) -> None:
+        for name, row in _VIEWS.items():
+            setattr(self, name, memoryview(self.table[row]))
+
+    def __getstate__(self) -> dict[str, object]:
+        """Memoryviews do not pickle: a copy binds its views to its own table again."""
+        return {"table": self.table}
+
+    def __setstate__(self, saved: dict[str, object]) -> None:
+        self.table = saved["table"]
+        self._bind()
+
+    @property
+    def total_procs(self) -> int:
+        return self._meta[TOTAL]
+
+    @property
+    def used_procs(self) -> int:
+        return self._meta[USED]
 
     def __len__(self) -> int:
-        return len(self._by_end)
+        return self._meta[SIZE]
 
     def add(
         self, job: int, now_s: int, predicted_end_s: int, procs: int, *, checked: bool = True
@@ -43,23 +80,24 @@ class RunningProfile:
         by requested end): there a job whose termination is pending at `now_s` still looks busy,
         and the first view has already checked the allocation.
         """
+        if procs < 1:
+            raise ValueError(f"job {job} holds {procs} processors: a running job holds at least 1")
         # (free_now only when the processors not held do not suffice: it can only add to them)
-        if checked and procs > self.total_procs - self.used_procs:
+        meta = self._meta
+        if checked and procs > meta[TOTAL] - meta[USED]:
             free = self.free_now(now_s)
             if procs > free:
                 raise AssertionError(f"over-allocation at {now_s}: job {job} needs {procs}, {free} free")
-        insort(self._by_end, (predicted_end_s, job, procs))
-        self._procs[job] = procs
-        self.used_procs += procs
+        kernel.insert(self.table, predicted_end_s, job, procs)
 
     def remove(self, job: int, predicted_end_s: int) -> None:
-        self._delete(job, predicted_end_s)
-        self.used_procs -= self._procs.pop(job)
+        if kernel.remove(self.table, predicted_end_s, job) < 0:
+            raise KeyError(f"job {job} with predicted end {predicted_end_s} is not running")
 
     def move(self, job: int, old_end_s: int, new_end_s: int) -> None:
         """A correction pushed the job's predicted end later."""
-        self._delete(job, old_end_s)
-        insort(self._by_end, (new_end_s, job, self._procs[job]))
+        if not kernel.move(self.table, job, old_end_s, new_end_s):
+            raise KeyError(f"job {job} with predicted end {old_end_s} is not running")
 
     def postpone(self, moves: list[tuple[int, int]]) -> None:
         """Move jobs to new predicted ends: `moves` holds (position, new end) by increasing
@@ -67,56 +105,38 @@ class RunningProfile:
 
         The corrections before an event (`Simulation._correct_until`, 486 k job corrections on
         a SDSC-BLUE learned replay) know where their jobs are: each entry is taken out by its
-        position, with no search (`move` bisects for it), then put back in order. The result
-        is what `move` job by job gives (entries are distinct: one per job).
+        position, with no search. The result is what `move` job by job gives.
         """
-        by_end = self._by_end
-        if len(moves) == 1:
-            position, new_end_s = moves[0]
-            _, job, procs = by_end.pop(position)
-            insort(by_end, (new_end_s, job, procs))
-            return
-        moved = []
-        for position, new_end_s in reversed(moves):  # from the back: positions stay valid
-            _, job, procs = by_end.pop(position)
-            moved.append((new_end_s, job, procs))
-        for entry in moved:
-            insort(by_end, entry)
-
-    def _delete(self, job: int, predicted_end_s: int) -> None:
-        by_end = self._by_end
-        entry = (predicted_end_s, job, self._procs.get(job, -1))
-        position = bisect_left(by_end, entry)
-        if position == len(by_end) or by_end[position] != entry:
-            raise KeyError(f"job {job} with predicted end {predicted_end_s} is not running")
-        del by_end[position]
+        at, new_end = self._moved_at, self._moved_end
+        for k, (position, new_end_s) in enumerate(moves):
+            at[k] = position
+            new_end[k] = new_end_s
+        kernel.postpone(self.table, len(moves))
 
     def ends(self) -> list[tuple[int, int]]:
         """(predicted end, processors) of every running job, by predicted end."""
-        return [(end_s, procs) for end_s, _, procs in self._by_end]
+        size = self._meta[SIZE]
+        return list(zip(self._ends[:size].tolist(), self._procs[:size].tolist()))
 
     def ends_by(self, now_s: int) -> bool:
         """Is some running job predicted to end at or before `now_s` (its termination pending)?"""
-        return bool(self._by_end) and self._by_end[0][0] <= now_s
+        return self._meta[SIZE] > 0 and self._ends[0] <= now_s
 
     def ending_by(self, now_s: int) -> list[tuple[int, int]]:
         """(predicted end, job) of every running job predicted to end at or before `now_s`, by
         predicted end then job: those past their prediction, and those ending now."""
+        ends, jobs = self._ends, self._jobs
         ending = []
-        for end_s, job, _ in self._by_end:
+        for position in range(self._meta[SIZE]):
+            end_s = ends[position]
             if end_s > now_s:
                 break
-            ending.append((end_s, job))
+            ending.append((end_s, jobs[position]))
         return ending
 
     def free_now(self, now_s: int) -> int:
         """Processors free for a start at `now_s` (jobs predicted to end now count as free)."""
-        free = self.total_procs - self.used_procs
-        for end_s, _, procs in self._by_end:
-            if end_s > now_s:
-                break
-            free += procs
-        return free
+        return kernel.free_now(self.table, now_s)
 
     def reservation(self, needed_procs: int, now_s: int) -> tuple[int, int]:
         """EASY's reservation for a job needing `needed_procs` that does not fit now.
@@ -125,65 +145,12 @@ class RunningProfile:
         processors are free, and how many are left over then. All jobs ending at the shadow time
         count, not only the one that first makes room (the reference's time slices do the same).
         """
-        free = self.total_procs - self.used_procs
-        by_end = self._by_end
-        if 2 * (needed_procs - free) > self.used_procs:
-            return self._reservation_from_the_end(needed_procs, now_s)
-        # Two plain loops (find the shadow time, then take the rest of its instant) instead of
-        # one loop with a branch per job.
-        taken = 0
-        for end_s, _, procs in by_end:
-            free += procs
-            taken += 1
-            if free >= needed_procs and end_s > now_s:
-                break
-        else:
-            raise AssertionError(
-                f"a job of {needed_procs} processors can never run on {self.total_procs}"
-            )
-        return self._rest_of_instant(end_s, taken, free - needed_procs)
-
-    def _reservation_from_the_end(self, needed_procs: int, now_s: int) -> tuple[int, int]:
-        """`reservation` for a job that needs more than half of the busy processors.
-
-        Free processors after the k-th predicted end are the total minus what the later jobs
-        hold, so the first k where the job fits is found by walking back from the last end while
-        the later jobs leave room. On CEA-Curie the waiting head is often nearly machine-wide:
-        the forward scan read ~120 of ~130 running jobs per reservation (the hottest loop of a
-        replay); this walk reads the ~10 others.
-        """
-        by_end = self._by_end
-        slack = self.total_procs - needed_procs  # fits after k  <=>  held after k <= slack
-        held_after = 0
-        position = len(by_end) - 1
-        while position > 0:
-            procs = by_end[position][2]
-            if held_after + procs > slack:
-                break
-            held_after += procs
-            position -= 1
-        # The job fits after `position` and not before it (at `position` = 0, nothing has ended:
-        # it does not fit now, or reservation would not be asked). Its shadow time is the first
-        # end from there that is still to come.
-        free = self.total_procs - held_after
-        end_s = by_end[position][0]
-        while end_s <= now_s:
-            position += 1
-            if position == len(by_end):
-                raise AssertionError(
-                    f"a job of {needed_procs} processors can never run on {self.total_procs}"
-                )
-            end_s, _, procs = by_end[position]
-            free += procs
-        return self._rest_of_instant(end_s, position + 1, free - needed_procs)
-
-    def _rest_of_instant(self, shadow_s: int, start: int, extra: int) -> tuple[int, int]:
-        """(shadow, extra) once every job predicted to end at the shadow time, from the entry
-        `start` on, has given its processors back too."""
-        by_end = self._by_end
-        for position in range(start, len(by_end)):
-            end_s, _, procs = by_end[position]
-            if end_s != shadow_s:
-                break
-            extra += procs
+        shadow_s, extra = kernel.reservation(self.table, needed_procs, now_s)
+        if shadow_s == NEVER:
+            raise never_fits(needed_procs, self.total_procs)
         return shadow_s, extra
+
+
+def never_fits(needed_procs: int, total_procs: int) -> AssertionError:
+    """The error for a reservation no machine state can give."""
+    return AssertionError(f"a job of {needed_procs} processors can never run on {total_procs}")

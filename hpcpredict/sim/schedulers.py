@@ -25,18 +25,28 @@ from typing import NamedTuple
 import numpy as np
 
 from hpcpredict.sim.backfill_kernel import (
+    GUARD_DUE_ROW,
+    NO_BACKFILLING,
     PREDICTION_ROW,
     PROCS_ROW,
+    PROMISED_ROW,
     QUEUE_ROWS,
     REQUESTED_ROW,
+    SHORTEST_FIRST,
     SJBF_KEY_ROW,
+    STARTED_ROW,
+    CANDIDATES_ROW,
+    SUBMISSION_ORDER,
+    ENDED_NOT_RUNNING,
     WAITING_ROW,
     WORK_ROW,
-    backfill_pass,
+    consider_new_job_pass,
+    schedule_pass,
 )
 from hpcpredict.corrections.starvation import STARVATION_RULES, STARVATION_SCOPES
 from hpcpredict.sim.backfill_orders import BACKFILL_ORDERS
-from hpcpredict.sim.profile import RunningProfile
+from hpcpredict.sim.profile import RunningProfile, never_fits
+from hpcpredict.sim.profile_kernel import NEVER
 
 _NO_KEY = np.iinfo(np.int64).max
 # WaitingQueue's attributes that are views of its table's rows (rebound after a copy):
@@ -44,9 +54,11 @@ _NO_KEY = np.iinfo(np.int64).max
 _ROW_VIEWS = {
     "procs": PROCS_ROW, "prediction_s": PREDICTION_ROW, "requested_s": REQUESTED_ROW,
     "sjbf_key": SJBF_KEY_ROW, "is_waiting": WAITING_ROW, "work": WORK_ROW,
+    "guard_due_s": GUARD_DUE_ROW, "promised": PROMISED_ROW, "started": STARTED_ROW,
+    "_order": CANDIDATES_ROW,
 }
-# Memoryviews of three of those rows and of the candidate list, rebuilt with them (never pickled).
-_MEMORY_VIEWS = ("_prediction_view", "_key_view", "_waiting_view", "_order_view")
+# Memoryviews of four of those rows and of the candidate list, rebuilt with them (never pickled).
+_MEMORY_VIEWS = ("_prediction_view", "_key_view", "_waiting_view", "_guard_due_view", "_order_view")
 
 
 class WaitingQueue:
@@ -56,19 +68,15 @@ class WaitingQueue:
     index is the FCFS order and the tie-breaker of every other order (the reference's stable sort
     of a list kept in submission order). `sjbf_key` packs (prediction, index) in one int64 for
     shortest-prediction-first order. Removal only clears `is_waiting`; each backfilling pass
-    drops the stale entries of the compact list of candidates as it reads them
-    (`keep_candidates`), and the list is rebuilt here when more than a fifth of it is stale (and
-    at least 4 entries) all the same, so each job costs O(1) amortised. With up to half of it
-    stale (the first threshold) the scans cost more than the rebuilds (SDSC-BLUE learned replay
-    7.9-8.1 -> 7.2 s, CEA-Curie 12.2 -> 10.7 s CPU, same schedules); since the pass compacts,
-    the rebuild here is rare (docs/performance.md, "Issue 13, item 5, round 3").
+    drops the stale entries of the list of candidates as it reads them (`started_by_pass`), so
+    each job costs O(1) amortised; the list is a row of the table, as long as the jobs (each is
+    added once), so it never grows (docs/performance.md, "Issue 31, round 3").
     """
 
     __slots__ = (
-        "table", "procs", "prediction_s", "sjbf_key", "is_waiting", "_order", "_size", "count",
-        "_head", "procs_list", "prediction_list", "waiting_list", "requested_s", "requested_list",
-        "submit_list", "work", "_last_added", "guard_due_list", "promised_list", "_aged_cursor",
-        *_MEMORY_VIEWS,
+        "table", "_size", "_sorted", "count", "_head", "procs_list", "prediction_list",
+        "waiting_list", "requested_list", "submit_list", "_last_added", "_aged_cursor",
+        *_ROW_VIEWS, *_MEMORY_VIEWS,
     )
 
     def __init__(
@@ -88,18 +96,20 @@ class WaitingQueue:
             self.requested_s[:] = requested_s
         self.requested_list: list[int] = self.requested_s.tolist()
         self.submit_list: list[int] = submit_s if submit_s is not None else [0] * size
-        # When the starvation guard falls due for each job (`Scheduler.guard_due`), and whether
-        # the "promise" rule has fixed it yet (it does so once, when the job is first the head).
-        self.guard_due_list: list[int] = list(self.submit_list)  # `set_guard_wait` sets them
-        self.promised_list: list[bool] = [False] * size
+        # When the starvation guard falls due for each job (`Scheduler.guard_due`; the row
+        # `promised` says whether the "promise" rule has fixed it yet: it does so once, when the
+        # job is first the head).
+        self.guard_due_s[:] = self.submit_list  # `set_guard_wait` sets them
         # Jobs below this index have been moved to the front of the SJBF order once they had
         # waited `Scheduler.aged_first_s` (`age`).
         self._aged_cursor = 0
         self.sjbf_key[:] = _NO_KEY
-        self._order = np.empty(max(16, min(size, 1024)), dtype=np.int64)  # indices, ascending
-        self._size = 0  # used length of _order, stale entries included
+        # The candidates: the table's row `_order`, its first `_size` entries (stale ones
+        # included), in submission order, or for SJBF the first `_sorted` in key order (the
+        # backfilling pass leaves them so) and the jobs submitted since behind them.
+        self._size = 0
+        self._sorted = 0
         self._last_added = -1  # the last job added (jobs come in index order)
-        self._bind_order()
         self.count = 0
         # Lowest job index that may still be waiting. Jobs arrive in index order, so the head
         # (the lowest waiting index) only ever moves forward: a cursor finds it in O(1)
@@ -115,8 +125,13 @@ class WaitingQueue:
 
     def set_guard_wait(self, wait_s: int) -> None:
         """The starvation guard falls due once a job has waited `wait_s` (earlier under the
-        "promise" rule: `Scheduler._note_new_head`)."""
-        self.guard_due_list = [submit_s + wait_s for submit_s in self.submit_list]
+        "promise" rule: `Scheduler.schedule`)."""
+        self.guard_due_s[:] = np.asarray(self.submit_list, dtype=np.int64) + wait_s
+
+    @property
+    def guard_due_list(self) -> list[int]:
+        """When the starvation guard falls due for each job, as a list."""
+        return self.guard_due_s.tolist()
 
     def _bind_rows(self) -> None:
         """The named arrays (`_ROW_VIEWS`) as views of the table's rows, and the memoryviews
@@ -126,8 +141,7 @@ class WaitingQueue:
         self._prediction_view = memoryview(self.prediction_s)
         self._key_view = memoryview(self.sjbf_key)
         self._waiting_view = memoryview(self.is_waiting)
-
-    def _bind_order(self) -> None:
+        self._guard_due_view = memoryview(self.guard_due_s)
         self._order_view = memoryview(self._order)
 
     def __getstate__(self) -> dict[str, object]:
@@ -140,7 +154,6 @@ class WaitingQueue:
         for name, value in saved.items():
             setattr(self, name, value)
         self._bind_rows()
-        self._bind_order()
 
     def __len__(self) -> int:
         return self.count
@@ -151,12 +164,7 @@ class WaitingQueue:
         if job <= self._last_added:
             raise AssertionError(f"job {job} submitted out of order")
         self._last_added = job
-        if self._size == len(self._order):
-            self._compact()
-            if self._size == len(self._order):
-                self._order = np.concatenate([self._order, np.empty_like(self._order)])
-                self._bind_order()
-        self._order_view[self._size] = job
+        self._order_view[self._size] = job  # (each job once: the row is long enough)
         self._size += 1
         self._prediction_view[job] = prediction_s
         self._key_view[job] = (prediction_s << 32) | job
@@ -174,11 +182,29 @@ class WaitingQueue:
         while job <= last and submit[job] <= due_s:
             if self.waiting_list[job]:
                 self._key_view[job] = job
+                self._sorted = 0  # a key changed: the candidates' key order is lost
             job += 1
         self._aged_cursor = job
 
     def remove(self, job: int) -> None:
         self._waiting_view[job] = 0
+        self.waiting_list[job] = False
+        self.count -= 1
+
+    def started_by_pass(self, jobs: list[int], head: int, kept: int, by_key: bool) -> None:
+        """`schedule_pass` started `jobs` (it cleared their waiting row), moved the head cursor
+        to `head` and, when `kept` >= 0, kept that many candidates (in key order if `by_key`)."""
+        waiting = self.waiting_list
+        for job in jobs:
+            waiting[job] = False
+        self.count -= len(jobs)
+        self._head = head
+        if kept >= 0:
+            self._size = kept
+            self._sorted = kept if by_key else 0
+
+    def started_alone(self, job: int) -> None:
+        """`consider_new_job_pass` started `job` (it cleared its waiting row)."""
         self.waiting_list[job] = False
         self.count -= 1
 
@@ -193,25 +219,36 @@ class WaitingQueue:
         return job
 
     def candidates(self) -> np.ndarray:
-        """Indices of the waiting jobs (maybe with some stale ones), in submission order."""
+        """Indices of the waiting jobs (maybe with some stale ones), in submission order (or,
+        after SJBF passes, partly in key order: `prepare_candidates`); the stale entries are
+        dropped first when more than a fifth of the list is stale."""
         if self._size - self.count > max(4, self.count // 4):
             self._compact()
+        self.prepare_candidates(False)
         return self._order[: self._size]
 
-    def keep_candidates(self, kept: int) -> None:
-        """The backfilling pass moved the `kept` candidates still waiting to the front of
-        `candidates()`, in order: the rest of the list is stale."""
-        self._size = kept
+    def prepare_candidates(self, by_key: bool) -> tuple[int, int]:
+        """(how many candidates, how many of the first in key order) for a pass in key order
+        (`by_key`) or in submission order. The stale entries stay: the pass drops them as it
+        reads them (a separate compaction would read them too)."""
+        if not by_key and self._sorted:  # (a queue that served an SJBF pass before)
+            self._order[: self._size].sort()
+            self._sorted = 0
+        return self._size, self._sorted
 
     def _compact(self) -> None:
         order = self._order[: self._size]
-        kept = order[self.is_waiting[order] != 0]
+        waiting = self.is_waiting[order] != 0
+        kept = order[waiting]
+        self._sorted = int(np.count_nonzero(waiting[: self._sorted]))  # order is kept
         self._order[: len(kept)] = kept
         self._size = len(kept)
 
 
 
-StartJob = Callable[[int, bool], None]  # (job index, backfilled?)
+# (job index, backfilled?): told once the scheduler has moved the job from the waiting queue
+# into the running profiles, in start order.
+StartJob = Callable[[int, bool], None]
 
 
 @dataclass(frozen=True)
@@ -273,22 +310,7 @@ class Scheduler:
 
     def guard_due(self, now_s: int, waiting: WaitingQueue, head: int) -> bool:
         """Has `head` waited long enough for the starvation guard?"""
-        return self.starvation_guard_s is not None and now_s >= waiting.guard_due_list[head]
-
-    def _note_new_head(
-        self, now_s: int, waiting: WaitingQueue, head: int, requested_profile: RunningProfile | None
-    ) -> None:
-        """Under the "promise" rule, fix when the guard falls due for a job the first time it is
-        the head: at plain EASY's promise (its shadow time on the running jobs' requests, which
-        cannot slide), unless its wait reaches `starvation_guard_s` first."""
-        if self.guard_rule != "promise" or waiting.promised_list[head]:
-            return
-        if requested_profile is None:
-            raise ValueError("the starvation guard needs the running jobs by requested end")
-        waiting.promised_list[head] = True
-        promise_s = requested_profile.reservation(waiting.procs_list[head], now_s)[0]
-        if promise_s < waiting.guard_due_list[head]:
-            waiting.guard_due_list[head] = promise_s
+        return self.starvation_guard_s is not None and now_s >= waiting._guard_due_view[head]
 
     def schedule(
         self,
@@ -297,71 +319,54 @@ class Scheduler:
         profile: RunningProfile,
         start: StartJob,
         requested_profile: RunningProfile | None = None,
+        ended: tuple[int, int, int] | None = None,
     ) -> Reservation | None:
         """Start every job the policy starts at `now_s`, in start order.
 
         Returns the head's reservation as it stands after backfilling (None if there is none),
         which stays valid until the running profile changes. `requested_profile` (the running
-        jobs by requested end) is needed when the starvation guard is on.
-        """
-        free = profile.free_now(now_s)
-        procs = waiting.procs_list
-        while waiting.count:
-            head = waiting.head()
-            if procs[head] > free:
-                break
-            free -= procs[head]
-            start(head, False)
-        if self.backfill_order is None or waiting.count == 0:
-            return None
-        head = waiting.head()
-        if self.starvation_guard_s is not None:
-            self._note_new_head(now_s, waiting, head, requested_profile)
-        guarded = self.starvation_guard_s is not None and self.guard_due(now_s, waiting, head)
-        if guarded:
-            if requested_profile is None:
-                raise ValueError("the starvation guard needs the running jobs by requested end")
-            shadow_s, extra = requested_profile.reservation(procs[head], now_s)
-        else:
-            shadow_s, extra = profile.reservation(procs[head], now_s)
-        if waiting.count > 1 and free > 0:
-            if self.aged_first_s is not None and self.backfill_order == "shortest_prediction":
-                waiting.age(now_s, self.aged_first_s)
-            extra = self._backfill(now_s, waiting, head, free, shadow_s, extra, start, guarded)
-        return Reservation(head, shadow_s, extra, guarded)
+        jobs by requested end) is needed when the starvation guard is on. `ended` (job,
+        predicted end, requested end): a job that ended at `now_s`, taken out of the running
+        profiles first (a termination's decision, in the same compiled call).
 
-    def _backfill(
-        self,
-        now_s: int,
-        waiting: WaitingQueue,
-        head: int,
-        free: int,
-        shadow_s: int,
-        extra: int,
-        start: StartJob,
-        guarded: bool = False,
-    ) -> int:
-        """Backfill around the head's reservation; returns the extra processors left.
-
-        A candidate "ends by the shadow time" by its prediction, or by its request when the
-        reservation is guarded. The pass is compiled (`backfill_kernel.backfill_pass`): it
-        chooses the jobs, then they start here, in its order.
+        The pass is one compiled call (`backfill_kernel.schedule_pass`): it moves the jobs it
+        starts from the waiting queue into the running profiles; `start` is then told of each,
+        in start order. Under the "promise" rule, the first time a job is the head, when the
+        guard falls due for it is fixed at plain EASY's promise (its shadow time on the running
+        jobs' requests, which cannot slide), unless its wait reaches `starvation_guard_s` first.
         """
-        count, extra, kept = backfill_pass(
-            waiting.candidates(),
-            waiting.table,
-            REQUESTED_ROW if guarded else PREDICTION_ROW,
-            head,
-            free,
-            shadow_s - now_s,
-            extra,
-            self.backfill_order == "shortest_prediction",
+        guard = self.starvation_guard_s is not None
+        if guard and requested_profile is None:
+            raise ValueError("the starvation guard needs the running jobs by requested end")
+        order = _PASS_ORDERS[self.backfill_order]
+        if self.aged_first_s is not None and order == SHORTEST_FIRST and waiting.count > 1:
+            # (before the pass rather than between its head starts and its backfilling: only
+            # the keys of jobs still waiting then are read, and they age the same either way)
+            waiting.age(now_s, self.aged_first_s)
+        ended_job, ended_end_s, ended_request_end_s = ended if ended is not None else _NOTHING_ENDED
+        by_key = order == SHORTEST_FIRST
+        candidate_count, sorted_count = waiting.prepare_candidates(by_key)
+        head, count, from_head, kept, reserved, shadow_s, extra, guarded = schedule_pass(
+            waiting.table, candidate_count, sorted_count, profile.table,
+            requested_profile.table if guard else profile.table,
+            now_s, waiting._head, waiting.count, order, guard, self.guard_rule == "promise",
+            ended_job, ended_end_s, ended_request_end_s,
         )
-        waiting.keep_candidates(kept)  # the pass dropped the stale candidates as it read them
+        if reserved == ENDED_NOT_RUNNING:
+            raise KeyError(f"job {ended_job} with predicted end {ended_end_s} (requested end "
+                           f"{ended_request_end_s}) is not running")
         if count:
-            for job in waiting.work[:count].tolist():
-                start(job, True)
-        return extra
+            jobs = waiting.started[:count].tolist()
+            waiting.started_by_pass(jobs, head, kept, by_key)
+            for position, job in enumerate(jobs):
+                start(job, position >= from_head)
+        else:
+            waiting.started_by_pass([], head, kept, by_key)
+        if not reserved:
+            return None
+        if shadow_s == NEVER:
+            raise never_fits(waiting.procs_list[head], profile.total_procs)
+        return Reservation(head, shadow_s, extra, bool(guarded))
 
     def consider_new_job(
         self,
@@ -371,28 +376,32 @@ class Scheduler:
         reservation: Reservation,
         job: int,
         start: StartJob,
+        requested_profile: RunningProfile | None = None,
     ) -> Reservation:
         """Decide for a newly submitted job when nothing else changed since the last decision.
 
         Then every other waiting job is exactly as (in)eligible as at that decision, the head and
         its reservation are unchanged, and the only possible start is the new job's: the same
-        decision a full pass would take (the simulation checks when this holds).
+        decision a full pass would take (the simulation checks when this holds). A job started
+        moves from the waiting queue into the running profiles, as in a full pass, and `start`
+        is told.
         """
         if self.backfill_order is None:
             return reservation
-        need = waiting.procs_list[job]
-        if need > profile.free_now(now_s):
+        guard = self.starvation_guard_s is not None
+        if guard and requested_profile is None:
+            raise ValueError("the starvation guard needs the running jobs by requested end")
+        started, extra = consider_new_job_pass(
+            waiting.table, profile.table, requested_profile.table if guard else profile.table,
+            now_s, job, reservation.shadow_s, reservation.extra, reservation.guarded, guard,
+        )
+        if not started:
             return reservation
-        duration = waiting.requested_list if reservation.guarded else waiting.prediction_list
-        if now_s + duration[job] <= reservation.shadow_s:
-            start(job, True)
+        waiting.started_alone(job)
+        start(job, True)
+        if extra == reservation.extra:
             return reservation
-        if need <= reservation.extra:
-            start(job, True)
-            return Reservation(
-                reservation.head, reservation.shadow_s, reservation.extra - need, reservation.guarded
-            )
-        return reservation
+        return Reservation(reservation.head, reservation.shadow_s, extra, reservation.guarded)
 
 
 class Reservation(NamedTuple):
@@ -408,6 +417,9 @@ class Reservation(NamedTuple):
     guarded: bool = False  # computed by the starvation guard's rule (requested times)
 
 
+_NOTHING_ENDED = (-1, 0, 0)
+_PASS_ORDERS = {None: NO_BACKFILLING, "fcfs": SUBMISSION_ORDER,
+                "shortest_prediction": SHORTEST_FIRST}
 GUARD_RULES = STARVATION_RULES  # corrections.starvation: one list for the simulator and the daemon
 GUARD_SCOPES = STARVATION_SCOPES
 

@@ -236,7 +236,7 @@ class Simulation:
             and (not self.plan_moved or (reservation := self._still_valid(reservation)) is not None)
         ):
             self._remember(scheduler.consider_new_job(
-                now_s, waiting, self.profile, reservation, index, self._start
+                now_s, waiting, self.profile, reservation, index, self._start, self.by_request
             ))
         else:
             self._decide()
@@ -268,12 +268,14 @@ class Simulation:
         if self.correction_hears_jobs:
             self.correction.job_ended(request, run_s, now_s)
         start_s = self.start_s[index]
-        self.profile.remove(index, start_s + self.prediction_s[index])
         if self.by_request is not None:
-            self.by_request.remove(index, start_s + self.requested_s[index])
             self.unpinned_running.discard(index)
         self.finished += 1
-        self._decide()
+        # The decision takes the job out of the running profiles first (one compiled call).
+        self._remember(self.scheduler.schedule(
+            now_s, self.waiting, self.profile, self._start, self.by_request,
+            (index, start_s + self.prediction_s[index], start_s + self.requested_s[index]),
+        ))
 
     # ------------------------------------------------------------------ corrections
     # No event marks a prediction running out: before each event, the running profile (by
@@ -368,15 +370,13 @@ class Simulation:
         ))
 
     def _start(self, index: int, was_backfilled: bool) -> None:
+        """A job the scheduler started (it moved it from the waiting queue into the running
+        profiles): its outcome, the predictor, the correction policy, its termination event."""
         now_s, request = self.now_s, self.requests[index]
-        self.waiting.remove(index)
         self.start_s[index] = now_s
         self.backfilled[index] = was_backfilled
-        prediction_s, run_s = self.prediction_s[index], self.run_s[index]
-        procs = self.procs[index]
-        self.profile.add(index, now_s, now_s + prediction_s, procs)
+        run_s = self.run_s[index]
         if self.by_request is not None:
-            self.by_request.add(index, now_s, now_s + self.requested_s[index], procs, checked=False)
             self.unpinned_running.add(index)
         self.predictor.job_started(request, now_s)
         if self.correction_hears_jobs:
