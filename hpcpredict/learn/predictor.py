@@ -436,8 +436,7 @@ class LearnedPredictor:
         """
         nag = self.nag.state
         saved_nag = NagState(nag.w.copy(), nag.s.copy(), nag.g_sum.copy(), nag.n_sum, nag.t)
-        user = self.features.users.get(user_id)
-        saved_user = None if user is None else user.copy()
+        saved_user = self.features.save_user(user_id)
         saved_phi = self._pending_phi.get(job_id)  # never written in place: kept by reference
         saved_learned_s = self._pending_learned_s.get(job_id)
         scores = None if self.experts is None else self.experts.users.get(user_id)
@@ -445,7 +444,7 @@ class LearnedPredictor:
 
         def restore() -> None:
             self.nag.state = saved_nag
-            _put_back(self.features.users, user_id, saved_user)
+            self.features.restore_user(user_id, saved_user)
             _put_back(self._pending_phi, job_id, saved_phi)
             _put_back(self._pending_learned_s, job_id, saved_learned_s)
             if self.experts is not None:
@@ -498,18 +497,22 @@ class LearnedPredictor:
     ) -> tuple[np.ndarray, float]:
         """Record the submission; keep Phi(x_j) for the job's learning; return (Phi, f = its
         score now, as `_score` gives it)."""
+        phi = self._pending_phi[request.job_id] = np.empty(self._expansion.n_terms)
+        if features is None and not self._robust:
+            # Features, the submission's record, the expansion and the dot product in one
+            # compiled call (docs/performance.md, "Issue 31, round 3").
+            return phi, self.features.job_submitted_and_scored(
+                request, now_s, self._x, self.nag.weights, phi)
         if features is None:
             x = self.features.job_submitted(request, now_s, self._x)
         else:
             self.features.record_submission(request)
             x = self._x
             x[:] = features
-        phi = self._pending_phi[request.job_id] = np.empty(self._expansion.n_terms)
         if self._robust:
             self._expansion.expand(self._scaled(x), phi)
             return phi, self._score(phi)
-        # Expansion and dot product in one compiled call (docs/performance.md, issue 13 item 5),
-        # called directly: `QuadraticExpansion.score` without its own call (round 3).
+        # Expansion and dot product in one compiled call (docs/performance.md, issue 13 item 5).
         return phi, expand_and_score(x, self.nag.weights, phi)
 
     def _scaled(self, x: np.ndarray) -> np.ndarray:

@@ -1,0 +1,125 @@
+"""The compiled feature state (hpcpredict/features.py over hpcpredict/feature_kernels.py) gives
+bit for bit the features of the Python version it replaced (tests/feature_reference.py), on
+random event sequences as the daemon can produce them: any integer ids, repeated starts, ends of
+jobs never started, late submissions, jobs leaving the running set, undos, checkpoints."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from feature_reference import ReferenceFeatureState
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from hpcpredict.features import FeatureContext, FeatureState
+from hpcpredict.jobs import JobRequest
+
+CONTEXTS = [FeatureContext(), FeatureContext(1_296_571_124, "Europe/Paris"),
+            FeatureContext(0, "Africa/Monrovia"), FeatureContext(-3_600, "America/New_York")]
+ids = st.one_of(st.integers(0, 3), st.integers(-2**62, 2**62))
+KINDS = ["submit", "compute", "start", "end", "late", "leave", "record", "undo", "checkpoint"]
+
+
+@st.composite
+def daemon_streams(draw: st.DrawFn) -> list[tuple]:
+    """Events in any order, on a few users and jobs (drawn again and again) with any ids, times
+    that mostly move forward but may go back (a late report), integer or fractional."""
+    users = draw(st.lists(ids, min_size=1, max_size=4, unique=True))
+    jobs = draw(st.lists(ids, min_size=1, max_size=8, unique=True))
+    now = draw(st.integers(-10**6, 2 * 10**9))
+    events = []
+    for _ in range(draw(st.integers(1, 80))):
+        now += draw(st.one_of(st.integers(-600, 50_000), st.floats(0, 1e4, allow_nan=False)))
+        request = JobRequest(
+            job_id=draw(st.sampled_from(jobs)), submit_s=now + draw(st.integers(-100, 0)),
+            procs=draw(st.integers(0, 4096)), requested_s=draw(st.integers(1, 10**6)),
+            user_id=draw(st.sampled_from(users)))
+        events.append((draw(st.sampled_from(KINDS)), now, request,
+                       draw(st.one_of(st.integers(0, 10**6), st.floats(0, 1e6)))))
+    return events
+
+
+def _same(got: np.ndarray, expected: np.ndarray) -> None:
+    assert got.tobytes() == expected.tobytes(), (got.tolist(), expected.tolist())
+
+
+def _same_users(state: FeatureState, reference: ReferenceFeatureState) -> None:
+    assert list(state.users) == list(reference.users)
+    for user_id, ref in reference.users.items():
+        mine = state.users[user_id]
+        for name in ("n_completed", "sum_run_s", "last_run_s", "second_last_run_s",
+                     "third_last_run_s", "last_end_s", "n_submitted", "sum_submitted_procs",
+                     "running_procs", "running_sum_start_s"):
+            got, expected = getattr(mine, name), getattr(ref, name)
+            assert got == expected and math.copysign(1, got) == math.copysign(1, expected), name
+        assert list(mine.running.items()) == [(j, (float(p), float(s)))
+                                              for j, (p, s) in ref.running.items()]
+
+
+@settings(max_examples=400, deadline=None)
+@given(events=daemon_streams(), context=st.sampled_from(CONTEXTS))
+def test_compiled_features_equal_the_python_reference_bit_for_bit(events, context) -> None:
+    state, reference = FeatureState(context), ReferenceFeatureState(context)
+    saved = None
+    for kind, now, request, run_s in events:
+        if kind == "submit":
+            _same(state.job_submitted(request, now), reference.job_submitted(request, now))
+        elif kind == "compute":  # a PREDICT: a pure read, even for a user never seen
+            _same(state.compute(request, now), reference.compute(request, now))
+        elif kind == "start":
+            state.job_started(request, now)
+            reference.job_started(request, now)
+        elif kind == "end":
+            state.job_ended(request, run_s, now)
+            reference.job_ended(request, run_s, now)
+        elif kind == "late":
+            _same(state.late_submission(request, now), reference.late_submission(request, now))
+        elif kind == "leave":  # the daemon's job that never ran (learning._leave_running_set)
+            state.leave_running(request)
+            user = reference.users.get(request.user_id)
+            if user is not None:
+                user.remove_running(request.job_id)
+        elif kind == "record":
+            state.record_submission(request)
+            reference.record_submission(request)
+        elif kind == "undo":  # save this user now; put them back at the next undo of them
+            if saved is not None and saved[0] == request.user_id:
+                state.restore_user(request.user_id, saved[1])
+                if saved[2] is None:
+                    reference.users.pop(request.user_id, None)
+                else:
+                    reference.users[request.user_id] = saved[2]
+                saved = None
+            else:
+                ref = reference.users.get(request.user_id)
+                saved = (request.user_id, state.save_user(request.user_id),
+                         None if ref is None else ref.copy())
+                assert (saved[1] is None) == (ref is None)
+        else:  # a checkpoint and a restart from it
+            state = FeatureState.from_state(state.to_state())
+        _same_users(state, reference)
+
+
+@settings(max_examples=200, deadline=None)
+@given(events=daemon_streams(), now=st.integers(0, 3 * 10**9))
+def test_the_learners_one_call_submission_equals_features_then_score(events, now) -> None:
+    """`job_submitted_and_scored` = `job_submitted`, `QuadraticExpansion.expand`, `w.dot`."""
+    from hpcpredict.learn.polynomial import QuadraticExpansion
+
+    expansion = QuadraticExpansion(20)
+    w = np.random.default_rng(len(events)).normal(size=expansion.n_terms) * 1e-6
+    one, two = FeatureState(), FeatureState()
+    for kind, at, request, run_s in events:
+        if kind in ("start", "end"):
+            for state in (one, two):
+                (state.job_started(request, at) if kind == "start"
+                 else state.job_ended(request, run_s, at))
+        else:
+            x, phi = np.empty(20), np.empty(expansion.n_terms)
+            f = one.job_submitted_and_scored(request, now, x, w, phi)
+            x_two = two.job_submitted(request, now)
+            _same(x, x_two)
+            phi_two = expansion.expand(x_two)
+            _same(phi, phi_two)
+            assert f == float(w.dot(phi_two))
