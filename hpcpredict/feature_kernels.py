@@ -6,16 +6,17 @@ ends updated Python objects and a heap (docs/performance.md, "Issue 31, round 3"
 state is four arrays that `FeatureState` owns and these kernels update, and a submission
 (features, record, Phi, w . Phi) is one compiled call.
 
-The arrays (`FeatureState` allocates and grows them; the kernels never resize):
+The arrays (`FeatureState` allocates and grows them; the kernels never resize), two because
+numba's dispatch costs per array argument:
 
 * ``users`` (float64, one row per user, the ``*_AT`` columns): the running sums of
-  `FeatureState`'s module doc. Counts are held as floats: exact below 2^53, and every formula
-  reads them as floats anyway (an int divided or multiplied by a float is converted first).
-* ``user_links`` (int64, one row per user): the first and last of the user's running jobs
-  (``HEAD``, ``TAIL``; -1: none), a doubly linked list of slots in start order.
-* ``slots`` (float64, one row per running job): its processors and start time.
-* ``slot_links`` (int64, one row per running job): the previous and next slot of its user's
-  list, and the job's id (for `to_state` and the undo, which list a user's running jobs).
+  `FeatureState`'s module doc, and the first and last of the user's running jobs (``HEAD_AT``,
+  ``TAIL_AT``; -1: none), a doubly linked list of slots in start order. Counts and slot numbers
+  are held as floats: exact below 2^53, and every formula reads the counts as floats anyway (an
+  int divided or multiplied by a float is converted first).
+* ``slots`` (float64, one row per running job): its processors and start time, and the previous
+  and next slot of its user's list. Which job a slot holds `FeatureState` keeps (job ids are any
+  int64, not all exact as floats).
 
 The longest elapsed time needs the earliest start among a user's running jobs: it is kept in
 ``EARLIEST_START_AT``, lowered on each start, and recomputed from the user's list only when the job
@@ -38,21 +39,16 @@ import numpy as np
 from numba import types
 
 from hpcpredict.compiled import compiled
-from hpcpredict.learn.nag_kernels import _c_function, quadratic_terms
+from hpcpredict.learn.nag_kernels import _c_function, learn_step_within_scale, quadratic_terms
 
 # Columns of `users`.
 (N_COMPLETED_AT, SUM_RUN_AT, LAST_RUN_AT, SECOND_LAST_RUN_AT, THIRD_LAST_RUN_AT, LAST_END_AT,
  N_SUBMITTED_AT, SUM_SUBMITTED_PROCS_AT, N_RUNNING_AT, RUNNING_PROCS_AT, RUNNING_SUM_START_AT,
- EARLIEST_START_AT) = range(12)
-USER_COLUMNS = 12
-# Columns of `user_links`.
-HEAD, TAIL = range(2)
-USER_LINK_COLUMNS = 2
-# Columns of `slots` and of `slot_links`.
-PROCS_AT, START_AT = range(2)
-SLOT_COLUMNS = 2
-PREV, NEXT, JOB_ID = range(3)
-SLOT_LINK_COLUMNS = 3
+ EARLIEST_START_AT, HEAD_AT, TAIL_AT) = range(14)
+USER_COLUMNS = 14
+# Columns of `slots`.
+PROCS_AT, START_AT, PREV_AT, NEXT_AT = range(4)
+SLOT_COLUMNS = 4
 NO_SLOT = -1
 
 _DAY_S = 86_400.0  # features.DAY_S, as a float (the Python version converted it the same way)
@@ -157,45 +153,45 @@ def submit(
 @compiled
 def submit_and_score(
     users: np.ndarray, row: int, procs: float, requested_s: float, now_s: float, local_s: float,
-    x: np.ndarray, w: np.ndarray, phi: np.ndarray,
+    w: np.ndarray, phi: np.ndarray,
 ) -> float:  # pragma: no cover - compiled
-    """The learner's whole submission in one call: `submit` into `x`, Phi(x) into `phi`, and
-    f = w . Phi (`nag_kernels.expand_and_score`'s arithmetic: its BLAS ddot)."""
+    """The learner's whole submission in one call: `submit` into Phi's linear terms (x_j is
+    phi[1:21]), Phi(x_j) into `phi`, and f = w . Phi (`nag_kernels.expand_and_score`'s
+    arithmetic: its BLAS ddot). The expansion reads x from the terms it does not write."""
+    x = phi[1:1 + 20]
     submit(users, row, procs, requested_s, now_s, local_s, x)
     quadratic_terms(x, phi)
     return np.dot(w, phi)
 
 
 @compiled
-def _earliest_start_s(slots: np.ndarray, slot_links: np.ndarray, head: int) -> float:  # pragma: no cover - compiled
+def _earliest_start_s(slots: np.ndarray, head: int) -> float:  # pragma: no cover - compiled
     """The smallest start time in the list of running slots from `head` (not empty)."""
     earliest_s = slots[head, START_AT]
-    slot = slot_links[head, NEXT]
+    slot = int(slots[head, NEXT_AT])
     while slot != NO_SLOT:
         start_s = slots[slot, START_AT]
         if start_s < earliest_s:
             earliest_s = start_s
-        slot = slot_links[slot, NEXT]
+        slot = int(slots[slot, NEXT_AT])
     return earliest_s
 
 
 @compiled
-def _unlink(
-    users: np.ndarray, user_links: np.ndarray, slots: np.ndarray, slot_links: np.ndarray,
-    row: int, slot: int,
-) -> None:  # pragma: no cover - compiled
-    """Take running slot `slot` out of user `row`'s running jobs. The sums are reset to 0
-    exactly when none is left, so rounding never accumulates across busy periods."""
-    prev = slot_links[slot, PREV]
-    after = slot_links[slot, NEXT]
+def leave_running(users: np.ndarray, slots: np.ndarray, row: int, slot: int) -> None:  # pragma: no cover - compiled
+    """Running slot `slot` of user `row` leaves the running jobs (without a completion). The
+    sums are reset to 0 exactly when none is left, so rounding never accumulates across busy
+    periods."""
+    prev = slots[slot, PREV_AT]
+    after = slots[slot, NEXT_AT]
     if prev != NO_SLOT:
-        slot_links[prev, NEXT] = after
+        slots[int(prev), NEXT_AT] = after
     else:
-        user_links[row, HEAD] = after
+        users[row, HEAD_AT] = after
     if after != NO_SLOT:
-        slot_links[after, PREV] = prev
+        slots[int(after), PREV_AT] = prev
     else:
-        user_links[row, TAIL] = prev
+        users[row, TAIL_AT] = prev
     n_running = users[row, N_RUNNING_AT] - 1.0
     users[row, N_RUNNING_AT] = n_running
     if n_running > 0.0:
@@ -203,7 +199,7 @@ def _unlink(
         start_s = slots[slot, START_AT]
         users[row, RUNNING_SUM_START_AT] -= start_s
         if start_s <= users[row, EARLIEST_START_AT]:
-            users[row, EARLIEST_START_AT] = _earliest_start_s(slots, slot_links, user_links[row, HEAD])
+            users[row, EARLIEST_START_AT] = _earliest_start_s(slots, int(users[row, HEAD_AT]))
     else:
         users[row, RUNNING_PROCS_AT] = 0.0
         users[row, RUNNING_SUM_START_AT] = 0.0
@@ -212,53 +208,54 @@ def _unlink(
 
 @compiled
 def start_running(
-    users: np.ndarray, user_links: np.ndarray, slots: np.ndarray, slot_links: np.ndarray,
-    row: int, slot: int, restart: bool, job_id: int, procs: float, start_s: float,
+    users: np.ndarray, slots: np.ndarray, row: int, slot: int, procs: float, start_s: float,
 ) -> None:  # pragma: no cover - compiled
-    """Job `job_id` of user `row` starts at `start_s` in slot `slot` (free, or its own slot
-    when `restart`: a repeated start event restarts its clock, as a removal then a start)."""
-    if restart:
-        _unlink(users, user_links, slots, slot_links, row, slot)
+    """A job of user `row` starts at `start_s` in slot `slot`, not in the user's list (a free
+    slot, or its own after `leave_running`: a repeated start event restarts its clock)."""
     n_before = users[row, N_RUNNING_AT]
     users[row, N_RUNNING_AT] = n_before + 1.0
     users[row, RUNNING_PROCS_AT] += procs
     users[row, RUNNING_SUM_START_AT] += start_s
     if n_before == 0.0 or start_s < users[row, EARLIEST_START_AT]:
         users[row, EARLIEST_START_AT] = start_s
+    tail = users[row, TAIL_AT]
     slots[slot, PROCS_AT] = procs
     slots[slot, START_AT] = start_s
-    tail = user_links[row, TAIL]
-    slot_links[slot, PREV] = tail
-    slot_links[slot, NEXT] = NO_SLOT
-    slot_links[slot, JOB_ID] = job_id
+    slots[slot, PREV_AT] = tail
+    slots[slot, NEXT_AT] = NO_SLOT
     if tail != NO_SLOT:
-        slot_links[tail, NEXT] = slot
+        slots[int(tail), NEXT_AT] = slot
     else:
-        user_links[row, HEAD] = slot
-    user_links[row, TAIL] = slot
-
-
-@compiled
-def leave_running(
-    users: np.ndarray, user_links: np.ndarray, slots: np.ndarray, slot_links: np.ndarray,
-    row: int, slot: int,
-) -> None:  # pragma: no cover - compiled
-    """Running slot `slot` of user `row` leaves the running jobs without a completion."""
-    _unlink(users, user_links, slots, slot_links, row, slot)
+        users[row, HEAD_AT] = slot
+    users[row, TAIL_AT] = slot
 
 
 @compiled
 def end_job(
-    users: np.ndarray, user_links: np.ndarray, slots: np.ndarray, slot_links: np.ndarray,
-    row: int, slot: int, run_s: float, end_s: float,
+    users: np.ndarray, slots: np.ndarray, row: int, slot: int, run_s: float, end_s: float,
 ) -> None:  # pragma: no cover - compiled
     """A job of user `row` ended: out of the running jobs (`slot`; `NO_SLOT` if it was not
     running), then its user's last completed job."""
     if slot != NO_SLOT:
-        _unlink(users, user_links, slots, slot_links, row, slot)
+        leave_running(users, slots, row, slot)
     users[row, N_COMPLETED_AT] += 1.0
     users[row, SUM_RUN_AT] += run_s
     users[row, THIRD_LAST_RUN_AT] = users[row, SECOND_LAST_RUN_AT]
     users[row, SECOND_LAST_RUN_AT] = users[row, LAST_RUN_AT]
     users[row, LAST_RUN_AT] = run_s
     users[row, LAST_END_AT] = end_s
+
+
+@compiled
+def learn_and_end(
+    phi: np.ndarray, table: np.ndarray, constants: np.ndarray, t: int, n_sum: float, run_s: float,
+    q: float, check_scale: bool, factor: float, users: np.ndarray, slots: np.ndarray, row: int,
+    slot: int, end_s: float,
+) -> tuple[bool, float]:  # pragma: no cover - compiled
+    """The learner's end of a job in one call: `nag_kernels.learn_step_within_scale` on the loss
+    of (f, `run_s`, `q`) (returns whether it stepped and the new N), then `end_job` with the
+    same runtime."""
+    stepped, _, n_sum = learn_step_within_scale(phi, table, constants, t, n_sum, run_s, q,
+                                                check_scale, factor)
+    end_job(users, slots, row, slot, run_s, end_s)
+    return stepped, n_sum

@@ -212,8 +212,8 @@ _FIRST_ROWS = 64  # rows allocated at first; the arrays double when full
 class FeatureState:
     """All users' histories; computes x_j at submission (docs/method.md §2). See the module doc.
 
-    The state lives in four arrays that the compiled kernels of `feature_kernels` update (that
-    module's doc gives their layout): one row per user, found from its id by a dictionary (ids
+    The state lives in two arrays, `table` and `slots`, that the compiled kernels of
+    `feature_kernels` update (that module's doc gives their layout): one row per user, found from its id by a dictionary (ids
     are any integers: the daemon's), and one slot per running job, found from (user id, job id).
     Each event is one compiled call; the time of day (`_LocalClock`) stays in Python, where
     `zoneinfo` is, and reaches the kernel as local seconds.
@@ -226,12 +226,10 @@ class FeatureState:
         self._free_rows: list[int] = []  # rows of users an undo removed
         self._n_rows = 0  # rows ever used (the high-water mark)
         self.table = np.zeros((_FIRST_ROWS, K.USER_COLUMNS))
-        self._user_links = np.full((_FIRST_ROWS, K.USER_LINK_COLUMNS), K.NO_SLOT, dtype=np.int64)
         self._slot_of: dict[tuple[int, int], int] = {}  # (user id, job id) -> slot of a running job
+        self._slot_job: list[int] = []  # slot -> the job id it holds (or held)
         self._free_slots: list[int] = []
-        self._n_slots = 0
-        self._slots = np.zeros((_FIRST_ROWS, K.SLOT_COLUMNS))
-        self._slot_links = np.full((_FIRST_ROWS, K.SLOT_LINK_COLUMNS), K.NO_SLOT, dtype=np.int64)
+        self.slots = np.zeros((_FIRST_ROWS, K.SLOT_COLUMNS))
 
     @property
     def users(self) -> UserHistories:
@@ -252,30 +250,35 @@ class FeatureState:
         else:
             row = self._n_rows
             if row == len(self.table):
-                self.table = _grown(self.table, 0.0)
-                self._user_links = _grown(self._user_links, K.NO_SLOT)
+                self.table = _grown(self.table)
             self._n_rows += 1
         self.table[row] = 0.0
-        self._user_links[row] = K.NO_SLOT
+        self.table[row, K.HEAD_AT] = self.table[row, K.TAIL_AT] = K.NO_SLOT
         return row
 
-    def _new_slot(self) -> int:
+    def _new_slot(self, job_id: int) -> int:
         if self._free_slots:
-            return self._free_slots.pop()
-        slot = self._n_slots
-        if slot == len(self._slots):
-            self._slots = _grown(self._slots, 0.0)
-            self._slot_links = _grown(self._slot_links, K.NO_SLOT)
-        self._n_slots += 1
+            slot = self._free_slots.pop()
+            self._slot_job[slot] = job_id
+            return slot
+        slot = len(self._slot_job)
+        if slot == len(self.slots):
+            self.slots = _grown(self.slots)
+        self._slot_job.append(job_id)
         return slot
+
+    @property
+    def _n_slots(self) -> int:
+        """Slots ever used (the high-water mark of running jobs)."""
+        return len(self._slot_job)
 
     def _running_slots(self, row: int) -> list[int]:
         """The user's running slots, in start order."""
         slots = []
-        slot = int(self._user_links[row, K.HEAD])
+        slot = int(self.table[row, K.HEAD_AT])
         while slot != K.NO_SLOT:
             slots.append(slot)
-            slot = int(self._slot_links[slot, K.NEXT])
+            slot = int(self.slots[slot, K.NEXT_AT])
         return slots
 
     # ------------------------------------------------------------------ the events
@@ -312,14 +315,17 @@ class FeatureState:
         return out
 
     def job_submitted_and_scored(
-        self, request: JobRequest, now_s: float, x: np.ndarray, w: np.ndarray, phi: np.ndarray
+        self, request: JobRequest, now_s: float, w: np.ndarray, phi: np.ndarray
     ) -> float:
-        """`job_submitted` into `x`, then Phi(x) into `phi` and f = w . Phi, in one compiled call
-        (the learner's submission; `QuadraticExpansion.score`'s arithmetic, bit for bit)."""
-        row = self._row(request.user_id)
+        """`job_submitted`, then Phi(x_j) into `phi` (x_j is phi[1:21]) and f = w . Phi, in one
+        compiled call (the learner's submission; `QuadraticExpansion.score`'s arithmetic, bit
+        for bit)."""
+        row = self._rows.get(request.user_id)
+        if row is None:
+            row = self._row(request.user_id)
         return K.submit_and_score(
             self.table, row, float(request.procs), float(request.requested_s), float(now_s),
-            float(self._clock.local_s(request.submit_s)), x, w, phi)
+            float(self._clock.local_s(request.submit_s)), w, phi)
 
     def late_submission(
         self, request: JobRequest, end_s: float, out: np.ndarray | None = None
@@ -340,31 +346,46 @@ class FeatureState:
     def job_started(self, request: JobRequest, now_s: float) -> None:
         """The job joins its user's running set (features 11-15); a repeated start event (the
         daemon's replay, a requeue) restarts its clock."""
-        key = (request.user_id, request.job_id)
-        row = self._row(request.user_id)
+        # (the fast paths written out: this runs once per start, and each call costs)
+        user_id = request.user_id
+        row = self._rows.get(user_id)
+        if row is None:
+            row = self._row(user_id)
+        key = (user_id, request.job_id)
         slot = self._slot_of.get(key)
-        restart = slot is not None
-        if slot is None:
-            slot = self._slot_of[key] = self._new_slot()
-        K.start_running(self.table, self._user_links, self._slots, self._slot_links, row, slot,
-                        restart, request.job_id, float(request.procs), float(now_s))
+        if slot is not None:  # a repeated start: out first, then in again
+            K.leave_running(self.table, self.slots, row, slot)
+        elif self._free_slots:
+            slot = self._slot_of[key] = self._free_slots.pop()
+            self._slot_job[slot] = request.job_id
+        else:
+            slot = self._slot_of[key] = self._new_slot(request.job_id)
+        K.start_running(self.table, self.slots, row, slot, float(request.procs), float(now_s))
 
     def job_ended(self, request: JobRequest, run_s: float, end_s: float) -> None:
         """The job leaves the running set and becomes the user's last completed job."""
-        row = self._row(request.user_id)
-        slot = self._slot_of.pop((request.user_id, request.job_id), K.NO_SLOT)
-        K.end_job(self.table, self._user_links, self._slots, self._slot_links, row, slot,
-                  float(run_s), float(end_s))
+        row, slot = self.ending(request)
+        K.end_job(self.table, self.slots, row, slot, float(run_s), float(end_s))
+
+    def ending(self, request: JobRequest) -> tuple[int, int]:
+        """For a compiled call that ends the job itself (`feature_kernels.end_job`; the learner's
+        `learn_and_end`), which must follow at once: the user's row (made if new) and the job's
+        running slot (`NO_SLOT`: not running), released here."""
+        user_id = request.user_id
+        row = self._rows.get(user_id)
+        if row is None:
+            row = self._row(user_id)
+        slot = self._slot_of.pop((user_id, request.job_id), K.NO_SLOT)
         if slot != K.NO_SLOT:
             self._free_slots.append(slot)
+        return row, slot
 
     def leave_running(self, request: JobRequest) -> None:
         """The job leaves its user's running set without a completion (a job that never ran
         after all, a late submission); nothing if it is not running."""
         slot = self._slot_of.pop((request.user_id, request.job_id), None)
         if slot is not None:
-            K.leave_running(self.table, self._user_links, self._slots, self._slot_links,
-                            self._rows[request.user_id], slot)
+            K.leave_running(self.table, self.slots, self._rows[request.user_id], slot)
             self._free_slots.append(slot)
 
     # ------------------------------------------------------------------ one user
@@ -379,9 +400,8 @@ class FeatureState:
         if row is None:
             return None
         values = self.table[row].tolist()
-        slot_links = self._slot_links
-        running = {int(slot_links[slot, K.JOB_ID]): (float(self._slots[slot, K.PROCS_AT]),
-                                                      float(self._slots[slot, K.START_AT]))
+        running = {self._slot_job[slot]: (float(self.slots[slot, K.PROCS_AT]),
+                                          float(self.slots[slot, K.START_AT]))
                    for slot in self._running_slots(row)}
         return UserHistory(
             n_completed=int(values[K.N_COMPLETED_AT]),
@@ -404,15 +424,14 @@ class FeatureState:
         row = self._rows.get(user_id)
         if row is not None:
             for slot in self._running_slots(row):
-                job_id = int(self._slot_links[slot, K.JOB_ID])
-                del self._slot_of[(user_id, job_id)]
+                del self._slot_of[(user_id, self._slot_job[slot])]
                 self._free_slots.append(slot)
             if saved is None:
                 del self._rows[user_id]
                 self._free_rows.append(row)
                 return
             self.table[row] = 0.0
-            self._user_links[row] = K.NO_SLOT
+            self.table[row, K.HEAD_AT] = self.table[row, K.TAIL_AT] = K.NO_SLOT
         elif saved is None:
             return
         else:
@@ -429,9 +448,8 @@ class FeatureState:
         their order (which rebuilds the list and the earliest start), then the counts and sums
         as saved (the running sums included: as they were, not as re-added)."""
         for job_id, (procs, start_s) in running.items():
-            slot = self._slot_of[(user_id, job_id)] = self._new_slot()
-            K.start_running(self.table, self._user_links, self._slots, self._slot_links, row, slot,
-                            False, job_id, float(procs), float(start_s))
+            slot = self._slot_of[(user_id, job_id)] = self._new_slot(job_id)
+            K.start_running(self.table, self.slots, row, slot, float(procs), float(start_s))
         values = self.table[row]
         values[K.N_COMPLETED_AT], values[K.N_SUBMITTED_AT] = counts
         for column, value in zip(_USER_FLOAT_COLUMNS, floats):
@@ -445,9 +463,8 @@ class FeatureState:
         running = []
         for user_id, row in self._rows.items():
             for slot in self._running_slots(row):
-                running.append((user_id, int(self._slot_links[slot, K.JOB_ID]),
-                                float(self._slots[slot, K.PROCS_AT]),
-                                float(self._slots[slot, K.START_AT])))
+                running.append((user_id, self._slot_job[slot], float(self.slots[slot, K.PROCS_AT]),
+                                float(self.slots[slot, K.START_AT])))
         return {
             "user_id": np.array(list(self._rows), dtype=np.int64),
             "user_counts": values[:, [K.N_COMPLETED_AT, K.N_SUBMITTED_AT]].astype(np.int64),
@@ -476,9 +493,9 @@ class FeatureState:
         return feature_state
 
 
-def _grown(array: np.ndarray, fill: float | int) -> np.ndarray:
-    """`array` with twice its rows, the new ones `fill`."""
-    grown = np.full((2 * len(array), array.shape[1]), fill, dtype=array.dtype)
+def _grown(array: np.ndarray) -> np.ndarray:
+    """`array` with twice its rows, the new ones 0 (each is set when first used)."""
+    grown = np.zeros((2 * len(array), array.shape[1]), dtype=array.dtype)
     grown[: len(array)] = array
     return grown
 

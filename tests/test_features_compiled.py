@@ -116,10 +116,77 @@ def test_the_learners_one_call_submission_equals_features_then_score(events, now
                 (state.job_started(request, at) if kind == "start"
                  else state.job_ended(request, run_s, at))
         else:
-            x, phi = np.empty(20), np.empty(expansion.n_terms)
-            f = one.job_submitted_and_scored(request, now, x, w, phi)
+            phi = np.empty(expansion.n_terms)
+            f = one.job_submitted_and_scored(request, now, w, phi)
             x_two = two.job_submitted(request, now)
-            _same(x, x_two)
+            _same(phi[1:21], x_two)
             phi_two = expansion.expand(x_two)
             _same(phi, phi_two)
             assert f == float(w.dot(phi_two))
+
+
+class _ReferenceLearner:
+    """`LearnedPredictor`'s default path as it was before its per-job calls were fused: the
+    Python feature state, `QuadraticExpansion`, `w.dot`, `Nag.step_on_loss_within_scale`."""
+
+    def __init__(self, predictor) -> None:
+        from hpcpredict.learn.nag import Nag
+        from hpcpredict.learn.polynomial import QuadraticExpansion
+
+        self.features = ReferenceFeatureState()
+        self.expansion = QuadraticExpansion(20)
+        self.nag = Nag(self.expansion.n_terms, predictor.nag.config)
+        self.constants = predictor._step_constants
+        self.to_seconds = predictor._to_seconds
+        self.pending: dict[int, np.ndarray] = {}
+
+    def predict(self, request: JobRequest, now_s: int) -> int:
+        phi = self.pending.get(request.job_id)
+        if phi is None:
+            phi = self.pending[request.job_id] = self.expansion.expand(
+                self.features.job_submitted(request, now_s))
+        return self.to_seconds(float(self.nag.state.w.dot(phi)), request.requested_s)
+
+    def job_ended(self, request: JobRequest, run_s: int, end_s: int) -> bool:
+        from hpcpredict.learn.predictor import OUTLIER_AFTER_STEPS, OUTLIER_SCALE_FACTOR
+
+        if run_s > request.requested_s:
+            end_s -= run_s - request.requested_s
+            run_s = request.requested_s
+        phi = self.pending.pop(request.job_id, None)
+        if phi is None:
+            phi = self.expansion.expand(self.features.late_submission(request, end_s))
+        stepped = self.nag.step_on_loss_within_scale(
+            phi, self.constants, float(run_s), float(request.procs), OUTLIER_SCALE_FACTOR,
+            OUTLIER_AFTER_STEPS)
+        self.features.job_ended(request, run_s, end_s)
+        return stepped
+
+
+@settings(max_examples=150, deadline=None)
+@given(events=daemon_streams())
+def test_the_learners_fused_calls_learn_what_the_separate_calls_learned(events) -> None:
+    """`LearnedPredictor`'s one-call submission and one-call end (`learn_and_end`) predict and
+    learn bit for bit what the features, expansion, score and NAG step did as separate calls,
+    over jobs predicted, started (again), ended (also unseen ones: late submissions)."""
+    from hpcpredict.learn.predictor import LearnedPredictor
+
+    predictor = LearnedPredictor()
+    reference = _ReferenceLearner(predictor)
+    for kind, now, request, run_s in events:
+        request = JobRequest(job_id=request.job_id, submit_s=int(request.submit_s),
+                             procs=request.procs, requested_s=request.requested_s,
+                             user_id=request.user_id)
+        now, run_s = int(now), int(run_s)
+        if kind in ("submit", "compute", "record"):
+            assert predictor.predict(request, now) == reference.predict(request, now)
+        elif kind in ("start", "leave"):
+            predictor.job_started(request, now)
+            reference.features.job_started(request, now)
+        elif kind in ("end", "late"):
+            assert predictor.job_ended(request, run_s, now) == reference.job_ended(request, run_s, now)
+    mine, theirs = predictor.nag.state, reference.nag.state
+    assert (mine.t, mine.n_sum) == (theirs.t, theirs.n_sum)
+    for name in ("w", "s", "g_sum"):
+        assert getattr(mine, name).tobytes() == getattr(theirs, name).tobytes(), name
+    _same_users(predictor.features, reference.features)

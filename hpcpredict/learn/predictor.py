@@ -95,6 +95,7 @@ from typing import Any
 
 import numpy as np
 
+from hpcpredict.feature_kernels import learn_and_end
 from hpcpredict.features import (
     AVE2_S,
     BREAK_TIME_S,
@@ -273,13 +274,22 @@ class LearnedPredictor:
         if phi is None and self.learn_unseen:
             phi = self._expansion.expand(self._scaled(
                 self.features.late_submission(request, end_s, self._x)))
-        # = `not self._outlier(phi)` and then nag.step(phi, lambda f: self._loss.gradient(f,
-        # run_s, procs)), bit for bit, in one compiled call
-        stepped = phi is not None and self.nag.step_on_loss_within_scale(
-            phi, self._step_constants, float(run_s), float(request.procs), OUTLIER_SCALE_FACTOR,
-            OUTLIER_AFTER_STEPS,
-        )
-        self.features.job_ended(request, run_s, end_s)
+        if phi is None:
+            self.features.job_ended(request, run_s, end_s)
+            return False
+        # = `not self._outlier(phi)`, then nag.step(phi, lambda f: self._loss.gradient(f, run_s,
+        # procs)) (`Nag.step_on_loss_within_scale`), then features.job_ended(request, run_s,
+        # end_s), bit for bit, in one compiled call (docs/performance.md, "Issue 31, round 3")
+        nag = self.nag
+        state = nag.state
+        features = self.features
+        row, slot = features.ending(request)
+        stepped, n_sum = learn_and_end(
+            phi, nag.table, self._step_constants, state.t, state.n_sum, float(run_s),
+            float(request.procs), state.t >= OUTLIER_AFTER_STEPS, OUTLIER_SCALE_FACTOR,
+            features.table, features.slots, row, slot, float(end_s))
+        if stepped:
+            nag.count_step(n_sum)
         return stepped
 
     def _outlier(self, phi: np.ndarray) -> bool:
@@ -502,7 +512,7 @@ class LearnedPredictor:
             # Features, the submission's record, the expansion and the dot product in one
             # compiled call (docs/performance.md, "Issue 31, round 3").
             return phi, self.features.job_submitted_and_scored(
-                request, now_s, self._x, self.nag.weights, phi)
+                request, now_s, self.nag.weights, phi)
         if features is None:
             x = self.features.job_submitted(request, now_s, self._x)
         else:
