@@ -151,6 +151,17 @@ def submit(
 
 
 @compiled
+def features_and_score(
+    users: np.ndarray, row: int, procs: float, requested_s: float, now_s: float, local_s: float,
+    x: np.ndarray, w: np.ndarray, phi: np.ndarray,
+) -> float:  # pragma: no cover - compiled
+    """`features_into` `x`, Phi(x) into `phi` and f = w . Phi, recording nothing (a peek)."""
+    features_into(users, row, procs, requested_s, now_s, local_s, x)
+    quadratic_terms(x, phi)
+    return np.dot(w, phi)
+
+
+@compiled
 def submit_and_score(
     users: np.ndarray, row: int, procs: float, requested_s: float, now_s: float, local_s: float,
     w: np.ndarray, phi: np.ndarray,

@@ -327,6 +327,16 @@ class FeatureState:
             self.table, row, float(request.procs), float(request.requested_s), float(now_s),
             float(self._clock.local_s(request.submit_s)), w, phi)
 
+    def compute_and_score(
+        self, request: JobRequest, now_s: float, out: np.ndarray, w: np.ndarray, phi: np.ndarray
+    ) -> float:
+        """`compute` into `out`, then Phi(x_j) into `phi` and f = w . Phi, in one compiled call
+        (a peek: the daemon's PREDICT), recording nothing."""
+        return K.features_and_score(
+            self.table, self._rows.get(request.user_id, -1), float(request.procs),
+            float(request.requested_s), float(now_s), float(self._clock.local_s(request.submit_s)),
+            out, w, phi)
+
     def late_submission(
         self, request: JobRequest, end_s: float, out: np.ndarray | None = None
     ) -> np.ndarray:

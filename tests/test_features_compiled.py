@@ -166,9 +166,10 @@ class _ReferenceLearner:
 @settings(max_examples=150, deadline=None)
 @given(events=daemon_streams())
 def test_the_learners_fused_calls_learn_what_the_separate_calls_learned(events) -> None:
-    """`LearnedPredictor`'s one-call submission and one-call end (`learn_and_end`) predict and
+    """`LearnedPredictor`'s one-call submission, peek and end (`learn_and_end`) predict and
     learn bit for bit what the features, expansion, score and NAG step did as separate calls,
-    over jobs predicted, started (again), ended (also unseen ones: late submissions)."""
+    over jobs predicted, peeked at, started (again), ended (also unseen ones: late
+    submissions)."""
     from hpcpredict.learn.predictor import LearnedPredictor
 
     predictor = LearnedPredictor()
@@ -178,7 +179,15 @@ def test_the_learners_fused_calls_learn_what_the_separate_calls_learned(events) 
                              procs=request.procs, requested_s=request.requested_s,
                              user_id=request.user_id)
         now, run_s = int(now), int(run_s)
-        if kind in ("submit", "compute", "record"):
+        if kind == "compute":  # a PREDICT's peek: features, Phi and score in one call
+            answer, x = predictor.peek_features(request, now)
+            _same(x, reference.features.compute(request, now))
+            phi = reference.pending.get(request.job_id)
+            phi = reference.expansion.expand(x) if phi is None else phi
+            assert answer == reference.to_seconds(float(reference.nag.state.w.dot(phi)),
+                                                  request.requested_s)
+            assert predictor.peek(request, now) == answer
+        elif kind in ("submit", "record"):
             assert predictor.predict(request, now) == reference.predict(request, now)
         elif kind in ("start", "leave"):
             predictor.job_started(request, now)

@@ -203,6 +203,7 @@ class LearnedPredictor:
         self._x = np.empty(N_FEATURES)
         self._robust = feature_scaling == "robust"
         self._clamped = np.empty(self._expansion.n_terms)
+        self._peek_phi = np.empty(self._expansion.n_terms)  # scratch of a peek's Phi
         self.experts = ExpertScores() if self.per_user_experts else None
         # With experts: the learned model's prediction as given at submission, to score it.
         self._pending_learned_s: dict[int, int] = {}
@@ -410,20 +411,35 @@ class LearnedPredictor:
         job has an id): the prediction is served now, and the submission is recorded later,
         when the job is reported with its id. A job already predicted reuses its features.
         """
-        return self._peek(request, self.features.compute(request, now_s, self._x))
+        return self._peek_now(request, now_s, self._x)
 
     def peek_features(self, request: JobRequest, now_s: int) -> tuple[int, np.ndarray]:
         """`peek`, and the features x_j it computed (a new array, before any scaling): given to
         `predict` at the job's submission, they are the ones the job learns from."""
-        x = self.features.compute(request, now_s)
-        return self._peek(request, x.copy()), x
+        x = np.empty(N_FEATURES)
+        return self._peek_now(request, now_s, x), x
+
+    def _peek_now(self, request: JobRequest, now_s: int, x: np.ndarray) -> int:
+        """`peek`, x_j computed into `x` (left unscaled). Without robust features and for a job
+        not yet observed: the features, Phi and f = w . Phi in one compiled call (the daemon's
+        PREDICT; the same values as `_peek`'s separate calls, bit for bit)."""
+        if self._robust or request.job_id in self._pending_phi:
+            self.features.compute(request, now_s, x)
+            return self._peek(request, x.copy())
+        phi = self._peek_phi
+        return self._peek_answer(
+            request, phi, self.features.compute_and_score(request, now_s, x, self.nag.weights, phi))
 
     def _peek(self, request: JobRequest, x: np.ndarray) -> int:
         """`peek` from x_j computed now (scaled in place), unless the job already has features."""
         phi = self._pending_phi.get(request.job_id)
         if phi is None:
             phi = self._expansion.expand(self._scaled(x))
-        learned_s = self._to_seconds(self._score(phi), request.requested_s)
+        return self._peek_answer(request, phi, self._score(phi))
+
+    def _peek_answer(self, request: JobRequest, phi: np.ndarray, f: float) -> int:
+        """What `peek` answers for a job of Phi `phi` whose model output is `f` (= `_score`)."""
+        learned_s = self._to_seconds(f, request.requested_s)
         if self.calibration is not None:
             given = self._pending_calibrated.get(request.job_id)
             learned_s = given[1] if given is not None else self.calibration.published_s(
@@ -440,7 +456,7 @@ class LearnedPredictor:
 
         `predict`, `job_started`, `job_ended`, `learn_lower_bound` and `discard` for one job
         touch nothing else (the feature clock's cache is a pure
-        function of time, `_x` and `_clamped` are scratch). The daemon takes one before applying
+        function of time, `_x`, `_clamped` and `_peek_phi` are scratch). The daemon takes one before applying
         an event and calls it when the event's transaction fails, so that the learner equals
         "checkpoint + logged events" again without a replay.
         """
