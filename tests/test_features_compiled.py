@@ -57,7 +57,7 @@ def _same_users(state: FeatureState, reference: ReferenceFeatureState) -> None:
                                               for j, (p, s) in ref.running.items()]
 
 
-@settings(max_examples=400, deadline=None)
+@settings(max_examples=200, deadline=None)
 @given(events=daemon_streams(), context=st.sampled_from(CONTEXTS))
 def test_compiled_features_equal_the_python_reference_bit_for_bit(events, context) -> None:
     state, reference = FeatureState(context), ReferenceFeatureState(context)
@@ -101,7 +101,7 @@ def test_compiled_features_equal_the_python_reference_bit_for_bit(events, contex
         _same_users(state, reference)
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=60, deadline=None)
 @given(events=daemon_streams(), now=st.integers(0, 3 * 10**9))
 def test_the_learners_one_call_submission_equals_features_then_score(events, now) -> None:
     """`job_submitted_and_scored` = `job_submitted`, `QuadraticExpansion.expand`, `w.dot`."""
@@ -163,7 +163,7 @@ class _ReferenceLearner:
         return stepped
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=80, deadline=None)
 @given(events=daemon_streams())
 def test_the_learners_fused_calls_learn_what_the_separate_calls_learned(events) -> None:
     """`LearnedPredictor`'s one-call submission, peek and end (`learn_and_end`) predict and
