@@ -8,12 +8,14 @@ Run on demand (never from the test suite):
 Replays the log's jobs through a `LearnedPredictor` in submission order (each job starts at its
 submission, ends are reported in time order), timing `predict`, `job_started` and `job_ended`
 per job (best of --repeat passes), then times the parts of a prediction and of a learning step
-on the trained model: feature computation, the degree-2 expansion, the dot product, the NAG step.
+on the trained model: feature computation, the degree-2 expansion, the dot product, the NAG step,
+and a peek (the daemon's PREDICT). Another tree's code: ``PYTHONPATH=TREE python THIS_FILE``.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import heapq
 import timeit
 from pathlib import Path
@@ -76,6 +78,7 @@ def main() -> None:
     state = predictor.nag.state
     nag = Nag(predictor.nag.n_coords, predictor.nag.config,
               NagState(state.w.copy(), state.s.copy(), state.g_sum.copy(), state.n_sum, state.t))
+    unnumbered = dataclasses.replace(request, job_id=-1)
     parts = {
         "features (FeatureState.compute)": lambda: predictor.features.compute(request, request.submit_s, x),
         "expansion (QuadraticExpansion.expand)": lambda: predictor._expansion.expand(x),
@@ -83,6 +86,9 @@ def main() -> None:
         "expansion and dot in one call (QuadraticExpansion.score)":
             lambda: predictor._expansion.score(x, predictor.nag.state.w, phi_out),
         "NAG step (Nag.step)": lambda: nag.step(phi, lambda f: gradient(f, 100.0, 4.0)),
+        # the daemon's PREDICT (a job not yet numbered: nothing recorded)
+        "a peek (LearnedPredictor.peek_features)":
+            lambda: predictor.peek_features(unnumbered, request.submit_s),
     }
     calls = 20_000
     print("| part, per call | us |")

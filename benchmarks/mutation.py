@@ -84,7 +84,7 @@ GROUPS: dict[str, Group] = {
     "features": Group(
         ("hpcpredict/features.py",),
         ("tests/test_features.py", "tests/test_features_edges.py", "tests/test_learned_predictor.py",
-         "tests/test_cold_start.py"),
+         "tests/test_cold_start.py", "tests/test_features_compiled.py"),
     ),
     "nag": Group(
         ("hpcpredict/learn/nag.py", "hpcpredict/learn/nag_kernels.py"),

@@ -20,9 +20,11 @@ What "known at r_j" means here:
   `FeatureContext` gives the log's UnixStartTime and TimeZoneString (SWF header), else the raw
   ``submit_s`` read as UTC seconds, exactly the formula of docs/method.md §2.
 
-Every event costs O(1) (amortised): running sums give the means, the sum of elapsed times is
-``n * now - sum(starts)``, and the longest elapsed time is ``now - min(starts)`` read from a
-small per-user heap with lazy deletion.
+Every event costs O(1) but one: running sums give the means, the sum of elapsed times is
+``n * now - sum(starts)``, and the longest elapsed time is ``now - min(starts)``, the minimum
+kept per user and recomputed over the user's running jobs only when the job holding it ends.
+The state is arrays that compiled kernels update (`hpcpredict.feature_kernels`, one call per
+event; the learner's submission, expansion and score included: `job_submitted_and_scored`).
 
 Example:
 
@@ -42,15 +44,15 @@ Example:
 
 from __future__ import annotations
 
-import heapq
-import math
-import struct
+import dataclasses
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from zoneinfo import ZoneInfo
 
 import numpy as np
 
+from hpcpredict import feature_kernels as K
 from hpcpredict.jobs import JobRequest
 
 N_FEATURES = 20
@@ -102,12 +104,9 @@ FEATURE_NAMES: tuple[str, ...] = (
 
 DAY_S = 86_400  # docs/method.md §2, features 17-18
 WEEK_S = 604_800  # docs/method.md §2, features 19-20
-_TWO_PI = 2.0 * math.pi
 # A UTC offset is looked up once per bucket of this many seconds: every IANA transition since
 # 1970 falls on a multiple of 15 minutes, and a bucket holding one is never cached anyway.
 _OFFSET_BUCKET_S = 900
-# x_j as 20 native doubles, the memory layout of a C-contiguous float64 array of length 20.
-_FEATURE_LAYOUT = struct.Struct(f"{N_FEATURES}d")
 
 
 @dataclass(frozen=True, slots=True)
@@ -160,201 +159,183 @@ class _LocalClock:
         return unix_s + self._offset_s
 
 
+@dataclass(frozen=True, slots=True)
 class UserHistory:
-    """What one user's features need, kept as running sums (all times in seconds)."""
+    """One user's feature state as it stands (all times in seconds): a copy, read by the daemon's
+    views and put back by its undo (`FeatureState.save_user` / `restore_user`)."""
 
-    __slots__ = (
-        "n_completed",
-        "sum_run_s",
-        "last_run_s",
-        "second_last_run_s",
-        "third_last_run_s",
-        "last_end_s",
-        "n_submitted",
-        "sum_submitted_procs",
-        "running",
-        "running_procs",
-        "running_sum_start_s",
-        "_start_heap",
-    )
-
-    def __init__(self) -> None:
-        self.n_completed = 0
-        self.sum_run_s = 0.0
-        self.last_run_s = 0.0
-        self.second_last_run_s = 0.0
-        self.third_last_run_s = 0.0
-        self.last_end_s = 0.0
-        self.n_submitted = 0
-        self.sum_submitted_procs = 0.0
-        # job_id -> (procs, start_s) of the user's running jobs.
-        self.running: dict[int, tuple[float, float]] = {}
-        self.running_procs = 0.0
-        self.running_sum_start_s = 0.0
-        # (start_s, job_id), possibly holding ended jobs: they are dropped when they surface.
-        self._start_heap: list[tuple[float, int]] = []
-
-    def add_running(self, job_id: int, procs: float, start_s: float) -> None:
-        if job_id in self.running:  # a repeated start event (daemon replay): restart the clock
-            self.remove_running(job_id)
-        self.running[job_id] = (procs, start_s)
-        self.running_procs += procs
-        self.running_sum_start_s += start_s
-        heapq.heappush(self._start_heap, (start_s, job_id))
-
-    def remove_running(self, job_id: int) -> None:
-        entry = self.running.pop(job_id, None)
-        if entry is None:
-            return
-        procs, start_s = entry
-        if self.running:
-            self.running_procs -= procs
-            self.running_sum_start_s -= start_s
-            # Stale heap entries are bounded by twice the live ones: compact when exceeded.
-            if len(self._start_heap) > 2 * len(self.running) + 8:
-                self._rebuild_heap()
-        else:  # reset exactly, so rounding never accumulates across busy periods
-            self.running_procs = 0.0
-            self.running_sum_start_s = 0.0
-            self._start_heap.clear()
-
-    def earliest_start_s(self) -> float:
-        """Start time of the longest-running job (call only while some job runs)."""
-        heap = self._start_heap
-        running = self.running
-        while True:
-            start_s, job_id = heap[0]
-            entry = running.get(job_id)
-            if entry is not None and entry[1] == start_s:
-                return start_s
-            heapq.heappop(heap)
-
-    def _rebuild_heap(self) -> None:
-        self._start_heap = [(start_s, job_id) for job_id, (_, start_s) in self.running.items()]
-        heapq.heapify(self._start_heap)
+    n_completed: int
+    sum_run_s: float
+    last_run_s: float
+    second_last_run_s: float
+    third_last_run_s: float
+    last_end_s: float
+    n_submitted: int
+    sum_submitted_procs: float
+    # job_id -> (procs, start_s) of the user's running jobs, in the order they started.
+    running: dict[int, tuple[float, float]]
+    running_procs: float
+    running_sum_start_s: float
 
     def copy(self) -> UserHistory:
-        """An independent copy (the daemon's undo of an event that failed to commit)."""
-        twin = UserHistory.__new__(UserHistory)
-        for name in UserHistory.__slots__:
-            setattr(twin, name, getattr(self, name))
-        twin.running = dict(self.running)
-        twin._start_heap = list(self._start_heap)
-        return twin
+        """An independent copy (its running set is its own)."""
+        return dataclasses.replace(self, running=dict(self.running))
 
-    def add_completed(self, run_s: float, end_s: float) -> None:
-        self.n_completed += 1
-        self.sum_run_s += run_s
-        self.third_last_run_s = self.second_last_run_s
-        self.second_last_run_s = self.last_run_s
-        self.last_run_s = run_s
-        self.last_end_s = end_s
+
+class UserHistories(Mapping[int, UserHistory]):
+    """A read-only view of a `FeatureState`'s users: user id -> `UserHistory` (built on access)."""
+
+    __slots__ = ("_state",)
+
+    def __init__(self, state: FeatureState) -> None:
+        self._state = state
+
+    def __getitem__(self, user_id: int) -> UserHistory:
+        saved = self._state.save_user(user_id)
+        if saved is None:
+            raise KeyError(user_id)
+        return saved
+
+    def __contains__(self, user_id: object) -> bool:
+        return user_id in self._state._rows
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(self._state._rows)
+
+    def __len__(self) -> int:
+        return len(self._state._rows)
+
+
+_FIRST_ROWS = 64  # rows allocated at first; the arrays double when full
 
 
 class FeatureState:
-    """All users' histories; computes x_j at submission (docs/method.md §2). See the module doc."""
+    """All users' histories; computes x_j at submission (docs/method.md §2). See the module doc.
+
+    The state lives in two arrays, `table` and `slots`, that the compiled kernels of
+    `feature_kernels` update (that module's doc gives their layout): one row per user, found from its id by a dictionary (ids
+    are any integers: the daemon's), and one slot per running job, found from (user id, job id).
+    Each event is one compiled call; the time of day (`_LocalClock`) stays in Python, where
+    `zoneinfo` is, and reaches the kernel as local seconds.
+    """
 
     def __init__(self, context: FeatureContext | None = None) -> None:
         self.context = FeatureContext() if context is None else context
         self._clock = _LocalClock(self.context)
-        self.users: dict[int, UserHistory] = {}
-        # Read-only stand-in for a user never seen: computing features must not create state.
-        self._no_history = UserHistory()
+        self._rows: dict[int, int] = {}  # user id -> row of `table`
+        self._free_rows: list[int] = []  # rows of users an undo removed
+        self._n_rows = 0  # rows ever used (the high-water mark)
+        self.table = np.zeros((_FIRST_ROWS, K.USER_COLUMNS))
+        self._slot_of: dict[tuple[int, int], int] = {}  # (user id, job id) -> slot of a running job
+        self._slot_job: list[int] = []  # slot -> the job id it holds (or held)
+        self._free_slots: list[int] = []
+        self.slots = np.zeros((_FIRST_ROWS, K.SLOT_COLUMNS))
 
-    def _user(self, user_id: int) -> UserHistory:
-        user = self.users.get(user_id)
-        if user is None:
-            user = self.users[user_id] = UserHistory()
-        return user
+    @property
+    def users(self) -> UserHistories:
+        """User id -> `UserHistory`, read-only (`save_user` / `restore_user` change a user)."""
+        return UserHistories(self)
 
+    # ------------------------------------------------------------------ rows and slots
+    def _row(self, user_id: int) -> int:
+        """The user's row, made (zeroed) on the user's first event."""
+        row = self._rows.get(user_id)
+        if row is None:
+            row = self._rows[user_id] = self._new_row()
+        return row
+
+    def _new_row(self) -> int:
+        if self._free_rows:
+            row = self._free_rows.pop()
+        else:
+            row = self._n_rows
+            if row == len(self.table):
+                self.table = _grown(self.table)
+            self._n_rows += 1
+        self.table[row] = 0.0
+        self.table[row, K.HEAD_AT] = self.table[row, K.TAIL_AT] = K.NO_SLOT
+        return row
+
+    def _new_slot(self, job_id: int) -> int:
+        if self._free_slots:
+            slot = self._free_slots.pop()
+            self._slot_job[slot] = job_id
+            return slot
+        slot = len(self._slot_job)
+        if slot == len(self.slots):
+            self.slots = _grown(self.slots)
+        self._slot_job.append(job_id)
+        return slot
+
+    @property
+    def _n_slots(self) -> int:
+        """Slots ever used (the high-water mark of running jobs)."""
+        return len(self._slot_job)
+
+    def _running_slots(self, row: int) -> list[int]:
+        """The user's running slots, in start order."""
+        slots = []
+        slot = int(self.table[row, K.HEAD_AT])
+        while slot != K.NO_SLOT:
+            slots.append(slot)
+            slot = int(self.slots[slot, K.NEXT_AT])
+        return slots
+
+    # ------------------------------------------------------------------ the events
     def compute(
         self, request: JobRequest, now_s: float, out: np.ndarray | None = None
     ) -> np.ndarray:
         """x_j for `request` submitted at `now_s`, without recording the submission.
 
         Reads only state built from events before this call, plus the request itself: nothing
-        known at the job's end can enter (docs/method.md §2). `out`, if given, is a C-contiguous
-        float64 array of length 20 that is filled and returned (the learner reuses one to avoid
-        allocating).
+        known at the job's end can enter (docs/method.md §2); a user never seen gets no state.
+        `out`, if given, is a C-contiguous float64 array of length 20 that is filled and returned
+        (the learner reuses one to avoid allocating).
         """
-        user = self.users.get(request.user_id)
-        if user is None:
-            user = self._no_history
-        procs = float(request.procs)
-
-        n_completed = user.n_completed
-        last_s = user.last_run_s
-        second_s = user.second_last_run_s
-        third_s = user.third_last_run_s
-        if n_completed >= 3:
-            ave2_s = (last_s + second_s) / 2.0
-            ave3_s = (last_s + second_s + third_s) / 3.0
-        elif n_completed == 2:
-            ave2_s = ave3_s = (last_s + second_s) / 2.0
-        else:  # one job: its runtime; none: 0 (means over no jobs are 0)
-            ave2_s = ave3_s = last_s
-        mean_run_s = user.sum_run_s / n_completed if n_completed else 0.0
-        break_s = now_s - user.last_end_s if n_completed else 0.0
-
-        procs_mean = (user.sum_submitted_procs + procs) / (user.n_submitted + 1)
-        procs_ratio = procs / procs_mean if procs_mean > 0.0 else 0.0
-
-        n_running = len(user.running)
-        if n_running:
-            held = user.running_procs
-            running_mean = held / n_running
-            longest_s = now_s - user.earliest_start_s()
-            sum_elapsed_s = n_running * now_s - user.running_sum_start_s
-        else:
-            held = running_mean = longest_s = sum_elapsed_s = 0.0
-
-        local_s = self._clock.local_s(request.submit_s)
-        day = _TWO_PI * (local_s % DAY_S) / DAY_S
-        week = _TWO_PI * (local_s % WEEK_S) / WEEK_S
-
         if out is None:
             out = np.empty(N_FEATURES, dtype=np.float64)
-        # struct writes the 20 doubles straight into the buffer: the same conversions as
-        # `out[:] = (...)`, in half the time (it runs once per submission; docs/performance.md).
-        _FEATURE_LAYOUT.pack_into(
-            out,
-            0,
-            request.requested_s,
-            last_s,
-            second_s,
-            third_s,
-            ave2_s,
-            ave3_s,
-            mean_run_s,
-            procs,
-            procs_mean,
-            procs_ratio,
-            running_mean,
-            n_running,
-            longest_s,
-            sum_elapsed_s,
-            held,
-            break_s,
-            math.cos(day),
-            math.sin(day),
-            math.cos(week),
-            math.sin(week),
-        )
+        K.features_into(self.table, self._rows.get(request.user_id, -1), float(request.procs),
+                        float(request.requested_s), float(now_s),
+                        float(self._clock.local_s(request.submit_s)), out)
         return out
 
     def record_submission(self, request: JobRequest) -> None:
         """Count the job in its user's submitted jobs (feature 9 of later submissions)."""
-        user = self.users.get(request.user_id) or self._user(request.user_id)  # as in job_started
-        user.n_submitted += 1
-        user.sum_submitted_procs += request.procs
+        K.record_submission(self.table, self._row(request.user_id), float(request.procs))
 
     def job_submitted(
         self, request: JobRequest, now_s: float, out: np.ndarray | None = None
     ) -> np.ndarray:
         """The submission event: x_j as of `now_s`, then the submission is recorded."""
-        x = self.compute(request, now_s, out)
-        self.record_submission(request)
-        return x
+        if out is None:
+            out = np.empty(N_FEATURES, dtype=np.float64)
+        row = self._row(request.user_id)
+        K.submit(self.table, row, float(request.procs), float(request.requested_s), float(now_s),
+                 float(self._clock.local_s(request.submit_s)), out)
+        return out
+
+    def job_submitted_and_scored(
+        self, request: JobRequest, now_s: float, w: np.ndarray, phi: np.ndarray
+    ) -> float:
+        """`job_submitted`, then Phi(x_j) into `phi` (x_j is phi[1:21]) and f = w . Phi, in one
+        compiled call (the learner's submission; `QuadraticExpansion.score`'s arithmetic, bit
+        for bit)."""
+        row = self._rows.get(request.user_id)
+        if row is None:
+            row = self._row(request.user_id)
+        return K.submit_and_score(
+            self.table, row, float(request.procs), float(request.requested_s), float(now_s),
+            float(self._clock.local_s(request.submit_s)), w, phi)
+
+    def compute_and_score(
+        self, request: JobRequest, now_s: float, out: np.ndarray, w: np.ndarray, phi: np.ndarray
+    ) -> float:
+        """`compute` into `out`, then Phi(x_j) into `phi` and f = w . Phi, in one compiled call
+        (a peek: the daemon's PREDICT), recording nothing."""
+        return K.features_and_score(
+            self.table, self._rows.get(request.user_id, -1), float(request.procs),
+            float(request.requested_s), float(now_s), float(self._clock.local_s(request.submit_s)),
+            out, w, phi)
 
     def late_submission(
         self, request: JobRequest, end_s: float, out: np.ndarray | None = None
@@ -368,52 +349,136 @@ class FeatureState:
         history may hold jobs that ended after its submission: an approximation, used only
         when the exact path (`job_submitted` at submission) was impossible.
         """
-        self._user(request.user_id).remove_running(request.job_id)
+        self._row(request.user_id)
+        self.leave_running(request)
         return self.job_submitted(request, end_s, out)
 
     def job_started(self, request: JobRequest, now_s: float) -> None:
-        """The job joins its user's running set (features 11-15)."""
-        # the dictionary read first: `_user`'s call only for a user's first job (once per start)
-        user = self.users.get(request.user_id) or self._user(request.user_id)
-        user.add_running(request.job_id, float(request.procs), now_s)
+        """The job joins its user's running set (features 11-15); a repeated start event (the
+        daemon's replay, a requeue) restarts its clock."""
+        # (the fast paths written out: this runs once per start, and each call costs)
+        user_id = request.user_id
+        row = self._rows.get(user_id)
+        if row is None:
+            row = self._row(user_id)
+        key = (user_id, request.job_id)
+        slot = self._slot_of.get(key)
+        if slot is not None:  # a repeated start: out first, then in again
+            K.leave_running(self.table, self.slots, row, slot)
+        elif self._free_slots:
+            slot = self._slot_of[key] = self._free_slots.pop()
+            self._slot_job[slot] = request.job_id
+        else:
+            slot = self._slot_of[key] = self._new_slot(request.job_id)
+        K.start_running(self.table, self.slots, row, slot, float(request.procs), float(now_s))
 
     def job_ended(self, request: JobRequest, run_s: float, end_s: float) -> None:
         """The job leaves the running set and becomes the user's last completed job."""
-        user = self.users.get(request.user_id) or self._user(request.user_id)  # as in job_started
-        user.remove_running(request.job_id)
-        user.add_completed(float(run_s), float(end_s))
+        row, slot = self.ending(request)
+        K.end_job(self.table, self.slots, row, slot, float(run_s), float(end_s))
+
+    def ending(self, request: JobRequest) -> tuple[int, int]:
+        """For a compiled call that ends the job itself (`feature_kernels.end_job`; the learner's
+        `learn_and_end`), which must follow at once: the user's row (made if new) and the job's
+        running slot (`NO_SLOT`: not running), released here."""
+        user_id = request.user_id
+        row = self._rows.get(user_id)
+        if row is None:
+            row = self._row(user_id)
+        slot = self._slot_of.pop((user_id, request.job_id), K.NO_SLOT)
+        if slot != K.NO_SLOT:
+            self._free_slots.append(slot)
+        return row, slot
+
+    def leave_running(self, request: JobRequest) -> None:
+        """The job leaves its user's running set without a completion (a job that never ran
+        after all, a late submission); nothing if it is not running."""
+        slot = self._slot_of.pop((request.user_id, request.job_id), None)
+        if slot is not None:
+            K.leave_running(self.table, self.slots, self._rows[request.user_id], slot)
+            self._free_slots.append(slot)
+
+    # ------------------------------------------------------------------ one user
+    def last_end_s(self, user_id: int) -> float | None:
+        """When the user's last completed job ended (0.0 before any); None for a user never seen."""
+        row = self._rows.get(user_id)
+        return None if row is None else float(self.table[row, K.LAST_END_AT])
+
+    def save_user(self, user_id: int) -> UserHistory | None:
+        """A copy of the user's state (None: a user never seen), for `restore_user`."""
+        row = self._rows.get(user_id)
+        if row is None:
+            return None
+        values = self.table[row].tolist()
+        running = {self._slot_job[slot]: (float(self.slots[slot, K.PROCS_AT]),
+                                          float(self.slots[slot, K.START_AT]))
+                   for slot in self._running_slots(row)}
+        return UserHistory(
+            n_completed=int(values[K.N_COMPLETED_AT]),
+            sum_run_s=values[K.SUM_RUN_AT],
+            last_run_s=values[K.LAST_RUN_AT],
+            second_last_run_s=values[K.SECOND_LAST_RUN_AT],
+            third_last_run_s=values[K.THIRD_LAST_RUN_AT],
+            last_end_s=values[K.LAST_END_AT],
+            n_submitted=int(values[K.N_SUBMITTED_AT]),
+            sum_submitted_procs=values[K.SUM_SUBMITTED_PROCS_AT],
+            running=running,
+            running_procs=values[K.RUNNING_PROCS_AT],
+            running_sum_start_s=values[K.RUNNING_SUM_START_AT],
+        )
+
+    def restore_user(self, user_id: int, saved: UserHistory | None) -> None:
+        """Put the user back as `save_user` saw it (None: remove the user, never seen): the
+        daemon's undo of an event whose transaction failed. Features computed afterwards are bit
+        for bit those of the saved moment."""
+        row = self._rows.get(user_id)
+        if row is not None:
+            for slot in self._running_slots(row):
+                del self._slot_of[(user_id, self._slot_job[slot])]
+                self._free_slots.append(slot)
+            if saved is None:
+                del self._rows[user_id]
+                self._free_rows.append(row)
+                return
+            self.table[row] = 0.0
+            self.table[row, K.HEAD_AT] = self.table[row, K.TAIL_AT] = K.NO_SLOT
+        elif saved is None:
+            return
+        else:
+            row = self._row(user_id)
+        self._put(user_id, row, saved.running,
+                  (saved.n_completed, saved.n_submitted),
+                  [getattr(saved, name) for name in _USER_FLOAT_FIELDS])
+
+    def _put(
+        self, user_id: int, row: int, running: dict[int, tuple[float, float]],
+        counts: tuple[int, int], floats: list[float],
+    ) -> None:
+        """Write a user's saved values into its (zeroed) row: the running jobs started again in
+        their order (which rebuilds the list and the earliest start), then the counts and sums
+        as saved (the running sums included: as they were, not as re-added)."""
+        for job_id, (procs, start_s) in running.items():
+            slot = self._slot_of[(user_id, job_id)] = self._new_slot(job_id)
+            K.start_running(self.table, self.slots, row, slot, float(procs), float(start_s))
+        values = self.table[row]
+        values[K.N_COMPLETED_AT], values[K.N_SUBMITTED_AT] = counts
+        for column, value in zip(_USER_FLOAT_COLUMNS, floats):
+            values[column] = value
 
     # ------------------------------------------------------------------ checkpointing
     def to_state(self) -> dict[str, np.ndarray]:
         """Columns of numpy arrays (exact float64/int64 copies) for a checkpoint."""
-        users = self.users
-        running = [
-            (user_id, job_id, procs, start_s)
-            for user_id, user in users.items()
-            for job_id, (procs, start_s) in user.running.items()
-        ]
-        floats = np.array(
-            [
-                (
-                    u.sum_run_s,
-                    u.last_run_s,
-                    u.second_last_run_s,
-                    u.third_last_run_s,
-                    u.last_end_s,
-                    u.sum_submitted_procs,
-                    u.running_procs,
-                    u.running_sum_start_s,
-                )
-                for u in users.values()
-            ],
-            dtype=np.float64,
-        ).reshape(len(users), len(_USER_FLOAT_FIELDS))
+        rows = list(self._rows.values())
+        values = self.table[rows]
+        running = []
+        for user_id, row in self._rows.items():
+            for slot in self._running_slots(row):
+                running.append((user_id, self._slot_job[slot], float(self.slots[slot, K.PROCS_AT]),
+                                float(self.slots[slot, K.START_AT])))
         return {
-            "user_id": np.array(list(users), dtype=np.int64),
-            "user_counts": np.array(
-                [(u.n_completed, u.n_submitted) for u in users.values()], dtype=np.int64
-            ).reshape(len(users), 2),
-            "user_floats": floats,
+            "user_id": np.array(list(self._rows), dtype=np.int64),
+            "user_counts": values[:, [K.N_COMPLETED_AT, K.N_SUBMITTED_AT]].astype(np.int64),
+            "user_floats": np.ascontiguousarray(values[:, list(_USER_FLOAT_COLUMNS)]),
             "running_ids": np.array([r[:2] for r in running], dtype=np.int64).reshape(-1, 2),
             "running_values": np.array([r[2:] for r in running], dtype=np.float64).reshape(-1, 2),
             "unix_start_s": np.array(self.context.unix_start_s, dtype=np.int64),
@@ -425,21 +490,24 @@ class FeatureState:
         """Inverse of `to_state`: features computed afterwards are bit-for-bit the same."""
         time_zone = str(state["time_zone"])
         feature_state = cls(FeatureContext(int(state["unix_start_s"]), time_zone or None))
-        users = feature_state.users
-        for user_id, counts, floats in zip(
-            state["user_id"].tolist(), state["user_counts"].tolist(), state["user_floats"].tolist()
-        ):
-            user = users[user_id] = UserHistory()
-            user.n_completed, user.n_submitted = counts
-            for name, value in zip(_USER_FLOAT_FIELDS, floats):
-                setattr(user, name, value)
+        running: dict[int, dict[int, tuple[float, float]]] = {}
         for (user_id, job_id), (procs, start_s) in zip(
             state["running_ids"].tolist(), state["running_values"].tolist()
         ):
-            users[user_id].running[job_id] = (procs, start_s)
-        for user in users.values():
-            user._rebuild_heap()
+            running.setdefault(user_id, {})[job_id] = (procs, start_s)
+        for user_id, counts, floats in zip(
+            state["user_id"].tolist(), state["user_counts"].tolist(), state["user_floats"].tolist()
+        ):
+            row = feature_state._row(user_id)
+            feature_state._put(user_id, row, running.get(user_id, {}), tuple(counts), floats)
         return feature_state
+
+
+def _grown(array: np.ndarray) -> np.ndarray:
+    """`array` with twice its rows, the new ones 0 (each is set when first used)."""
+    grown = np.zeros((2 * len(array), array.shape[1]), dtype=array.dtype)
+    grown[: len(array)] = array
+    return grown
 
 
 _USER_FLOAT_FIELDS = (
@@ -451,4 +519,15 @@ _USER_FLOAT_FIELDS = (
     "sum_submitted_procs",
     "running_procs",
     "running_sum_start_s",
+)
+# Their columns of `FeatureState.table`, in the same order (the checkpoint's `user_floats`).
+_USER_FLOAT_COLUMNS = (
+    K.SUM_RUN_AT,
+    K.LAST_RUN_AT,
+    K.SECOND_LAST_RUN_AT,
+    K.THIRD_LAST_RUN_AT,
+    K.LAST_END_AT,
+    K.SUM_SUBMITTED_PROCS_AT,
+    K.RUNNING_PROCS_AT,
+    K.RUNNING_SUM_START_AT,
 )

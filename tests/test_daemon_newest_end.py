@@ -31,16 +31,13 @@ def test_newest_end_equals_the_scan_after_every_end_and_undo(ops: list[tuple[int
     assert newest.end_s is None
     for job_id, (user_id, offset_s, undo) in enumerate(ops):
         request = JobRequest(job_id=job_id, submit_s=T0, procs=1, requested_s=3600, user_id=user_id)
-        saved_user = features.users[user_id].copy() if user_id in features.users else None
+        saved_user = features.save_user(user_id)
         saved = newest.saved()
         features.job_ended(request, 60, T0 + offset_s)
         newest.user_ended(user_id)
         assert newest.end_s == newest_learned_end_s(features)
         if undo:  # what a failed transaction's undo does (PredictionService._ingest)
-            if saved_user is None:
-                del features.users[user_id]
-            else:
-                features.users[user_id] = saved_user
+            features.restore_user(user_id, saved_user)
             newest.restore(saved)
             assert newest.end_s == newest_learned_end_s(features)
 

@@ -52,42 +52,62 @@ def test_a_checkpoint_holds_int64_ids_and_counts_even_when_empty() -> None:
         assert saved["running_ids"].shape == saved["running_values"].shape
 
 
-def test_a_copied_user_history_is_independent_and_whole() -> None:
-    """The daemon undoes an event that failed to commit by putting back a copy taken before it
-    (`UserHistory.copy`): the copy holds every field, and later events change the original only.
-    Catches a field not copied or the running set / heap shared."""
+def test_a_saved_user_is_independent_and_whole() -> None:
+    """The daemon undoes an event that failed to commit by putting back the user as saved
+    before it (`FeatureState.save_user` / `restore_user`): the copy holds every field, later
+    events change the state only, and the restored user gives the same features. Catches a field
+    not saved or not put back, or the running set shared."""
     state = FeatureState()
     for job_id, start_s in ((1, 10), (2, 20)):
         state.job_submitted(job(job_id, 0, procs=job_id), 0)
         state.job_started(job(job_id, 0, procs=job_id), start_s)
     state.job_ended(job(1, 0, procs=1), 90, 100)
     state.job_started(job(3, 0, procs=4), 30)
-    user = state.users[1]
-    twin = user.copy()
-    heap = list(user._start_heap)
-    for name in user.__slots__:
-        assert getattr(twin, name) == getattr(user, name), name
+    twin = state.save_user(1)
+    assert twin == state.users[1] and twin.running is not state.users[1].running
     before = state.compute(job(9, 200), 200)
     state.job_ended(job(2, 0, procs=2), 200, 220)
     state.job_started(job(4, 0, procs=8), 230)
-    assert set(twin.running) == {2, 3} and twin.n_completed == 1
-    assert twin._start_heap == heap and twin.running_procs == 6.0
-    state.users[1] = twin  # the undo
+    state.job_submitted(job(5, 240), 240)
+    assert set(twin.running) == {2, 3} and twin.n_completed == 1 and twin.n_submitted == 2
+    assert twin.running_procs == 6.0 and twin.running_sum_start_s == 50.0
+    assert twin.last_end_s == 100.0 and twin.last_run_s == 90.0
+    state.restore_user(1, twin)  # the undo
+    assert state.users[1] == twin
     np.testing.assert_array_equal(state.compute(job(9, 200), 200), before)
+    state.job_ended(job(3, 0, procs=4), 100, 260)  # the restored running set is live
+    assert set(state.users[1].running) == {2}
 
 
-def test_stale_start_entries_stay_within_twice_the_running_jobs_plus_eight() -> None:
-    """Ended jobs leave their start in the user's heap until they surface (lazy deletion); the
-    heap is compacted beyond 2 n + 8 entries for n running jobs, checked after every event.
-    Catches a looser bound (`remove_running` 14, 15)."""
+def test_restoring_a_user_never_seen_removes_it_and_frees_its_slots() -> None:
+    """The undo of a new user's first event removes the user: `compute` sees no history, the
+    user's running jobs are forgotten, and the freed row and slots serve the next ones.
+    Catches a user left behind or a slot lost."""
     state = FeatureState()
-    state.job_started(job(0, 0), 0)  # runs throughout: its start stays at the top
-    user = state.users[1]
-    for job_id in range(1, 40):
-        state.job_started(job(job_id, job_id), job_id)
-        assert len(user._start_heap) <= 2 * len(user.running) + 8 + 1  # + the start just pushed
-        state.job_ended(job(job_id, job_id), 1, job_id + 1)
-        assert len(user._start_heap) <= 2 * len(user.running) + 8
+    assert state.save_user(1) is None
+    state.job_submitted(job(1, 0, procs=3), 0)
+    state.job_started(job(1, 0, procs=3), 5)
+    state.restore_user(1, None)
+    assert 1 not in state.users and len(state.users) == 0 and state.last_end_s(1) is None
+    np.testing.assert_array_equal(state.compute(job(2, 50, procs=3), 50),
+                                  FeatureState().compute(job(2, 50, procs=3), 50))
+    state.job_started(job(7, 0, procs=2, user=2), 60)
+    assert (state._n_rows, state._n_slots) == (1, 1)
+    assert state.users[2].running == {7: (2.0, 60.0)}
+
+
+def test_the_arrays_grow_past_their_first_rows_without_losing_a_value() -> None:
+    """Users and running jobs beyond the first allocation (64 rows) move to larger arrays;
+    every user keeps its values. Catches a copy that drops rows or links."""
+    state = FeatureState()
+    for user in range(200):
+        state.job_started(job(user, 0, procs=user + 1, user=user), user)
+        state.job_started(job(1000 + user, 0, procs=1, user=user), 2 * user)
+    for user in range(200):
+        saved = state.users[user]
+        assert saved.running == {user: (user + 1.0, float(user)), 1000 + user: (1.0, 2.0 * user)}
+        x = state.compute(job(5000, 1000, user=user), 1000)
+        assert (x[F.N_RUNNING], x[F.LONGEST_ELAPSED_S]) == (2.0, 1000.0 - user)
 
 
 def test_an_offset_change_inside_a_cache_bucket_is_exact_on_both_sides() -> None:

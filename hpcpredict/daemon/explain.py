@@ -197,7 +197,8 @@ def _newest_moment(store: Store, predictor: LearnedPredictor) -> int:
     """The newest time the store knows: its last event's, or the newest end the model learned."""
     with store.session() as session:
         last_event_s = session.scalar(select(EventRow.occurred_at_s).order_by(EventRow.seq.desc()).limit(1))
-    newest_end_s = max((user.last_end_s for user in predictor.features.users.values()), default=0.0)
+    features = predictor.features
+    newest_end_s = max(map(features.last_end_s, features.users), default=0.0)
     return int(max(last_event_s or 0, newest_end_s))
 
 

@@ -240,9 +240,7 @@ def _apply_end(
 
 def _leave_running_set(predictor: LearnedPredictor, request: JobRequest) -> None:
     """Take a job out of its user's running jobs (features 11-15) without a completion."""
-    user = predictor.features.users.get(request.user_id)
-    if user is not None:
-        user.remove_running(request.job_id)
+    predictor.features.leave_running(request)
 
 
 def forget_pending(predictor: LearnedPredictor, job_id: int) -> None:

@@ -57,7 +57,7 @@ def newest_learned_end_s(features: FeatureState) -> float | None:
 
     O(users): the daemon keeps it up to date event by event instead (`NewestEnd`).
     """
-    ends = [user.last_end_s for user in features.users.values() if user.last_end_s > 0]
+    ends = [end_s for end_s in map(features.last_end_s, features.users) if end_s > 0]
     return max(ends) if ends else None
 
 
@@ -66,7 +66,7 @@ class NewestEnd:
 
     PREDICT asks the history's age at every request (readiness.py); scanning every user after
     each event cost a PREDICT O(users) while events flow. Only a job's end changes a user's
-    ``last_end_s`` (`UserHistory.add_completed`), and it *sets* it: an end reported late, older
+    ``last_end_s`` (`FeatureState.job_ended`), and it *sets* it: an end reported late, older
     than the user's last, lowers it. So the newest end is raised in O(1) by `user_ended`, and
     when the user holding it goes back in time the next read scans once (rare: an out-of-order
     end of the very user with the newest one). Equal to `newest_learned_end_s` at every read
@@ -89,10 +89,9 @@ class NewestEnd:
 
     def user_ended(self, user_id: int) -> None:
         """After a job of `user_id` ended in the histories (its ``last_end_s`` was set)."""
-        user = self._features.users.get(user_id)
-        if user is None or self._rescan:
+        end_s = self._features.last_end_s(user_id)
+        if end_s is None or self._rescan:
             return
-        end_s = user.last_end_s
         if end_s > 0 and (self._end_s is None or end_s >= self._end_s):
             self._end_s, self._holder = end_s, user_id
         elif user_id == self._holder:
@@ -107,9 +106,10 @@ class NewestEnd:
 
     def _scan(self) -> None:
         self._end_s, self._holder = None, None
-        for user_id, user in self._features.users.items():
-            if user.last_end_s > 0 and (self._end_s is None or user.last_end_s > self._end_s):
-                self._end_s, self._holder = user.last_end_s, user_id
+        for user_id in self._features.users:
+            end_s = self._features.last_end_s(user_id)
+            if end_s > 0 and (self._end_s is None or end_s > self._end_s):
+                self._end_s, self._holder = end_s, user_id
         self._rescan = False
 
 

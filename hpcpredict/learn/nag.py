@@ -241,6 +241,19 @@ class Nag:
         f, state.n_sum = learn_step(phi, self._table, constants, state.t, state.n_sum, p, q)
         return f
 
+    @property
+    def table(self) -> np.ndarray:
+        """The step's table (w, s, G, 1/s, scratch; `nag_kernels`), for a compiled call that
+        runs `nag_kernels.learn_step_within_scale` among other work (the learner's end of a
+        job), and then `count_step` when it stepped."""
+        return self._table
+
+    def count_step(self, n_sum: float) -> None:
+        """After such a call took a step: t + 1 and the new N, as `step_on_loss_within_scale`."""
+        state = self._state
+        state.t += 1
+        state.n_sum = n_sum
+
     def step_on_loss_within_scale(
         self, phi: np.ndarray, constants: np.ndarray, p: float, q: float, factor: float,
         after_steps: int,
@@ -253,8 +266,7 @@ class Nag:
             phi, self._table, constants, state.t, state.n_sum, p, q, state.t >= after_steps, factor
         )
         if stepped:
-            state.t += 1
-            state.n_sum = n_sum
+            self.count_step(n_sum)
         return stepped
 
 

@@ -95,6 +95,7 @@ from typing import Any
 
 import numpy as np
 
+from hpcpredict.feature_kernels import learn_and_end
 from hpcpredict.features import (
     AVE2_S,
     BREAK_TIME_S,
@@ -202,6 +203,7 @@ class LearnedPredictor:
         self._x = np.empty(N_FEATURES)
         self._robust = feature_scaling == "robust"
         self._clamped = np.empty(self._expansion.n_terms)
+        self._peek_phi = np.empty(self._expansion.n_terms)  # scratch of a peek's Phi
         self.experts = ExpertScores() if self.per_user_experts else None
         # With experts: the learned model's prediction as given at submission, to score it.
         self._pending_learned_s: dict[int, int] = {}
@@ -273,13 +275,22 @@ class LearnedPredictor:
         if phi is None and self.learn_unseen:
             phi = self._expansion.expand(self._scaled(
                 self.features.late_submission(request, end_s, self._x)))
-        # = `not self._outlier(phi)` and then nag.step(phi, lambda f: self._loss.gradient(f,
-        # run_s, procs)), bit for bit, in one compiled call
-        stepped = phi is not None and self.nag.step_on_loss_within_scale(
-            phi, self._step_constants, float(run_s), float(request.procs), OUTLIER_SCALE_FACTOR,
-            OUTLIER_AFTER_STEPS,
-        )
-        self.features.job_ended(request, run_s, end_s)
+        if phi is None:
+            self.features.job_ended(request, run_s, end_s)
+            return False
+        # = `not self._outlier(phi)`, then nag.step(phi, lambda f: self._loss.gradient(f, run_s,
+        # procs)) (`Nag.step_on_loss_within_scale`), then features.job_ended(request, run_s,
+        # end_s), bit for bit, in one compiled call (docs/performance.md, "Issue 31, round 3")
+        nag = self.nag
+        state = nag.state
+        features = self.features
+        row, slot = features.ending(request)
+        stepped, n_sum = learn_and_end(
+            phi, nag.table, self._step_constants, state.t, state.n_sum, float(run_s),
+            float(request.procs), state.t >= OUTLIER_AFTER_STEPS, OUTLIER_SCALE_FACTOR,
+            features.table, features.slots, row, slot, float(end_s))
+        if stepped:
+            nag.count_step(n_sum)
         return stepped
 
     def _outlier(self, phi: np.ndarray) -> bool:
@@ -400,20 +411,35 @@ class LearnedPredictor:
         job has an id): the prediction is served now, and the submission is recorded later,
         when the job is reported with its id. A job already predicted reuses its features.
         """
-        return self._peek(request, self.features.compute(request, now_s, self._x))
+        return self._peek_now(request, now_s, self._x)
 
     def peek_features(self, request: JobRequest, now_s: int) -> tuple[int, np.ndarray]:
         """`peek`, and the features x_j it computed (a new array, before any scaling): given to
         `predict` at the job's submission, they are the ones the job learns from."""
-        x = self.features.compute(request, now_s)
-        return self._peek(request, x.copy()), x
+        x = np.empty(N_FEATURES)
+        return self._peek_now(request, now_s, x), x
+
+    def _peek_now(self, request: JobRequest, now_s: int, x: np.ndarray) -> int:
+        """`peek`, x_j computed into `x` (left unscaled). Without robust features and for a job
+        not yet observed: the features, Phi and f = w . Phi in one compiled call (the daemon's
+        PREDICT; the same values as `_peek`'s separate calls, bit for bit)."""
+        if self._robust or request.job_id in self._pending_phi:
+            self.features.compute(request, now_s, x)
+            return self._peek(request, x.copy())
+        phi = self._peek_phi
+        return self._peek_answer(
+            request, phi, self.features.compute_and_score(request, now_s, x, self.nag.weights, phi))
 
     def _peek(self, request: JobRequest, x: np.ndarray) -> int:
         """`peek` from x_j computed now (scaled in place), unless the job already has features."""
         phi = self._pending_phi.get(request.job_id)
         if phi is None:
             phi = self._expansion.expand(self._scaled(x))
-        learned_s = self._to_seconds(self._score(phi), request.requested_s)
+        return self._peek_answer(request, phi, self._score(phi))
+
+    def _peek_answer(self, request: JobRequest, phi: np.ndarray, f: float) -> int:
+        """What `peek` answers for a job of Phi `phi` whose model output is `f` (= `_score`)."""
+        learned_s = self._to_seconds(f, request.requested_s)
         if self.calibration is not None:
             given = self._pending_calibrated.get(request.job_id)
             learned_s = given[1] if given is not None else self.calibration.published_s(
@@ -430,14 +456,13 @@ class LearnedPredictor:
 
         `predict`, `job_started`, `job_ended`, `learn_lower_bound` and `discard` for one job
         touch nothing else (the feature clock's cache is a pure
-        function of time, `_x` and `_clamped` are scratch). The daemon takes one before applying
+        function of time, `_x`, `_clamped` and `_peek_phi` are scratch). The daemon takes one before applying
         an event and calls it when the event's transaction fails, so that the learner equals
         "checkpoint + logged events" again without a replay.
         """
         nag = self.nag.state
         saved_nag = NagState(nag.w.copy(), nag.s.copy(), nag.g_sum.copy(), nag.n_sum, nag.t)
-        user = self.features.users.get(user_id)
-        saved_user = None if user is None else user.copy()
+        saved_user = self.features.save_user(user_id)
         saved_phi = self._pending_phi.get(job_id)  # never written in place: kept by reference
         saved_learned_s = self._pending_learned_s.get(job_id)
         scores = None if self.experts is None else self.experts.users.get(user_id)
@@ -445,7 +470,7 @@ class LearnedPredictor:
 
         def restore() -> None:
             self.nag.state = saved_nag
-            _put_back(self.features.users, user_id, saved_user)
+            self.features.restore_user(user_id, saved_user)
             _put_back(self._pending_phi, job_id, saved_phi)
             _put_back(self._pending_learned_s, job_id, saved_learned_s)
             if self.experts is not None:
@@ -498,18 +523,22 @@ class LearnedPredictor:
     ) -> tuple[np.ndarray, float]:
         """Record the submission; keep Phi(x_j) for the job's learning; return (Phi, f = its
         score now, as `_score` gives it)."""
+        phi = self._pending_phi[request.job_id] = np.empty(self._expansion.n_terms)
+        if features is None and not self._robust:
+            # Features, the submission's record, the expansion and the dot product in one
+            # compiled call (docs/performance.md, "Issue 31, round 3").
+            return phi, self.features.job_submitted_and_scored(
+                request, now_s, self.nag.weights, phi)
         if features is None:
             x = self.features.job_submitted(request, now_s, self._x)
         else:
             self.features.record_submission(request)
             x = self._x
             x[:] = features
-        phi = self._pending_phi[request.job_id] = np.empty(self._expansion.n_terms)
         if self._robust:
             self._expansion.expand(self._scaled(x), phi)
             return phi, self._score(phi)
-        # Expansion and dot product in one compiled call (docs/performance.md, issue 13 item 5),
-        # called directly: `QuadraticExpansion.score` without its own call (round 3).
+        # Expansion and dot product in one compiled call (docs/performance.md, issue 13 item 5).
         return phi, expand_and_score(x, self.nag.weights, phi)
 
     def _scaled(self, x: np.ndarray) -> np.ndarray:
