@@ -26,9 +26,8 @@ from collections import defaultdict
 from pathlib import Path
 
 from hpcpredict.sim.replica_stats import paired_difference
-from hpcpredict.sim.tune import MAX_WAIT_BOUND  # the same bound `tune` chooses under
+from hpcpredict.sim.tune import AVEBSLD_BOUND, MAX_WAIT_BOUND  # the bounds `tune` judges by
 
-AVEBSLD_BOUND = 1.10
 PLAIN = "EASY"
 UNBOUNDED = "learned, no guard"
 

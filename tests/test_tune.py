@@ -14,7 +14,7 @@ from hpcpredict.cli import main
 from hpcpredict.daemon.config import load_config
 from hpcpredict.sim.campaign import Cell, LogEntry, run_cell
 from hpcpredict.sim.runner import RunSpec
-from hpcpredict.sim.tune import Evidence, choose, grid, split_s
+from hpcpredict.sim.tune import Evidence, Goal, choose, goal_settings, grid, split_s, thresholds_s
 from hpcpredict.workload import load_workload
 
 HOUR = 3600.0
@@ -52,11 +52,50 @@ def test_the_split_is_by_submission_order_and_refuses_nonsense() -> None:
         split_s(workload, 1.0)
 
 
+def test_the_guards_tried_follow_the_sites_own_p99_wait() -> None:
+    # KTH-SP2's earlier part: plain EASY's p99 wait 24.5 h -> 6, 12, 24 (24.5 rounds to even), 49 h
+    assert thresholds_s(24.5 * HOUR) == (6 * 3600, 12 * 3600, 24 * 3600, 49 * 3600)
+    # a calm site: the guards shrink with its tail, and the shipped 24 h is always among them
+    assert thresholds_s(2 * HOUR) == (3600, 2 * 3600, 4 * 3600, 24 * 3600)
+    # never under an hour, even with no waiting at all
+    assert thresholds_s(0.0) == (3600, 24 * 3600)
+    assert all(seconds % 3600 == 0 for seconds in thresholds_s(17.3 * HOUR))
+
+
 def test_the_grid_is_the_bounds_the_daemon_applies_with_every_correction() -> None:
-    settings = grid(RunSpec(), ["incremental", "survival"])
-    assert [s.label for s in settings][:3] == [
-        "guard 12 h + incremental", "guard 24 h + incremental", "guard 48 h + incremental"]
-    assert len(settings) == 6 and all(s.spec.guard_rule == "wait" for s in settings)
+    settings = grid(RunSpec(), ["incremental", "survival"], (6 * 3600, 24 * 3600))
+    assert [s.label for s in settings] == [
+        "guard 6 h + incremental", "guard 24 h + incremental",
+        "guard 6 h + survival(q=0.5)", "guard 24 h + survival(q=0.5)"]
+    assert all(s.spec.guard_rule == "wait" and s.spec.predictor == "learned" for s in settings)
+
+
+def test_the_goal_sets_the_bound_beside_the_unbounded_learner_and_ave2() -> None:
+    chosen = grid(RunSpec(), ["survival"], (12 * 3600,))[0]
+    unbounded, ave2 = goal_settings(chosen)
+    assert unbounded.spec.starvation_guard_s is None and unbounded.spec.correction == "survival"
+    assert unbounded.label == "no guard + survival(q=0.5)"
+    assert (ave2.spec.predictor, ave2.spec.correction, ave2.spec.starvation_guard_s) == (
+        "ave2", "incremental", 12 * 3600)
+    assert ave2.label == "AVE2, guard 12 h + incremental"
+    plain = evidence("plain", 90, 20, 70)
+    bounded = Evidence.of("guard", {"ave_bsld": [50.0, 52.0, 51.0], "p99_wait_s": [19 * HOUR] * 3,
+                                    "max_wait_s": [80 * HOUR] * 3})
+    free = evidence("no guard", 47, 25, 200)
+    worse_ave2 = Evidence.of("ave2", {"ave_bsld": [60.0, 61.0, 63.0], "p99_wait_s": [19 * HOUR] * 3,
+                                      "max_wait_s": [80 * HOUR] * 3})
+    goal = Goal.of(bounded, plain, free, worse_ave2)
+    assert goal.max_ratio == pytest.approx(80 / 70) and goal.p99_ratio == pytest.approx(19 / 20)
+    assert goal.bsld_ratio == pytest.approx(51 / 47.5)
+    assert goal.kept == (True, True, True, True)
+    # AVE2 level with the learner under the same bound: the predictions add nothing established
+    level = Evidence.of("ave2", {"ave_bsld": [49.0, 53.0, 51.5], "p99_wait_s": [19 * HOUR] * 3,
+                                 "max_wait_s": [80 * HOUR] * 3})
+    assert Goal.of(bounded, plain, free, level).kept[3] is False
+    # a bound that costs more than a tenth, and a tail over plain's, fail their conditions
+    costly = Goal.of(Evidence.of("guard", {"ave_bsld": [60.0] * 3, "p99_wait_s": [21 * HOUR] * 3,
+                                           "max_wait_s": [90 * HOUR] * 3}), plain, free, worse_ave2)
+    assert costly.kept[:3] == (False, False, False)
 
 
 def test_a_part_of_a_log_is_replayed_and_judged_as_asked() -> None:
@@ -90,9 +129,13 @@ def test_tune_chooses_on_the_earlier_part_checks_on_the_later_and_resumes(tmp_pa
     config = load_config(fragment)
     payload_run = runner.invoke(main, [*options, "--format", "json"])
     assert payload_run.exit_code == 0, payload_run.output
-    assert "choosing: 8 replays, 8 already stored" in payload_run.stderr  # resumed: 4 settings x 2
-    assert "checking: 4 replays, 4 already stored" in payload_run.stderr  # nothing replayed
     payload = json.loads(payload_run.stdout)
+    tried = 1 + len(payload["guards_s"])  # plain and every guard, with the one correction
+    assert f"choosing: {2 * tried} replays, {2 * tried} already stored" in payload_run.stderr
+    checked = len(payload["later"])  # chosen, the default unless chosen, plain, unbounded, AVE2
+    assert checked in (4, 5)
+    assert f"checking: {2 * checked} replays, {2 * checked} already stored" in payload_run.stderr
+    assert payload["guards_s"] == list(thresholds_s(payload["earlier"]["plain"]["p99_wait_s"]["mean"]))
     chosen = payload["chosen"]
     assert config.starvation_guard_s == chosen["settings"]["starvation_guard_s"]
     assert config.correction == chosen["settings"]["correction"]
@@ -108,8 +151,17 @@ def test_tune_chooses_on_the_earlier_part_checks_on_the_later_and_resumes(tmp_pa
                 if upper(e, "max_wait_s") <= 1.25 * plain["max_wait_s"]["mean"]]
     if kept:
         assert chosen["label"] == min(kept, key=lambda label: earlier[label]["ave_bsld"]["mean"])
-    assert set(payload["later"]) >= {chosen["label"], "plain"}
+    assert set(payload["later"]) >= {chosen["label"], "plain", payload["unbounded"],
+                                     payload["ave2_same_bound"]}
     assert len(payload["later"]["plain"]["ave_bsld"]["replicas"]) == 2
+    # the goal's figures are the later part's, as printed
+    later, goal = payload["later"], payload["later_goal"]
+    assert goal["max_wait_over_plain"] == pytest.approx(
+        later[chosen["label"]]["max_wait_s"]["mean"] / later["plain"]["max_wait_s"]["mean"])
+    assert goal["ave_bsld_over_unbounded"] == pytest.approx(
+        later[chosen["label"]]["ave_bsld"]["mean"] / later[payload["unbounded"]]["ave_bsld"]["mean"])
+    assert goal["kept"]["max_wait"] == (goal["max_wait_over_plain"] <= 1.25)
+    assert "Goal (longest wait, p99 wait, the bound's cost, against AVE2):" in shown.output
 
 
 def test_tune_under_the_slurm_model_is_judged_against_plain_slurm(tmp_path: Path) -> None:
@@ -122,5 +174,6 @@ def test_tune_under_the_slurm_model_is_judged_against_plain_slurm(tmp_path: Path
     assert payload["scheduler"] == "slurm-backfill"
     assert payload["chosen"]["settings"]["scheduler"] == "slurm-backfill"
     assert payload["chosen"]["settings"]["slurm_params"] == "bf_interval=60"
-    assert set(payload["earlier"]) == {"plain", "guard 12 h + incremental", "guard 24 h + incremental",
-                                       "guard 48 h + incremental"}
+    assert set(payload["earlier"]) == {"plain"} | {
+        f"guard {seconds / 3600:g} h + incremental" for seconds in payload["guards_s"]}
+    assert all(payload["later"][label]["ave_bsld"]["replicas"] for label in payload["later"])

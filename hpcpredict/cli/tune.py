@@ -72,14 +72,16 @@ def tune(
     """Choose the starvation bound and correction for a site from its own HISTORY (SWF, e.g.
     from `hpcpredict slurm-convert`), and show the evidence.
 
-    The history is split in time. On the earlier part, every setting of a small grid (the
-    starvation guard after 12, 24 or 48 h of waiting, each with every --corrections) is replayed
-    on shaken replicas with the model of the site's scheduler; the choice is the lowest mean
-    AVEbsld whose longest wait stays within 1.25x the plain scheduler's (plain EASY on the users'
-    requests; the SLURM model on them with slurm-backfill) and whose p99 wait is no worse, both
-    at the upper end of their 95% CI (relaxed, and said so, when no setting keeps both). The later part then checks the choice out of sample against hpcpredict's
-    default and the plain scheduler. Prints AVEbsld, p99 and max wait with 95% CIs, and the
-    daemon.toml fragment (docs/tune.md).
+    The history is split in time. On the earlier part, plain scheduling (plain EASY on the
+    users' requests; the SLURM model on them with slurm-backfill) is replayed first, and its p99
+    wait sets the guards tried: after 1/4, 1/2, 1 and 2 times that wait, and after the default
+    24 h, each with every --corrections, on shaken replicas with the model of the site's
+    scheduler. The choice is the lowest mean AVEbsld whose longest wait stays within 1.25x
+    plain's and whose p99 wait is no worse, both at the upper end of their 95% CI (relaxed, and
+    said so, when no setting keeps both). The later part then checks the choice out of sample
+    against hpcpredict's default, plain scheduling, the learner without a guard (what the bound
+    costs) and AVE2 under the same guard (what the predictions add). Prints AVEbsld, p99 and max
+    wait with 95% CIs, the verdict on each, and the daemon.toml fragment (docs/tune.md).
 
     \b
     Examples:
@@ -93,7 +95,8 @@ def tune(
     try:
         base = RunSpec(scheduler, "learned", "incremental", slurm_params=slurm_params,
                        **learning.spec_fields())
-        tried = tuning.grid(base, [c.strip() for c in corrections.split(",") if c.strip()])
+        correction_names = [c.strip() for c in corrections.split(",") if c.strip()]
+        tuning.grid(base, correction_names)  # validates the corrections before any replay
     except ValueError as error:
         raise click.BadParameter(str(error)) from None
     if fragment_path is not None:
@@ -108,6 +111,13 @@ def tune(
         store_url = f"sqlite:///{Path(store_url).resolve()}"
     parts = tuning.parts(workload.name, str(log.resolve()), procs, split_at_s)
     plain, default = tuning.plain_setting(base), tuning.default_setting(base)
+    # plain scheduling first: its p99 wait in the earlier part sets the guards tried
+    plain_cells = tuning.cells(parts.earlier, [plain], replicas, shake_s, seed)
+    plain_earlier = _evidence(tuning, _run(f"tune {workload.name}: plain", plain_cells, store_url,
+                                           executor, jobs, scheduler_address, open_store,
+                                           StoreError), plain_cells, "plain")
+    guards_s = tuning.thresholds_s(plain_earlier.mean("p99_wait_s"))
+    tried = tuning.grid(base, correction_names, guards_s)
     chooser = [plain, *tried]
     choose_cells = tuning.cells(parts.earlier, chooser, replicas, shake_s, seed)
     evidence = _run(f"tune {workload.name}: choosing", choose_cells, store_url, executor, jobs,
@@ -116,29 +126,31 @@ def tune(
                 for setting in chooser}
     choice = tuning.choose([by_label[s.label] for s in tried], by_label["plain"])
     chosen = next(setting for setting in tried if setting.label == choice.label)
-    checked = [chosen, *([default] if default.label != chosen.label else []), plain]
+    unbounded, ave2 = tuning.goal_settings(chosen)
+    checked = [chosen, *([default] if default.label != chosen.label else []), plain, unbounded, ave2]
     check_cells = tuning.cells(parts.later, checked, replicas, shake_s, seed)
     checking = _run(f"tune {workload.name}: checking", check_cells, store_url, executor, jobs,
                     scheduler_address, open_store, StoreError)
     later = {setting.label: _evidence(tuning, checking, check_cells, setting.label)
              for setting in checked}
+    goal = tuning.Goal.of(later[chosen.label], later["plain"], later[unbounded.label],
+                          later[ave2.label])
     fragment = tuning.daemon_fragment(chosen.spec, log.name, choice)
     if fragment_path is not None:
         fragment_path.write_text(fragment)
-    earlier_rows = [by_label[s.label] for s in (chosen, default, plain) if s.label in by_label]
-    if default.label not in by_label:  # the default is outside the grid (another correction)
-        earlier_rows = [by_label[chosen.label], by_label["plain"]]
     if output_format == "json":
         click.echo(json.dumps({
             "log": str(log), "jobs": len(workload.jobs), "split_s": split_at_s,
             "earlier_jobs": sum(job.submit_s < split_at_s for job in workload.jobs),
             "scheduler": scheduler, "replicas": replicas, "shake_s": shake_s, "seed": seed,
+            "guards_s": list(guards_s),
             "chosen": {"label": chosen.label, "settings": chosen.spec.to_dict(), "rule": choice.rule},
-            "default": default.label,
+            "default": default.label, "unbounded": unbounded.label, "ave2_same_bound": ave2.label,
             "earlier": {label: _summary(e) for label, e in by_label.items()},
             "later": {label: _summary(e) for label, e in later.items()},
             "later_vs_default": _pairs(later[chosen.label], later.get(default.label)),
             "later_vs_plain": _pairs(later[chosen.label], later["plain"]),
+            "later_goal": goal.to_dict(),
             "daemon_toml": fragment,
         }, indent=2))
         return
@@ -146,12 +158,15 @@ def tune(
     click.echo(f"{workload.name}: {len(workload.jobs):,} jobs; earlier part {earlier_jobs:,} jobs "
                f"(choice), later part {len(workload.jobs) - earlier_jobs:,} jobs (check); "
                f"{replicas} replicas, {scheduler}{f'({slurm_params})' if slurm_params else ''}")
+    click.echo(f"\nGuards tried: {', '.join(f'{g / 3600:g} h' for g in guards_s)} (1/4, 1/2, 1 "
+               f"and 2 times plain's p99 wait in the earlier part, "
+               f"{plain_earlier.mean('p99_wait_s') / 3600:.1f} h, and the default 24 h)")
     click.echo(f"\nEarlier part, every setting tried (means over the replicas, 95% CI):")
     _table([by_label[s.label] for s in chooser], chosen.label)
     click.echo(f"\nchosen: {chosen.label} ({choice.rule})")
     click.echo("\nLater part, out of sample (the whole history replayed, the later jobs judged):")
     _table([later[s.label] for s in checked], chosen.label)
-    for other in ([default] if default.label != chosen.label else []) + [plain]:
+    for other in ([default] if default.label != chosen.label else []) + [plain, ave2]:
         click.echo(f"\n{chosen.label} against {other.label}, paired over the replicas:")
         for metric, difference in later[chosen.label].against(later[other.label]).items():
             click.echo(f"  {_NAMES[metric]}: {_difference(difference)}")
@@ -163,8 +178,28 @@ def tune(
     click.echo(f"\nOut of sample the longest wait is {ratio:.2f}x plain's "
                f"({'within' if ratio <= tuning.MAX_WAIT_BOUND else 'OVER'} the "
                f"{tuning.MAX_WAIT_BOUND:g}x bound) and the p99 wait is {p99_verdict}.")
+    click.echo(_goal_sentence(goal, ave2.label))
     click.echo(f"\ndaemon.toml{f' (written to {fragment_path})' if fragment_path else ''}:\n")
     click.echo(fragment, nl=False)
+
+
+def _goal_sentence(goal, ave2_label: str) -> str:  # type: ignore[no-untyped-def]
+    """The bound's price and the predictions' worth, out of sample, in the words an admin needs."""
+    from hpcpredict.sim.tune import AVEBSLD_BOUND
+
+    difference = goal.against_ave2
+    if goal.kept[3]:
+        worth = "the learned predictions add to what the guard does"
+    elif difference.significant:
+        worth = "AVE2 under the same guard does better than the learned model"
+    else:
+        worth = "the learned predictions add nothing established to what the guard does"
+    verdicts = " ".join("yes" if kept else "NO" for kept in goal.kept)
+    return (f"The bound costs {goal.bsld_ratio - 1:+.1%} AVEbsld against the learner without a guard "
+            f"({'within' if goal.kept[2] else 'OVER'} the {AVEBSLD_BOUND - 1:.0%} allowed); against "
+            f"{ave2_label} its AVEbsld is {difference.relative:+.1%} (95% CI "
+            f"{difference.relative_ci_low:+.1%} to {difference.relative_ci_high:+.1%}): {worth}.\n"
+            f"Goal (longest wait, p99 wait, the bound's cost, against AVE2): {verdicts}.")
 
 
 def _run(name, cells, store_url, executor, jobs, address, open_store, store_error):  # type: ignore[no-untyped-def]
