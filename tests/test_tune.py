@@ -14,7 +14,16 @@ from hpcpredict.cli import main
 from hpcpredict.daemon.config import load_config
 from hpcpredict.sim.campaign import Cell, LogEntry, run_cell
 from hpcpredict.sim.runner import RunSpec
-from hpcpredict.sim.tune import Evidence, Goal, choose, goal_settings, grid, split_s, thresholds_s
+from hpcpredict.sim.tune import (
+    Evidence,
+    Goal,
+    choose,
+    goal_settings,
+    grid,
+    period_shift,
+    split_s,
+    thresholds_s,
+)
 from hpcpredict.workload import load_workload
 
 HOUR = 3600.0
@@ -41,6 +50,14 @@ def test_the_choice_keeps_the_bounds_and_says_what_it_relaxed() -> None:
                                         "max_wait_s": [70 * HOUR, 104 * HOUR]})  # mean 1.24x
     assert wobbly.mean("max_wait_s") <= 1.25 * 70 * HOUR < wobbly.upper("max_wait_s")
     assert choose([wobbly, safe], plain).label == "guard 12 h"
+
+
+def test_a_change_of_period_between_the_parts_is_said() -> None:
+    earlier = evidence("plain", 24, 21.9, 90)
+    assert period_shift(earlier, evidence("plain", 60, 26, 120)) is None  # +19%: alike
+    busier = period_shift(earlier, evidence("plain", 60, 37.7, 120))
+    assert busier is not None and "21.9 h" in busier and "37.7 h" in busier and "busier" in busier
+    assert "calmer" in period_shift(earlier, evidence("plain", 10, 13.3, 30))
 
 
 def test_the_split_is_by_submission_order_and_refuses_nonsense() -> None:

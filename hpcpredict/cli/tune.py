@@ -151,6 +151,7 @@ def tune(
             "later_vs_default": _pairs(later[chosen.label], later.get(default.label)),
             "later_vs_plain": _pairs(later[chosen.label], later["plain"]),
             "later_goal": goal.to_dict(),
+            "period_shift": tuning.period_shift(plain_earlier, later["plain"]),
             "daemon_toml": fragment,
         }, indent=2))
         return
@@ -179,6 +180,9 @@ def tune(
                f"({'within' if ratio <= tuning.MAX_WAIT_BOUND else 'OVER'} the "
                f"{tuning.MAX_WAIT_BOUND:g}x bound) and the p99 wait is {p99_verdict}.")
     click.echo(_goal_sentence(goal, ave2.label))
+    shift = tuning.period_shift(plain_earlier, later["plain"])
+    if shift is not None:
+        click.echo(shift)
     click.echo(f"\ndaemon.toml{f' (written to {fragment_path})' if fragment_path else ''}:\n")
     click.echo(fragment, nl=False)
 
