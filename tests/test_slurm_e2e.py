@@ -38,10 +38,10 @@ HISTORY_JOBS = 50  # one-minute jobs taught before the guard test
 
 
 class ServeProcess:
-    def __init__(self, cluster: SlurmCluster) -> None:
+    def __init__(self, cluster: SlurmCluster, db_name: str = "hpcpredict.db") -> None:
         self.cluster = cluster
         self.socket = str(cluster.dir / "hpcpredict.sock")
-        self.db = f"sqlite:///{cluster.dir / 'hpcpredict.db'}"
+        self.db = f"sqlite:///{cluster.dir / db_name}"
         self.spool = str(cluster.dir / "jobcomp.spool")
         self.process: subprocess.Popen | None = None
 
@@ -394,3 +394,40 @@ def test_the_starvation_guard_gives_running_jobs_their_requests_and_holds_loweri
     with DaemonClient(daemon.socket) as client:
         assert client.request("PING")["lower"] == "1"
     wait_for(lambda: cluster.job_fields(held)["JobState"] == "COMPLETED", 60, "the held job to run", cluster)
+
+
+SURVIVAL_CONFIG = '[daemon]\ncorrection = "survival"\n\n[learner]\neta = 1e-9\n'
+
+
+def test_the_survival_correction_raises_a_limit_to_the_users_runtime_median(cluster: SlurmCluster,
+                                                                             daemon: ServeProcess) -> None:
+    """docs/method.md §8 live, as `hpcpredict tune` chose it on the three archive logs
+    (docs/results.md): `correction = "survival"` raises a lowered limit to the median of the
+    user's recent runtimes beyond the limit reached, where INCREMENTAL adds its fixed step.
+
+    A fresh daemon with a learning rate too small to move the model keeps predicting 1 s, so the
+    job is lowered to 1 minute whatever it is taught; its user's last 10 jobs (reported as
+    jobcomp.lua would) ran 150 s. The corrector, due at once (90 s margin over a 1-minute limit),
+    asks for T given T > 60 s: 150 s, 3 minutes in SLURM's whole minutes. INCREMENTAL would have
+    set 1 s + 60 s, 2 minutes."""
+    daemon.stop()
+    config = cluster.dir / "survival.toml"
+    config.write_text(SURVIVAL_CONFIG)
+    survival = ServeProcess(cluster, db_name="survival.db")
+    survival.start("--config", str(config))
+    try:
+        with DaemonClient(survival.socket) as client:
+            first_s = int(time.time()) - 3000
+            for k in range(10):
+                submit_s = first_s + 200 * k
+                client.request("END", job=910_000 + k, uid=0, procs=1, time_limit=1800,
+                               submit=submit_s, start=submit_s, end=submit_s + 150, state="COMPLETED")
+            assert int(client.request("PREDICT", uid=0, procs=1, time_limit=1800)["prediction"]) <= 60
+        job = cluster.sbatch("--time=30", "-n", "1", script="sleep 20")
+        assert minutes(cluster.job_fields(job)["TimeLimit"]) == 1
+        wait_for(lambda: corrections(survival, job), 60, "the survival correction", cluster)
+        assert corrections(survival, job)[0] == (60, 180), survival.log()
+        wait_for(lambda: cluster.job_fields(job)["JobState"] == "COMPLETED", 60, "the job to end", cluster)
+        assert minutes(cluster.job_fields(job)["TimeLimit"]) == 3
+    finally:
+        survival.stop()
