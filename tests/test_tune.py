@@ -20,6 +20,7 @@ from hpcpredict.sim.tune import (
     choose,
     goal_settings,
     grid,
+    parse_guards,
     period_shift,
     split_s,
     thresholds_s,
@@ -77,6 +78,15 @@ def test_the_guards_tried_follow_the_sites_own_p99_wait() -> None:
     # never under an hour, even with no waiting at all
     assert thresholds_s(0.0) == (3600, 24 * 3600)
     assert all(seconds % 3600 == 0 for seconds in thresholds_s(17.3 * HOUR))
+
+
+def test_guards_given_by_the_admin_are_read_as_the_daemon_reads_durations() -> None:
+    assert parse_guards("auto") is None
+    assert parse_guards("24h, 6h,90m,6h") == (90 * 60, 6 * 3600, 24 * 3600)
+    assert parse_guards("3600,2d") == (3600, 2 * 86_400)
+    for bad in ("off", "0", "6x", ",", "24h,soon"):
+        with pytest.raises(ValueError, match="24h"):
+            parse_guards(bad)
 
 
 def test_the_grid_is_the_bounds_the_daemon_applies_with_every_correction() -> None:
@@ -194,3 +204,16 @@ def test_tune_under_the_slurm_model_is_judged_against_plain_slurm(tmp_path: Path
     assert set(payload["earlier"]) == {"plain"} | {
         f"guard {seconds / 3600:g} h + incremental" for seconds in payload["guards_s"]}
     assert all(payload["later"][label]["ave_bsld"]["replicas"] for label in payload["later"])
+
+
+def test_tune_tries_the_guards_it_is_given_and_refuses_bad_ones(tmp_path: Path) -> None:
+    options = ["tune", str(SAMPLE_LOG), "--replicas", "2", "--corrections", "survival",
+               "--store", str(tmp_path / "t.sqlite"), "-j", "1"]
+    given = CliRunner().invoke(main, [*options, "--guards", "2h,30h", "--format", "json"])
+    assert given.exit_code == 0, given.output
+    payload = json.loads(given.stdout)
+    assert payload["guards_s"] == [7200, 108_000]
+    assert set(payload["earlier"]) == {"plain", "guard 2 h + survival(q=0.5)",
+                                       "guard 30 h + survival(q=0.5)"}
+    refused = CliRunner().invoke(main, [*options, "--guards", "6h,off"])
+    assert refused.exit_code == 2 and "durations above 0 s" in refused.output

@@ -43,6 +43,10 @@ _NAMES = {"ave_bsld": "AVEbsld", "p99_wait_s": "p99 wait h", "max_wait_s": "max 
               show_default="2/3",
               help="Share of the jobs, in submission order, in the earlier part (where the "
               "settings are chosen); the rest checks the choice out of sample.")
+@click.option("--guards", "guards", default="auto", show_default=True, metavar="auto|DURATIONS",
+              help="The starvation guards tried: auto (1/4, 1/2, 1 and 2 times plain "
+              "scheduling's p99 wait in the earlier part, and 24 h), or your own list, e.g. "
+              "6h,12h,24h,48h.")
 @click.option("--corrections", default="incremental,survival", show_default=True,
               help="Corrections tried, comma-separated (with every bound of the grid).")
 @click.option("--replicas", type=click.IntRange(min=2), default=10, show_default=True,
@@ -65,7 +69,7 @@ _NAMES = {"ave_bsld": "AVEbsld", "p99_wait_s": "p99 wait h", "max_wait_s": "max 
 @format_option()
 def tune(
     log: Path, scheduler: str, slurm_params: str, learning: LearningSettings, procs: int | None,
-    split: float, corrections: str, replicas: int, shake_s: int, seed: int, jobs: int | None,
+    split: float, guards: str, corrections: str, replicas: int, shake_s: int, seed: int, jobs: int | None,
     executor: str, scheduler_address: str | None, store_url: str, fragment_path: Path | None,
     lenient: bool, output_format: str,
 ) -> None:
@@ -75,7 +79,7 @@ def tune(
     The history is split in time. On the earlier part, plain scheduling (plain EASY on the
     users' requests; the SLURM model on them with slurm-backfill) is replayed first, and its p99
     wait sets the guards tried: after 1/4, 1/2, 1 and 2 times that wait, and after the default
-    24 h, each with every --corrections, on shaken replicas with the model of the site's
+    24 h (or those of --guards), each with every --corrections, on shaken replicas with the model of the site's
     scheduler. The choice is the lowest mean AVEbsld whose longest wait stays within 1.25x
     plain's and whose p99 wait is no worse, both at the upper end of their 95% CI (relaxed, and
     said so, when no setting keeps both). The later part then checks the choice out of sample
@@ -97,6 +101,7 @@ def tune(
                        **learning.spec_fields())
         correction_names = [c.strip() for c in corrections.split(",") if c.strip()]
         tuning.grid(base, correction_names)  # validates the corrections before any replay
+        given_guards_s = tuning.parse_guards(guards)
     except ValueError as error:
         raise click.BadParameter(str(error)) from None
     if fragment_path is not None:
@@ -116,7 +121,7 @@ def tune(
     plain_earlier = _evidence(tuning, _run(f"tune {workload.name}: plain", plain_cells, store_url,
                                            executor, jobs, scheduler_address, open_store,
                                            StoreError), plain_cells, "plain")
-    guards_s = tuning.thresholds_s(plain_earlier.mean("p99_wait_s"))
+    guards_s = given_guards_s or tuning.thresholds_s(plain_earlier.mean("p99_wait_s"))
     tried = tuning.grid(base, correction_names, guards_s)
     chooser = [plain, *tried]
     choose_cells = tuning.cells(parts.earlier, chooser, replicas, shake_s, seed)
@@ -159,9 +164,10 @@ def tune(
     click.echo(f"{workload.name}: {len(workload.jobs):,} jobs; earlier part {earlier_jobs:,} jobs "
                f"(choice), later part {len(workload.jobs) - earlier_jobs:,} jobs (check); "
                f"{replicas} replicas, {scheduler}{f'({slurm_params})' if slurm_params else ''}")
-    click.echo(f"\nGuards tried: {', '.join(f'{g / 3600:g} h' for g in guards_s)} (1/4, 1/2, 1 "
-               f"and 2 times plain's p99 wait in the earlier part, "
-               f"{plain_earlier.mean('p99_wait_s') / 3600:.1f} h, and the default 24 h)")
+    why = ("given with --guards" if given_guards_s else "1/4, 1/2, 1 and 2 times plain's p99 wait "
+           "in the earlier part, and the default 24 h")
+    click.echo(f"\nGuards tried: {', '.join(f'{g / 3600:g} h' for g in guards_s)} ({why}; plain's "
+               f"p99 wait in the earlier part: {plain_earlier.mean('p99_wait_s') / 3600:.1f} h)")
     click.echo(f"\nEarlier part, every setting tried (means over the replicas, 95% CI):")
     _table([by_label[s.label] for s in chooser], chosen.label)
     click.echo(f"\nchosen: {chosen.label} ({choice.rule})")

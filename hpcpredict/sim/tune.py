@@ -36,7 +36,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
-from hpcpredict.corrections.starvation import DEFAULT_STARVATION_GUARD_S
+from hpcpredict.corrections.starvation import DEFAULT_STARVATION_GUARD_S, parse_starvation_guard
 from hpcpredict.sim.campaign import Cell, LogEntry
 from hpcpredict.sim.replica_stats import Estimate, PairedDifference, mean_ci, paired_difference
 from hpcpredict.sim.runner import RunSpec
@@ -77,6 +77,25 @@ def thresholds_s(plain_p99_wait_s: float) -> tuple[int, ...]:
     scheduling's p99 wait, each rounded to the hour (at least one hour), and the shipped default."""
     relative = {max(1, round(factor * plain_p99_wait_s / HOUR_S)) * HOUR_S for factor in P99_FACTORS}
     return tuple(sorted(relative | {DEFAULT_STARVATION_GUARD_S}))
+
+
+def parse_guards(text: str) -> tuple[int, ...] | None:
+    """`--guards`: ``auto`` (None: `thresholds_s` on the site's p99 wait) or durations as the
+    daemon reads them (``6h,12h,24h``, ``90m``, seconds), ascending and without repeats. A guard
+    that is off is no bound to choose: the learner without one is replayed anyway."""
+    if text.strip().lower() == "auto":
+        return None
+    guards = set()
+    for item in (part.strip() for part in text.split(",")):
+        if not item:
+            continue
+        seconds = parse_starvation_guard(item)
+        if not seconds:
+            raise ValueError(f"--guards takes durations above 0 s such as 6h,24h (or auto), got {item!r}")
+        guards.add(seconds)
+    if not guards:
+        raise ValueError(f"--guards takes durations such as 6h,24h (or auto), got {text!r}")
+    return tuple(sorted(guards))
 
 
 def grid(base: RunSpec, corrections: Sequence[str] = DEFAULT_CORRECTIONS,
