@@ -73,6 +73,10 @@ def test_the_split_is_by_submission_order_and_refuses_nonsense() -> None:
 def test_the_guards_tried_follow_the_sites_own_p99_wait() -> None:
     # KTH-SP2's earlier part: plain EASY's p99 wait 24.5 h -> 6, 12, 24 (24.5 rounds to even), 49 h
     assert thresholds_s(24.5 * HOUR) == (6 * 3600, 12 * 3600, 24 * 3600, 49 * 3600)
+    # a scaled guard within a tenth of the default 24 h is its twin: 22 and 26 h go, 21 and 27 h stay
+    assert thresholds_s(22 * HOUR) == (6 * 3600, 11 * 3600, 24 * 3600, 44 * 3600)
+    assert 26 * 3600 not in thresholds_s(26 * HOUR) and 27 * 3600 in thresholds_s(27 * HOUR)
+    assert 21 * 3600 in thresholds_s(21 * HOUR)
     # a calm site: the guards shrink with its tail, and the shipped 24 h is always among them
     assert thresholds_s(2 * HOUR) == (3600, 2 * 3600, 4 * 3600, 24 * 3600)
     # never under an hour, even with no waiting at all
