@@ -1,4 +1,4 @@
-"""Issue 30's goal, per log and per bound, from a campaign's runs.csv (docs/results.md).
+"""Issue 30's goal, per log and per bound, from campaigns' runs.csv (docs/results.md).
 
     python benchmarks/bound_goal.py sim/results/bound-head/runs.csv \
         --bound "learned, guard 24 h=EASY++ (guard 24 h)" \
@@ -79,12 +79,19 @@ def verdict(value: object) -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("runs_csv", type=Path)
+    parser.add_argument("runs_csv", type=Path, nargs="+",
+                        help="campaign reports' runs.csv, read together (same replicas and seed)")
     parser.add_argument("--bound", action="append", required=True,
                         help='"LEARNED LABEL" or "LEARNED LABEL=AVE2 LABEL" (repeatable)')
     args = parser.parse_args()
-    runs = read_runs(args.runs_csv)
-    bounds = [tuple(text.split("=", 1)) if "=" in text else (text, None) for text in args.bound]
+    runs: dict[tuple[str, str], dict[int, dict[str, float]]] = defaultdict(dict)
+    for path in args.runs_csv:
+        for log_label, replicas in read_runs(path).items():
+            runs[log_label].update(replicas)
+    labels_run = {label for _, label in runs}
+    # "LEARNED=AVE2", split at the last "=" unless the whole text is a label ("survival q=0.5")
+    bounds = [(text, None) if text in labels_run or "=" not in text else tuple(text.rsplit("=", 1))
+              for text in args.bound]
     logs = list(dict.fromkeys(log for log, _ in runs))
     table = {(log, label): conditions(runs, log, label, ave2)
              for log in logs for label, ave2 in bounds if (log, label) in runs}
