@@ -3,9 +3,12 @@ reservation can slide when backfilling trusts predictions that are too short."""
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
+from collections.abc import Iterator
 from pathlib import Path
+from unittest import mock
 
 import pytest
 from click.testing import CliRunner
@@ -19,7 +22,12 @@ from hpcpredict.predictors import RequestedPredictor
 from hpcpredict.corrections import CORRECTIONS
 from hpcpredict.sim import SCHEDULERS, simulate
 from hpcpredict.sim.runner import RunSpec
-from hpcpredict.corrections.starvation import DEFAULT_STARVATION_GUARD_S, parse_starvation_guard
+from hpcpredict.corrections import starvation
+from hpcpredict.corrections.starvation import (
+    DEFAULT_STARVATION_GUARD_S, RECENT_FLOOR_S, RECENT_MIN_STARTS, parse_starvation_guard,
+    recent_guard_wait_s,
+)
+from hpcpredict.sim import simulation
 from test_simulation import PREDICTORS, build_predictor, make_job, peak_usage, workloads
 
 
@@ -136,6 +144,83 @@ def test_the_promise_rule_guards_a_head_once_it_is_later_than_plain_easys_promis
         guarded(scheduler, 300, "sometimes")
 
 
+def test_the_recent_rule_protects_at_a_multiple_of_the_recent_p99_wait_within_its_bounds() -> None:
+    few = [7_200] * (RECENT_MIN_STARTS - 1)
+    assert recent_guard_wait_s(few, 1.0, 86_400) == 86_400  # too few starts to trust: the cap
+    enough = [7_200] * RECENT_MIN_STARTS
+    assert recent_guard_wait_s(enough, 2.0, 86_400) == 14_400
+    assert recent_guard_wait_s(enough, 0.1, 86_400) == RECENT_FLOOR_S
+    assert recent_guard_wait_s(enough, 100.0, 86_400) == 86_400
+    # the p99: one wait in a hundred far out moves it, the median does not
+    assert 3_600 < recent_guard_wait_s([0] * 98 + [36_000] * 2, 1.0, 86_400) <= 36_000
+
+
+@contextlib.contextmanager
+def recent_rule_scaled(every_s: int, window_s: int, min_starts: int, floor_s: int) -> Iterator[None]:
+    """The recent rule's day, four weeks, 100 starts and 1 h, scaled to the tests' small logs."""
+    with mock.patch.object(simulation, "RECENT_EVERY_S", every_s), \
+            mock.patch.object(simulation, "RECENT_WINDOW_S", window_s), \
+            mock.patch.object(starvation, "RECENT_MIN_STARTS", min_starts), \
+            mock.patch.object(starvation, "RECENT_FLOOR_S", floor_s):
+        yield
+
+
+def recent(name: str, cap_s: int, multiple: float, scope: str = "machine"):
+    return dataclasses.replace(guarded(name, cap_s, "recent", scope), guard_recent_multiple=multiple)
+
+
+@pytest.mark.parametrize("scheduler", ["easy", "easy-sjbf"])
+def test_the_recent_rule_protects_a_head_that_waits_far_longer_than_the_jobs_started_lately(
+    scheduler: str,
+) -> None:
+    """In STREAM every backfilled job starts within seconds of its submission while the head
+    starves: the recent waits' p99 is tiny, so the rule protects the head at its next update,
+    where a fixed threshold as long as the cap never does before the stream dries up."""
+    with recent_rule_scaled(every_s=100, window_s=10_000, min_starts=3, floor_s=60):
+        capped = simulate(STREAM, 10, recent(scheduler, 10**9, 10**6), OneSecond(),
+                          CORRECTIONS["incremental"])
+        following = simulate(STREAM, 10, recent(scheduler, 10**9, 1.0), OneSecond(),
+                             CORRECTIONS["incremental"])
+    assert capped.start_s[1] > 4_000  # the cap alone: starved, as with no guard
+    assert 1_000 <= following.start_s[1] <= 1_000 + 900  # protected by ~t=300: as a short guard
+
+
+def test_the_recent_rule_at_its_bounds_is_the_wait_rule() -> None:
+    """A multiple so large that the cap always wins, or zero with the cap at the floor: the
+    threshold never moves, and the schedule is the "wait" rule's, on a real log's sample."""
+    sample = Path(__file__).resolve().parent.parent / "swf" / "KTH-SP2-sample.swf"
+    from hpcpredict.sim.runner import run
+    from hpcpredict.workload import load_workload
+
+    workload = load_workload(sample)
+    for cap_s, multiple in ((86_400, 1e9), (RECENT_FLOOR_S, 0.0)):
+        wait = run(workload, RunSpec(starvation_guard_s=cap_s))
+        following = run(workload, RunSpec(starvation_guard_s=cap_s, guard_rule="recent",
+                                          guard_recent_multiple=multiple))
+        assert following.start_s == wait.start_s
+    moved = run(workload, RunSpec(starvation_guard_s=86_400, guard_rule="recent",
+                                  guard_recent_multiple=0.0))
+    assert moved.start_s != run(workload, RunSpec(starvation_guard_s=86_400)).start_s
+
+
+@settings(max_examples=100, deadline=None)
+@given(workloads(), st.sampled_from(["easy", "easy-sjbf"]), st.sampled_from(PREDICTORS),
+       st.sampled_from(sorted(CORRECTIONS)), st.integers(0, 2_000), st.floats(0.0, 3.0),
+       st.sampled_from(["machine", "head"]))
+def test_schedules_under_the_recent_rule_keep_the_invariants_and_the_fast_path_is_exact(
+    workload, scheduler, predictor, correction, cap_s, multiple, scope
+) -> None:
+    machine, jobs = workload
+    policy = recent(scheduler, cap_s, multiple, scope)
+    with recent_rule_scaled(every_s=50, window_s=500, min_starts=2, floor_s=10):
+        fast = simulate(jobs, machine, policy, build_predictor(predictor, jobs), CORRECTIONS[correction])
+        slow = simulate(jobs, machine, policy, build_predictor(predictor, jobs),
+                        CORRECTIONS[correction], exhaustive=True)
+    assert fast.start_s == slow.start_s
+    assert peak_usage(fast) <= machine
+    assert all(fast.start_s[i] >= job.submit_s for i, job in enumerate(jobs))
+
+
 @settings(max_examples=100, deadline=None)
 @given(workloads(), st.sampled_from(["easy", "easy-sjbf"]), st.sampled_from(PREDICTORS),
        st.sampled_from(sorted(CORRECTIONS)), st.integers(0, 2_000), st.sampled_from(["wait", "promise"]),
@@ -214,6 +299,14 @@ def test_the_guard_is_an_option_of_a_run_and_off_by_default() -> None:
     assert promise.to_dict()["guard_rule"] == "promise" and promise.label.endswith("guard promise or 48 h")
     with pytest.raises(ValueError, match="needs a starvation guard"):
         RunSpec(guard_rule="promise")
+    following = RunSpec(starvation_guard_s=172_800, guard_rule="recent", guard_recent_multiple=0.5)
+    assert following.to_dict()["guard_recent_multiple"] == 0.5
+    assert following.label.endswith("guard 0.5x recent p99 or 48 h")
+    assert "guard_recent_multiple" not in promise.to_dict()  # that rule's setting alone
+    with pytest.raises(ValueError, match="recent"):
+        RunSpec(starvation_guard_s=60, guard_recent_multiple=2.0)
+    with pytest.raises(ValueError, match=">= 0"):
+        RunSpec(starvation_guard_s=60, guard_rule="recent", guard_recent_multiple=-1.0)
     assert "guard_scope" not in RunSpec(starvation_guard_s=60).to_dict()  # machine: keys unchanged
     head = RunSpec(starvation_guard_s=21_600, guard_scope="head")
     assert head.to_dict()["guard_scope"] == "head" and head.label.endswith("guard 6 h, head only")

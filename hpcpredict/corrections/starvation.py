@@ -5,6 +5,7 @@ one default, one syntax (docs/method.md §7)."""
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 
 # The starvation guard the daemon uses unless told otherwise (docs/results.md says how it was
 # chosen: leave-one-log-out under the max-wait bound).
@@ -12,7 +13,9 @@ DEFAULT_STARVATION_GUARD_S = 86_400
 # When the guard falls due for a job (the simulator's `Scheduler.guard_rule`): "wait", once it has
 # waited DEFAULT_STARVATION_GUARD_S; "promise", as soon as it is later than the start plain EASY
 # promised it when it became the head (or has waited the guard's duration, whichever first).
-STARVATION_RULES = ("wait", "promise")  # the first is the default (RunSpec relies on it)
+# "recent" (simulator only, issue 30): once it has waited a multiple of the p99 wait of the jobs
+# started in the last four weeks (`recent_guard_wait_s`), or the guard's duration, whichever first.
+STARVATION_RULES = ("wait", "promise", "recent")  # the first is the default (RunSpec relies on it)
 # What the guard protects once it is due (the simulator's `Scheduler.guard_scope`): "machine"
 # (the daemon's, and the default), every job then running is planned to its request for good and
 # every backfilling decision uses requests while the head is due; "head" (simulator only, issue
@@ -37,6 +40,35 @@ def default_starvation_guard_s(scheduler: str, predictor: str) -> int | None:
     if scheduler in ("easy", "easy-sjbf") and predictor in PUBLISHED_PREDICTORS:
         return None
     return DEFAULT_STARVATION_GUARD_S
+
+
+# The "recent" rule: the waits it follows (jobs started in the last RECENT_WINDOW_S), their
+# quantile, the shortest wait it ever protects at, how many starts it needs before it trusts the
+# quantile (fewer: the guard's own duration), and how often it is recomputed (a daemon would do it
+# on a timer, not at every event).
+RECENT_WINDOW_S = 28 * 86_400
+RECENT_QUANTILE = 0.99
+RECENT_FLOOR_S = 3_600
+RECENT_MIN_STARTS = 100
+RECENT_EVERY_S = 86_400
+
+
+def recent_guard_wait_s(recent_waits_s: Sequence[int], multiple: float, cap_s: int) -> int:
+    """How long a job waits before the "recent" rule's guard protects it: `multiple` times the
+    p99 of the waits of the jobs started recently, within [RECENT_FLOOR_S, `cap_s`].
+
+    Why relative: a fixed threshold protects nobody in a calm period (plain EASY's longest wait
+    there is below it) and too many in a busy one; the site's own recent waits say which waits are
+    exceptional now. With fewer than RECENT_MIN_STARTS starts the quantile means little: `cap_s`.
+    """
+    if len(recent_waits_s) < RECENT_MIN_STARTS:
+        return cap_s
+    import numpy as np  # (here: the CLI's --help imports this module, and stays light)
+
+    quantile = float(np.quantile(np.asarray(recent_waits_s, dtype=np.float64), RECENT_QUANTILE))
+    return int(min(cap_s, max(RECENT_FLOOR_S, round(multiple * quantile))))
+
+
 _DURATION = re.compile(r"(\d+)\s*(s|m|h|d)?")
 _UNIT_S = {None: 1, "s": 1, "m": 60, "h": 3600, "d": 86_400}
 

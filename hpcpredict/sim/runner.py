@@ -65,6 +65,9 @@ class RunSpec:
     # When the guard falls due for a head: "wait" (after starvation_guard_s) or "promise" (once
     # later than plain EASY's promise when it became the head, or after starvation_guard_s).
     guard_rule: str = "wait"
+    # The "recent" rule's multiple of the p99 wait of the jobs started in the last four weeks
+    # (corrections.starvation.recent_guard_wait_s); meaningful under that rule only.
+    guard_recent_multiple: float = 1.0
     # What a due guard protects: "machine" (every running job pinned to its request, the
     # daemon's) or "head" (the aged head's reservation only; schedulers.Scheduler says how).
     guard_scope: str = "machine"
@@ -149,6 +152,14 @@ class RunSpec:
                 if self.scheduler == SLURM_BACKFILL:
                     raise ValueError(f"the guard {option} {value!r} is modelled for the EASY "
                                      f"schedulers only, not {SLURM_BACKFILL}")
+        if isinstance(self.guard_recent_multiple, bool) \
+                or not isinstance(self.guard_recent_multiple, (int, float)) \
+                or not self.guard_recent_multiple >= 0:
+            raise ValueError(f"the recent rule's multiple must be a number >= 0, got "
+                             f"{self.guard_recent_multiple!r}")
+        if self.guard_recent_multiple != 1.0 and self.guard_rule != "recent":
+            raise ValueError("guard_recent_multiple is the \"recent\" guard rule's setting; "
+                             f"the rule is {self.guard_rule!r}")
         if self.aged_first_s is not None:
             if isinstance(self.aged_first_s, bool) or not isinstance(self.aged_first_s, int) \
                     or self.aged_first_s < 0:
@@ -195,6 +206,8 @@ class RunSpec:
         if self.starvation_guard_s is None:
             return aged
         rule = "" if self.guard_rule == "wait" else f"{self.guard_rule} or "
+        if self.guard_rule == "recent":
+            rule = f"{self.guard_recent_multiple:g}x recent p99 or "
         scope = "" if self.guard_scope == "machine" else f", {self.guard_scope} only"
         return f" + guard {rule}{self.starvation_guard_s / 3600:g} h{scope}{aged}"
 
@@ -218,6 +231,10 @@ class RunSpec:
             settings.pop("guard_rule")
         if self.guard_scope == "machine":  # the scope every earlier guard had: keys stay valid
             settings.pop("guard_scope")
+        if self.guard_rule != "recent":  # that rule's setting alone: other keys stay valid
+            settings.pop("guard_recent_multiple")
+        else:
+            settings["guard_recent_multiple"] = float(self.guard_recent_multiple)
         if self.aged_first_s is None:  # off: absent, keys stay valid
             settings.pop("aged_first_s")
         if not self.slurm_params:  # defaults or another scheduler: absent, older keys stay valid
@@ -311,7 +328,8 @@ def run(
     scheduler = SCHEDULERS[spec.scheduler]
     if spec.starvation_guard_s is not None:
         scheduler = dataclasses.replace(scheduler, starvation_guard_s=spec.starvation_guard_s,
-                                        guard_rule=spec.guard_rule, guard_scope=spec.guard_scope)
+                                        guard_rule=spec.guard_rule, guard_scope=spec.guard_scope,
+                                        guard_recent_multiple=float(spec.guard_recent_multiple))
     if spec.aged_first_s is not None:
         scheduler = dataclasses.replace(scheduler, aged_first_s=spec.aged_first_s)
     result = simulate(

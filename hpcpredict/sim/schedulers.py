@@ -76,6 +76,7 @@ class WaitingQueue:
     __slots__ = (
         "table", "_size", "_sorted", "count", "_head", "procs_list", "prediction_list",
         "waiting_list", "requested_list", "submit_list", "_last_added", "_aged_cursor",
+        "_submit_array",
         *_ROW_VIEWS, *_MEMORY_VIEWS,
     )
 
@@ -103,6 +104,7 @@ class WaitingQueue:
         # Jobs below this index have been moved to the front of the SJBF order once they had
         # waited `Scheduler.aged_first_s` (`age`).
         self._aged_cursor = 0
+        self._submit_array: np.ndarray | None = None  # (built by `retime_guard` if it is used)
         self.sjbf_key[:] = _NO_KEY
         # The candidates: the table's row `_order`, its first `_size` entries (stale ones
         # included), in submission order, or for SJBF the first `_sorted` in key order (the
@@ -127,6 +129,19 @@ class WaitingQueue:
         """The starvation guard falls due once a job has waited `wait_s` (earlier under the
         "promise" rule: `Scheduler.schedule`)."""
         self.guard_due_s[:] = np.asarray(self.submit_list, dtype=np.int64) + wait_s
+
+    def retime_guard(self, wait_s: int, now_s: int) -> None:
+        """The guard falls due once a waiting job has waited `wait_s` (the "recent" rule's
+        threshold moved), except for the jobs it is due for already: a job once protected stays
+        protected. Jobs submitted later are set by the caller as they come."""
+        if self._submit_array is None:
+            self._submit_array = np.asarray(self.submit_list, dtype=np.int64)
+        order = self._order[: self._size]
+        waiting = order[self.is_waiting[order] != 0]
+        due_s = self.guard_due_s[waiting]
+        self.guard_due_s[waiting] = np.where(
+            due_s <= now_s, due_s, self._submit_array[waiting] + wait_s
+        )
 
     @property
     def guard_due_list(self) -> list[int]:
@@ -287,6 +302,10 @@ class Scheduler:
     # when it became the head (its reservation on the running jobs' requests then), or has
     # waited `starvation_guard_s`, whichever comes first.
     guard_rule: str = "wait"
+    # The "recent" rule's multiple of the recent p99 wait (`corrections.starvation.
+    # recent_guard_wait_s`; the simulation recomputes the threshold, the scheduler reads the
+    # due times it leaves in the waiting queue, as under "wait").
+    guard_recent_multiple: float = 1.0
     # What a due guard protects (`GUARD_SCOPES`): "machine", the running jobs are pinned to
     # their requests for good; "head", only the aged head's reservation (the class docstring).
     guard_scope: str = "machine"

@@ -34,6 +34,7 @@ from hpcpredict.job_table import JobTable
 from hpcpredict.jobs import Job, JobRequest
 from hpcpredict.predictors import Predictor, clip_prediction
 from hpcpredict.corrections.policies import CorrectionPolicy
+from hpcpredict.corrections.starvation import RECENT_EVERY_S, RECENT_WINDOW_S, recent_guard_wait_s
 from hpcpredict.sim.profile import RunningProfile
 from hpcpredict.sim.schedulers import Reservation, Scheduler, WaitingQueue
 
@@ -114,6 +115,7 @@ class Simulation:
         self.requests, self.submit_s, self.run_s, self.procs, self.requested_s = job_columns(
             jobs, machine_procs
         )
+        submit_s = self.submit_s
         self.start_s = [-1] * count
         self.prediction_s = [0] * count
         self.initial_prediction_s = [0] * count
@@ -131,6 +133,16 @@ class Simulation:
         )
         if scheduler.starvation_guard_s is not None:
             self.waiting.set_guard_wait(scheduler.starvation_guard_s)
+        # The "recent" rule (`corrections.starvation.recent_guard_wait_s`): the wait after which
+        # the guard is due now, recomputed every RECENT_EVERY_S from the waits of the jobs
+        # started in the last RECENT_WINDOW_S (`started_order`, in start order, from
+        # `window_first` on); None under the other rules.
+        self.guard_wait_s: int | None = None
+        if scheduler.starvation_guard_s is not None and scheduler.guard_rule == "recent":
+            self.guard_wait_s = scheduler.starvation_guard_s
+            self.started_order: list[int] = []
+            self.window_first = 0
+            self.next_guard_update_s = (submit_s[0] if count else 0) + RECENT_EVERY_S
         self.profile = RunningProfile(machine_procs)
         # The running jobs by requested end, for the starvation guard's reservations (requests,
         # unlike predictions, never move: Scheduler's docstring).
@@ -174,6 +186,8 @@ class Simulation:
                 now_s, is_submission = events[0][0], False
             else:
                 break
+            if self.guard_wait_s is not None and now_s >= self.next_guard_update_s:
+                self._follow_recent_waits(now_s)
             # Predictions running out by then are corrected first (prediction-over is the first
             # kind of event at an instant).
             if profile.ends_by(now_s):
@@ -223,6 +237,8 @@ class Simulation:
         )
         self.prediction_s[index] = self.initial_prediction_s[index] = predicted
         queue_was_empty = waiting.count == 0
+        if self.guard_wait_s is not None:
+            waiting._guard_due_view[index] = now_s + self.guard_wait_s
         waiting.add(index, predicted)
         scheduler = self.scheduler
         if (
@@ -276,6 +292,26 @@ class Simulation:
             now_s, self.waiting, self.profile, self._start, self.by_request,
             (index, start_s + self.prediction_s[index], start_s + self.requested_s[index]),
         ))
+
+    def _follow_recent_waits(self, now_s: int) -> None:
+        """The "recent" rule's update, as a daemon's timer would take it: the threshold from the
+        waits of the jobs started in the last RECENT_WINDOW_S, and the due times of the waiting
+        jobs not yet protected moved to it (`WaitingQueue.retime_guard`). Taken before the event
+        at `now_s` (nothing is decided between events)."""
+        started, start_s, submit_s = self.started_order, self.start_s, self.submit_s
+        first, since_s = self.window_first, now_s - RECENT_WINDOW_S
+        while first < len(started) and start_s[started[first]] < since_s:
+            first += 1
+        self.window_first = first
+        cap_s = self.scheduler.starvation_guard_s
+        assert cap_s is not None
+        self.guard_wait_s = recent_guard_wait_s(
+            [start_s[job] - submit_s[job] for job in started[first:]],
+            self.scheduler.guard_recent_multiple, cap_s,
+        )
+        self.waiting.retime_guard(self.guard_wait_s, now_s)
+        missed = (now_s - self.next_guard_update_s) // RECENT_EVERY_S
+        self.next_guard_update_s += (missed + 1) * RECENT_EVERY_S
 
     # ------------------------------------------------------------------ corrections
     # No event marks a prediction running out: before each event, the running profile (by
@@ -378,6 +414,8 @@ class Simulation:
         run_s = self.run_s[index]
         if self.by_request is not None:
             self.unpinned_running.add(index)
+            if self.guard_wait_s is not None:
+                self.started_order.append(index)
         self.predictor.job_started(request, now_s)
         if self.correction_hears_jobs:
             self.correction.job_started(request, now_s)
