@@ -176,6 +176,7 @@ class Simulation:
         events, submit_s, count = self.events, self.submit_s, len(self.jobs)
         profile, decide_on_correction = self.profile, self.decide_on_correction
         finished_before = 0
+        follows_recent_waits = self.guard_wait_s is not None  # the "recent" guard rule
         while True:
             # The next event: a submission goes before a termination at the same instant
             # (Instant order); the heap holds only terminations.
@@ -186,7 +187,7 @@ class Simulation:
                 now_s, is_submission = events[0][0], False
             else:
                 break
-            if self.guard_wait_s is not None and now_s >= self.next_guard_update_s:
+            if follows_recent_waits and now_s >= self.next_guard_update_s:
                 self._follow_recent_waits(now_s)
             # Predictions running out by then are corrected first (prediction-over is the first
             # kind of event at an instant).
