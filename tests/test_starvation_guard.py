@@ -24,8 +24,8 @@ from hpcpredict.sim import SCHEDULERS, simulate
 from hpcpredict.sim.runner import RunSpec
 from hpcpredict.corrections import starvation
 from hpcpredict.corrections.starvation import (
-    DEFAULT_STARVATION_GUARD_S, RECENT_FLOOR_S, RECENT_MIN_STARTS, parse_starvation_guard,
-    recent_guard_wait_s,
+    DEFAULT_STARVATION_GUARD_S, RECENT_FLOOR_S, RECENT_MIN_STARTS, guard_estimate_s,
+    parse_starvation_guard, recent_guard_wait_s,
 )
 from hpcpredict.sim import simulation
 from test_simulation import PREDICTORS, build_predictor, make_job, peak_usage, workloads
@@ -221,6 +221,100 @@ def test_schedules_under_the_recent_rule_keep_the_invariants_and_the_fast_path_i
     assert all(fast.start_s[i] >= job.submit_s for i, job in enumerate(jobs))
 
 
+def estimating(name: str, guard_s: int, after_s: int, multiple: float, scope: str = "machine"):
+    return dataclasses.replace(guarded(name, guard_s, scope=scope), guard_estimate_multiple=multiple,
+                               guard_estimate_after_s=after_s)
+
+
+def test_the_estimate_is_a_multiple_of_the_prediction_within_it_and_the_request() -> None:
+    assert guard_estimate_s(100, 1_000, 4.0) == 400
+    assert guard_estimate_s(100, 300, 4.0) == 300
+    assert guard_estimate_s(100, 1_000, 1.0) == 100
+    assert guard_estimate_s(3, 1_000, 1.5) == 5  # rounded up: never below the multiple
+
+
+class Tenfold:
+    """Predicts a tenth of each job's runtime (at least 1 s): every job outlives 4x its prediction."""
+
+    name = "tenfold"
+
+    def __init__(self, jobs) -> None:
+        self.run_s = {job.request.job_id: job.run_s for job in jobs}
+
+    def predict(self, request: JobRequest, now_s: int) -> int:
+        return max(1, self.run_s[request.job_id] // 10)
+
+    def job_started(self, request: JobRequest, now_s: int) -> None:
+        pass
+
+    def job_ended(self, request: JobRequest, run_s: int, end_s: int) -> None:
+        pass
+
+
+# STREAM with long requests: job 0 (6 procs) runs 1000 s of a 3000 s request, the stream's jobs
+# (4 procs) 900 s of 3000 s; Tenfold predicts them 100 s and 90 s (estimates, 4x: 400 s, 360 s).
+LONG_REQUESTS = [make_job(1, 0, 6, 1000, 3000), make_job(2, 1, 10, 100, 100)] + [
+    make_job(3 + k, 2 + 50 * k, 4, 900, 3000) for k in range(100)
+]
+
+
+@pytest.mark.parametrize("scheduler", ["easy", "easy-sjbf"])
+def test_the_estimate_stage_backfills_on_estimates_and_the_guard_still_bounds_the_head(
+    scheduler: str,
+) -> None:
+    """From 300 s of waiting the head's reservation is on the guard's profile (job 0 until
+    3000 s by its request): judged on their 3000 s requests no stream job starts in front of it
+    after that (the head starts when job 0 ends, at 1000 s), judged on their 360 s estimates
+    some do, outlive them and push the head's start; the guard, due at 2000 s, plans on requests
+    alone again, and the head starts once the jobs running then end: by 2000 + 900 s."""
+    requests = simulate(LONG_REQUESTS, 10, guarded(scheduler, 300), Tenfold(LONG_REQUESTS),
+                        CORRECTIONS["incremental"])
+    estimates = simulate(LONG_REQUESTS, 10, estimating(scheduler, 2_000, 300, 4.0),
+                         Tenfold(LONG_REQUESTS), CORRECTIONS["incremental"])
+    unguarded = simulate(LONG_REQUESTS, 10, guarded(scheduler, None), Tenfold(LONG_REQUESTS),
+                         CORRECTIONS["incremental"])
+
+    def in_front_after_300(result) -> list[int]:
+        return [start_s for start_s in result.start_s[2:] if 300 <= start_s < result.start_s[1]]
+
+    assert requests.start_s[1] == 1_000 and not in_front_after_300(requests)
+    assert in_front_after_300(estimates)
+    assert 1_000 < estimates.start_s[1] <= 2_000 + 900
+    assert unguarded.start_s[1] > 4_000  # without the guard the estimates would starve it
+
+
+def test_an_estimate_stage_that_starts_with_the_guard_changes_nothing() -> None:
+    sample = Path(__file__).resolve().parent.parent / "swf" / "KTH-SP2-sample.swf"
+    from hpcpredict.sim.runner import run
+    from hpcpredict.workload import load_workload
+
+    workload = load_workload(sample)
+    today = run(workload, RunSpec(starvation_guard_s=7_200))
+    late = run(workload, RunSpec(starvation_guard_s=7_200, guard_estimate_multiple=2.0,
+                                 guard_estimate_after_s=7_200))
+    assert late.start_s == today.start_s
+    early = run(workload, RunSpec(starvation_guard_s=7_200, guard_estimate_multiple=2.0,
+                                  guard_estimate_after_s=600))
+    assert early.start_s != today.start_s
+
+
+@settings(max_examples=100, deadline=None)
+@given(workloads(), st.sampled_from(["easy", "easy-sjbf"]), st.sampled_from(PREDICTORS),
+       st.sampled_from(sorted(CORRECTIONS)), st.integers(0, 2_000), st.integers(0, 2_000),
+       st.floats(1.0, 5.0), st.sampled_from(["machine", "head"]))
+def test_schedules_with_an_estimate_stage_keep_the_invariants_and_the_fast_path_is_exact(
+    workload, scheduler, predictor, correction, guard_s, after_s, multiple, scope
+) -> None:
+    machine, jobs = workload
+    policy = estimating(scheduler, guard_s, min(after_s, guard_s), multiple, scope)
+    fast = simulate(jobs, machine, policy, build_predictor(predictor, jobs), CORRECTIONS[correction])
+    slow = simulate(jobs, machine, policy, build_predictor(predictor, jobs), CORRECTIONS[correction],
+                    exhaustive=True)
+    assert fast.start_s == slow.start_s
+    assert peak_usage(fast) <= machine
+    assert all(fast.start_s[i] >= job.submit_s for i, job in enumerate(jobs))
+
+
 @settings(max_examples=100, deadline=None)
 @given(workloads(), st.sampled_from(["easy", "easy-sjbf"]), st.sampled_from(PREDICTORS),
        st.sampled_from(sorted(CORRECTIONS)), st.integers(0, 2_000), st.sampled_from(["wait", "promise"]),
@@ -307,6 +401,16 @@ def test_the_guard_is_an_option_of_a_run_and_off_by_default() -> None:
         RunSpec(starvation_guard_s=60, guard_recent_multiple=2.0)
     with pytest.raises(ValueError, match=">= 0"):
         RunSpec(starvation_guard_s=60, guard_rule="recent", guard_recent_multiple=-1.0)
+    staged = RunSpec(starvation_guard_s=86_400, guard_estimate_multiple=4, guard_estimate_after_s=10_800)
+    assert staged.to_dict()["guard_estimate_multiple"] == 4.0
+    assert staged.label.endswith("guard 24 h, 4x prediction in front after 3 h")
+    assert "guard_estimate_after_s" not in RunSpec(starvation_guard_s=60).to_dict()
+    with pytest.raises(ValueError, match="within the guard"):
+        RunSpec(starvation_guard_s=3_600, guard_estimate_multiple=2.0, guard_estimate_after_s=7_200)
+    with pytest.raises(ValueError, match=">= 1"):
+        RunSpec(starvation_guard_s=3_600, guard_estimate_multiple=0.5, guard_estimate_after_s=60)
+    with pytest.raises(ValueError, match="needs guard_estimate_multiple"):
+        RunSpec(starvation_guard_s=3_600, guard_estimate_after_s=60)
     assert "guard_scope" not in RunSpec(starvation_guard_s=60).to_dict()  # machine: keys unchanged
     head = RunSpec(starvation_guard_s=21_600, guard_scope="head")
     assert head.to_dict()["guard_scope"] == "head" and head.label.endswith("guard 6 h, head only")

@@ -4,6 +4,7 @@ one default, one syntax (docs/method.md §7)."""
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Sequence
 
@@ -67,6 +68,15 @@ def recent_guard_wait_s(recent_waits_s: Sequence[int], multiple: float, cap_s: i
 
     quantile = float(np.quantile(np.asarray(recent_waits_s, dtype=np.float64), RECENT_QUANTILE))
     return int(min(cap_s, max(RECENT_FLOOR_S, round(multiple * quantile))))
+
+
+def guard_estimate_s(prediction_s: int, requested_s: int, multiple: float) -> int:
+    """The guard's estimate option (simulator only, issue 30): what a candidate in front of a
+    guarded head is judged on instead of its request, `multiple` times its prediction within
+    [prediction, request]. Why: requests are far above most runtimes, so judging on them stops
+    nearly all backfilling while a job is protected, which is what the guard costs
+    (docs/results.md); a generous multiple of the prediction keeps most of it."""
+    return min(requested_s, max(prediction_s, math.ceil(multiple * prediction_s)))
 
 
 _DURATION = re.compile(r"(\d+)\s*(s|m|h|d)?")

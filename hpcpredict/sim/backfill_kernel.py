@@ -34,10 +34,15 @@ _JOB_MASK = (1 << 32) - 1  # sjbf_key's low half: the job index
 # GUARD_DUE_ROW: when the starvation guard falls due for each job; PROMISED_ROW: 1 once the
 # "promise" rule has fixed it; STARTED_ROW: the jobs a `schedule_pass` started, in start order;
 # CANDIDATES_ROW: the waiting queue's list of candidates (job indices; each job is added once,
-# so the list never outgrows the row).
+# so the list never outgrows the row); ESTIMATE_ROW and ESTIMATE_DUE_ROW, the guard's estimate
+# stage (`schedulers.Scheduler.guard_estimate_multiple`): what a candidate in front of a head in
+# that stage is judged on and planned to in the guard's profile, and when the stage falls due.
 (PROCS_ROW, PREDICTION_ROW, REQUESTED_ROW, SJBF_KEY_ROW, WAITING_ROW, WORK_ROW, GUARD_DUE_ROW,
- PROMISED_ROW, STARTED_ROW, CANDIDATES_ROW) = range(10)
-QUEUE_ROWS = 10
+ PROMISED_ROW, STARTED_ROW, CANDIDATES_ROW, ESTIMATE_ROW, ESTIMATE_DUE_ROW) = range(12)
+QUEUE_ROWS = 12
+# A head's guard stage (`schedule_pass`'s last answer, `schedulers.Reservation.guarded`): none;
+# the guard (requests, plain EASY's rule); the estimate stage before it (estimates in front).
+UNGUARDED, GUARDED, ESTIMATED = range(3)
 _FULL_SORT_ABOVE = 32  # unsorted candidates beyond which `order_by_key` sorts the whole list
 # Backfilling orders as `schedule_pass` takes them (`Scheduler.backfill_order`).
 NO_BACKFILLING, SUBMISSION_ORDER, SHORTEST_FIRST = range(3)
@@ -86,8 +91,8 @@ def backfill_pass(
 
     `table`: per job index, the rows named by the *_ROW constants (processors, prediction,
     request, SJBF key, waiting 1 / 0, scratch space, ..., the candidates); `duration_row` is
-    the row that "ends by the shadow time" is judged on (predictions, or requests under the
-    starvation guard), and a job ends by the shadow time when its duration is at most
+    the row that "ends by the shadow time" is judged on (predictions, or under the
+    starvation guard requests, or estimates in its estimate stage), and a job ends by the shadow time when its duration is at most
     `horizon_s` (shadow - now). The first `size` entries of the candidate row are job indices,
     stale (no longer waiting) ones included, in submission order, or for SJBF
     (`shortest_first`) with the first `sorted_size` in key order and the rest (new ones) in
@@ -147,6 +152,7 @@ def schedule_pass(
     order: int,
     guard: bool,
     promise_rule: bool,
+    estimates: bool,
     ended_job: int,
     ended_end_s: int,
     ended_request_end_s: int,
@@ -160,7 +166,9 @@ def schedule_pass(
     its head cursor (at or below the oldest waiting job) and `waiting_count` how many
     jobs wait; `profile` the running jobs by predicted end and `by_request` by requested end
     (`profile_kernel` tables; read and extended only when `guard`: the starvation guard is on,
-    its rule "promise" when `promise_rule`); `order` one of NO_BACKFILLING, SUBMISSION_ORDER,
+    its rule "promise" when `promise_rule`, with its estimate stage when `estimates`: before the
+    guard falls due for the head, from its ESTIMATE_DUE_ROW on, the head's reservation is on the
+    guard's profile and candidates are judged on, and planned there to, their ESTIMATE_ROW); `order` one of NO_BACKFILLING, SUBMISSION_ORDER,
     SHORTEST_FIRST. Every job started leaves the waiting row and enters the running profiles,
     and is listed in `table[STARTED_ROW]`, in start order. `ended_job` (-1: none) is a job that
     ended at `now_s`, with its predicted and requested ends: taken out of the running profiles
@@ -169,7 +177,7 @@ def schedule_pass(
     Returns (head cursor, jobs started, of which from the head, candidates kept (-1: the pass
     did not read them), 1 if there is a reservation (ENDED_NOT_RUNNING: `ended_job` was not
     running with those ends, nothing done), its shadow time (NEVER: the head can never run),
-    its extra processors, 1 if guarded).
+    its extra processors, the head's guard stage: UNGUARDED, GUARDED or ESTIMATED).
     """
     if ended_job >= 0:
         if remove(profile, ended_end_s, ended_job) < 0 or (
@@ -203,7 +211,7 @@ def schedule_pass(
     while is_waiting[head] == 0:
         head += 1
     need = procs[head]
-    guarded = False
+    stage = UNGUARDED
     if guard:
         if promise_rule and table[PROMISED_ROW, head] == 0:
             # The "promise" rule fixes when the guard falls due the first time a job is the
@@ -215,12 +223,20 @@ def schedule_pass(
                 return head, count, from_head, -1, 1, NEVER, 0, 0
             if promise_s < table[GUARD_DUE_ROW, head]:
                 table[GUARD_DUE_ROW, head] = promise_s
-        guarded = now_s >= table[GUARD_DUE_ROW, head]
-    shadow_s, extra = reservation(by_request if guarded else profile, need, now_s)
+        if now_s >= table[GUARD_DUE_ROW, head]:
+            stage = GUARDED
+        elif estimates and now_s >= table[ESTIMATE_DUE_ROW, head]:
+            stage = ESTIMATED
+    shadow_s, extra = reservation(profile if stage == UNGUARDED else by_request, need, now_s)
     kept = -1
     if shadow_s != NEVER and waiting_count > 1 and free > 0:
+        duration_row = PREDICTION_ROW
+        if stage == GUARDED:
+            duration_row = REQUESTED_ROW
+        elif stage == ESTIMATED:
+            duration_row = ESTIMATE_ROW
         backfilled, extra, kept = backfill_pass(
-            table, candidate_count, sorted_count, REQUESTED_ROW if guarded else PREDICTION_ROW,
+            table, candidate_count, sorted_count, duration_row,
             head, free, shadow_s - now_s, extra, order == SHORTEST_FIRST,
         )
         work = table[WORK_ROW]
@@ -232,8 +248,9 @@ def schedule_pass(
             is_waiting[job] = 0
             insert(profile, now_s + predictions[job], job, need)
             if guard:
-                insert(by_request, now_s + requests[job], job, need)
-    return head, count, from_head, kept, 1, shadow_s, extra, 1 if guarded else 0
+                planned = table[ESTIMATE_ROW, job] if stage == ESTIMATED else requests[job]
+                insert(by_request, now_s + planned, job, need)
+    return head, count, from_head, kept, 1, shadow_s, extra, stage
 
 
 @compiled
@@ -245,20 +262,25 @@ def consider_new_job_pass(
     job: int,
     shadow_s: int,
     extra: int,
-    guarded: bool,
+    stage: int,
     guard: bool,
 ) -> tuple[bool, int]:  # pragma: no cover - compiled
     """`schedulers.Scheduler.consider_new_job`'s decision for a new submission `job` when only it
-    changed since the last decision (the head's reservation `shadow_s`, `extra`, `guarded`
-    still holds), in one compiled call: it starts if it fits now and ends by the shadow time
-    (by its request when the reservation is guarded) or fits in the extra processors. A job
+    changed since the last decision (the head's reservation `shadow_s`, `extra` and guard
+    `stage` still hold), in one compiled call: it starts if it fits now and ends by the shadow
+    time (by its request when the head is GUARDED, its estimate when ESTIMATED) or fits in the
+    extra processors. A job
     started leaves the waiting row and enters the running profiles (`by_request` too when
     `guard`). Returns (started?, extra processors left).
     """
     need = table[PROCS_ROW, job]
     if need > free_now(profile, now_s):
         return False, extra
-    duration = table[REQUESTED_ROW, job] if guarded else table[PREDICTION_ROW, job]
+    duration = table[PREDICTION_ROW, job]
+    if stage == GUARDED:
+        duration = table[REQUESTED_ROW, job]
+    elif stage == ESTIMATED:
+        duration = table[ESTIMATE_ROW, job]
     if now_s + duration > shadow_s:
         if need > extra:
             return False, extra
@@ -266,5 +288,6 @@ def consider_new_job_pass(
     table[WAITING_ROW, job] = 0
     insert(profile, now_s + table[PREDICTION_ROW, job], job, need)
     if guard:
-        insert(by_request, now_s + table[REQUESTED_ROW, job], job, need)
+        planned = table[ESTIMATE_ROW, job] if stage == ESTIMATED else table[REQUESTED_ROW, job]
+        insert(by_request, now_s + planned, job, need)
     return True, extra

@@ -68,6 +68,11 @@ class RunSpec:
     # The "recent" rule's multiple of the p99 wait of the jobs started in the last four weeks
     # (corrections.starvation.recent_guard_wait_s); meaningful under that rule only.
     guard_recent_multiple: float = 1.0
+    # The guard's estimate stage (schedulers.Scheduler.guard_estimate_multiple): from
+    # guard_estimate_after_s of waiting until the guard is due, candidates in front of the head
+    # are judged on this multiple of their prediction (within the request); None: no such stage.
+    guard_estimate_multiple: float | None = None
+    guard_estimate_after_s: int | None = None
     # What a due guard protects: "machine" (every running job pinned to its request, the
     # daemon's) or "head" (the aged head's reservation only; schedulers.Scheduler says how).
     guard_scope: str = "machine"
@@ -160,6 +165,24 @@ class RunSpec:
         if self.guard_recent_multiple != 1.0 and self.guard_rule != "recent":
             raise ValueError("guard_recent_multiple is the \"recent\" guard rule's setting; "
                              f"the rule is {self.guard_rule!r}")
+        if self.guard_estimate_multiple is not None:
+            if isinstance(self.guard_estimate_multiple, bool) \
+                    or not isinstance(self.guard_estimate_multiple, (int, float)) \
+                    or not self.guard_estimate_multiple >= 1:
+                raise ValueError(f"the guard's estimate multiple must be a number >= 1, got "
+                                 f"{self.guard_estimate_multiple!r}")
+            if self.starvation_guard_s is None:
+                raise ValueError("the guard's estimate multiple needs a starvation guard")
+            if isinstance(self.guard_estimate_after_s, bool) \
+                    or not isinstance(self.guard_estimate_after_s, int) \
+                    or not 0 <= self.guard_estimate_after_s <= self.starvation_guard_s:
+                raise ValueError(f"the guard's estimate stage starts after a whole number of "
+                                 f"seconds within the guard's, got {self.guard_estimate_after_s!r}")
+            if self.scheduler == SLURM_BACKFILL:
+                raise ValueError(f"the guard's estimate is modelled for the EASY schedulers only, "
+                                 f"not {SLURM_BACKFILL}")
+        elif self.guard_estimate_after_s is not None:
+            raise ValueError("guard_estimate_after_s needs guard_estimate_multiple")
         if self.aged_first_s is not None:
             if isinstance(self.aged_first_s, bool) or not isinstance(self.aged_first_s, int) \
                     or self.aged_first_s < 0:
@@ -209,7 +232,10 @@ class RunSpec:
         if self.guard_rule == "recent":
             rule = f"{self.guard_recent_multiple:g}x recent p99 or "
         scope = "" if self.guard_scope == "machine" else f", {self.guard_scope} only"
-        return f" + guard {rule}{self.starvation_guard_s / 3600:g} h{scope}{aged}"
+        estimate = ("" if self.guard_estimate_multiple is None
+                    else f", {self.guard_estimate_multiple:g}x prediction in front after "
+                         f"{(self.guard_estimate_after_s or 0) / 3600:g} h")
+        return f" + guard {rule}{self.starvation_guard_s / 3600:g} h{scope}{estimate}{aged}"
 
     @property
     def published_name(self) -> str | None:
@@ -235,6 +261,11 @@ class RunSpec:
             settings.pop("guard_recent_multiple")
         else:
             settings["guard_recent_multiple"] = float(self.guard_recent_multiple)
+        if self.guard_estimate_multiple is None:  # off: absent, keys stay valid
+            settings.pop("guard_estimate_multiple")
+            settings.pop("guard_estimate_after_s")
+        else:
+            settings["guard_estimate_multiple"] = float(self.guard_estimate_multiple)
         if self.aged_first_s is None:  # off: absent, keys stay valid
             settings.pop("aged_first_s")
         if not self.slurm_params:  # defaults or another scheduler: absent, older keys stay valid
@@ -329,7 +360,9 @@ def run(
     if spec.starvation_guard_s is not None:
         scheduler = dataclasses.replace(scheduler, starvation_guard_s=spec.starvation_guard_s,
                                         guard_rule=spec.guard_rule, guard_scope=spec.guard_scope,
-                                        guard_recent_multiple=float(spec.guard_recent_multiple))
+                                        guard_recent_multiple=float(spec.guard_recent_multiple),
+                                        guard_estimate_multiple=spec.guard_estimate_multiple,
+                                        guard_estimate_after_s=spec.guard_estimate_after_s)
     if spec.aged_first_s is not None:
         scheduler = dataclasses.replace(scheduler, aged_first_s=spec.aged_first_s)
     result = simulate(

@@ -36,6 +36,11 @@ from hpcpredict.sim.backfill_kernel import (
     SJBF_KEY_ROW,
     STARTED_ROW,
     CANDIDATES_ROW,
+    ESTIMATE_DUE_ROW,
+    ESTIMATE_ROW,
+    ESTIMATED,
+    GUARDED,
+    UNGUARDED,
     SUBMISSION_ORDER,
     ENDED_NOT_RUNNING,
     WAITING_ROW,
@@ -55,10 +60,11 @@ _ROW_VIEWS = {
     "procs": PROCS_ROW, "prediction_s": PREDICTION_ROW, "requested_s": REQUESTED_ROW,
     "sjbf_key": SJBF_KEY_ROW, "is_waiting": WAITING_ROW, "work": WORK_ROW,
     "guard_due_s": GUARD_DUE_ROW, "promised": PROMISED_ROW, "started": STARTED_ROW,
-    "_order": CANDIDATES_ROW,
+    "_order": CANDIDATES_ROW, "estimate_s": ESTIMATE_ROW, "estimate_due_s": ESTIMATE_DUE_ROW,
 }
-# Memoryviews of four of those rows and of the candidate list, rebuilt with them (never pickled).
-_MEMORY_VIEWS = ("_prediction_view", "_key_view", "_waiting_view", "_guard_due_view", "_order_view")
+# Memoryviews of five of those rows and of the candidate list, rebuilt with them (never pickled).
+_MEMORY_VIEWS = ("_prediction_view", "_key_view", "_waiting_view", "_guard_due_view", "_order_view",
+                 "_estimate_view")
 
 
 class WaitingQueue:
@@ -130,6 +136,11 @@ class WaitingQueue:
         "promise" rule: `Scheduler.schedule`)."""
         self.guard_due_s[:] = np.asarray(self.submit_list, dtype=np.int64) + wait_s
 
+    def set_estimate_wait(self, wait_s: int) -> None:
+        """The guard's estimate stage falls due once a job has waited `wait_s` (the estimates
+        themselves are written at each submission, from the prediction: `Simulation`)."""
+        self.estimate_due_s[:] = np.asarray(self.submit_list, dtype=np.int64) + wait_s
+
     def retime_guard(self, wait_s: int, now_s: int) -> None:
         """The guard falls due once a waiting job has waited `wait_s` (the "recent" rule's
         threshold moved), except for the jobs it is due for already: a job once protected stays
@@ -157,6 +168,7 @@ class WaitingQueue:
         self._key_view = memoryview(self.sjbf_key)
         self._waiting_view = memoryview(self.is_waiting)
         self._guard_due_view = memoryview(self.guard_due_s)
+        self._estimate_view = memoryview(self.estimate_s)
         self._order_view = memoryview(self._order)
 
     def __getstate__(self) -> dict[str, object]:
@@ -306,6 +318,15 @@ class Scheduler:
     # recent_guard_wait_s`; the simulation recomputes the threshold, the scheduler reads the
     # due times it leaves in the waiting queue, as under "wait").
     guard_recent_multiple: float = 1.0
+    # The guard's estimate stage (simulator only, issue 30; None: off): from the time a head
+    # has waited `guard_estimate_after_s` until the guard is due for it, its reservation is on the
+    # guard's profile (the running jobs' requests) as under the guard, but a candidate in front
+    # of it is judged on its estimate, min(request, this multiple of its prediction), and planned
+    # so in the guard's profile until it outlives that, when it is planned to its request
+    # (`Simulation`: the estimates, their ends, the moves; `corrections.starvation.
+    # guard_estimate_s`). The guard itself, once due, is unchanged: plain EASY's rule.
+    guard_estimate_multiple: float | None = None
+    guard_estimate_after_s: int | None = None
     # What a due guard protects (`GUARD_SCOPES`): "machine", the running jobs are pinned to
     # their requests for good; "head", only the aged head's reservation (the class docstring).
     guard_scope: str = "machine"
@@ -330,6 +351,21 @@ class Scheduler:
     def guard_due(self, now_s: int, waiting: WaitingQueue, head: int) -> bool:
         """Has `head` waited long enough for the starvation guard?"""
         return self.starvation_guard_s is not None and now_s >= waiting._guard_due_view[head]
+
+    @property
+    def has_estimate_stage(self) -> bool:
+        return self.starvation_guard_s is not None and self.guard_estimate_multiple is not None
+
+    def guard_stage(self, now_s: int, waiting: WaitingQueue, head: int) -> int:
+        """The guard stage `head` is in at `now_s` (backfill_kernel's UNGUARDED, GUARDED,
+        ESTIMATED), as `schedule_pass` decides it."""
+        if self.starvation_guard_s is None:
+            return UNGUARDED
+        if now_s >= waiting._guard_due_view[head]:
+            return GUARDED
+        if self.guard_estimate_multiple is not None and now_s >= waiting.estimate_due_s[head]:
+            return ESTIMATED
+        return UNGUARDED
 
     def schedule(
         self,
@@ -369,7 +405,7 @@ class Scheduler:
             waiting.table, candidate_count, sorted_count, profile.table,
             requested_profile.table if guard else profile.table,
             now_s, waiting._head, waiting.count, order, guard, self.guard_rule == "promise",
-            ended_job, ended_end_s, ended_request_end_s,
+            self.has_estimate_stage, ended_job, ended_end_s, ended_request_end_s,
         )
         if reserved == ENDED_NOT_RUNNING:
             raise KeyError(f"job {ended_job} with predicted end {ended_end_s} (requested end "
@@ -385,7 +421,7 @@ class Scheduler:
             return None
         if shadow_s == NEVER:
             raise never_fits(waiting.procs_list[head], profile.total_procs)
-        return Reservation(head, shadow_s, extra, bool(guarded))
+        return Reservation(head, shadow_s, extra, guarded)
 
     def consider_new_job(
         self,
@@ -433,7 +469,9 @@ class Reservation(NamedTuple):
     head: int
     shadow_s: int
     extra: int
-    guarded: bool = False  # computed by the starvation guard's rule (requested times)
+    # The head's guard stage (backfill_kernel's UNGUARDED 0, GUARDED, ESTIMATED): truthy when the
+    # reservation is on the guard's profile.
+    guarded: int = UNGUARDED
 
 
 _NOTHING_ENDED = (-1, 0, 0)

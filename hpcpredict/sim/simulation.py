@@ -34,8 +34,11 @@ from hpcpredict.job_table import JobTable
 from hpcpredict.jobs import Job, JobRequest
 from hpcpredict.predictors import Predictor, clip_prediction
 from hpcpredict.corrections.policies import CorrectionPolicy
-from hpcpredict.corrections.starvation import RECENT_EVERY_S, RECENT_WINDOW_S, recent_guard_wait_s
+from hpcpredict.corrections.starvation import (
+    RECENT_EVERY_S, RECENT_WINDOW_S, guard_estimate_s, recent_guard_wait_s,
+)
 from hpcpredict.sim.profile import RunningProfile
+from hpcpredict.sim.backfill_kernel import ESTIMATED, GUARDED
 from hpcpredict.sim.schedulers import Reservation, Scheduler, WaitingQueue
 
 
@@ -138,6 +141,20 @@ class Simulation:
         # started in the last RECENT_WINDOW_S (`started_order`, in start order, from
         # `window_first` on); None under the other rules.
         self.guard_wait_s: int | None = None
+        # The guard's estimate stage (`Scheduler.guard_estimate_multiple`, None: off): the jobs
+        # started by the current decision (`just_started`, with whether backfilled), the
+        # guard-profile end of each running job planned there on its estimate (`estimate_end_s`),
+        # and those that will outlive it, by estimated end (`outliving`: moved to their request
+        # then, or when a head is guarded: `_plan_estimates_to_requests`).
+        self.estimate_multiple = (
+            scheduler.guard_estimate_multiple if scheduler.has_estimate_stage else None
+        )
+        if self.estimate_multiple is not None:
+            assert scheduler.guard_estimate_after_s is not None
+            self.waiting.set_estimate_wait(scheduler.guard_estimate_after_s)
+        self.just_started: list[tuple[int, bool]] = []
+        self.estimate_end_s: dict[int, int] = {}
+        self.outliving: list[tuple[int, int]] = []
         if scheduler.starvation_guard_s is not None and scheduler.guard_rule == "recent":
             self.guard_wait_s = scheduler.starvation_guard_s
             self.started_order: list[int] = []
@@ -177,6 +194,7 @@ class Simulation:
         profile, decide_on_correction = self.profile, self.decide_on_correction
         finished_before = 0
         follows_recent_waits = self.guard_wait_s is not None  # the "recent" guard rule
+        outliving = self.outliving
         while True:
             # The next event: a submission goes before a termination at the same instant
             # (Instant order); the heap holds only terminations.
@@ -189,6 +207,8 @@ class Simulation:
                 break
             if follows_recent_waits and now_s >= self.next_guard_update_s:
                 self._follow_recent_waits(now_s)
+            if outliving and outliving[0][0] <= now_s:
+                self._plan_outliving_to_requests(now_s)
             # Predictions running out by then are corrected first (prediction-over is the first
             # kind of event at an instant).
             if profile.ends_by(now_s):
@@ -240,6 +260,10 @@ class Simulation:
         queue_was_empty = waiting.count == 0
         if self.guard_wait_s is not None:
             waiting._guard_due_view[index] = now_s + self.guard_wait_s
+        if self.estimate_multiple is not None:
+            waiting._estimate_view[index] = guard_estimate_s(
+                predicted, self.requested_s[index], self.estimate_multiple
+            )
         waiting.add(index, predicted)
         scheduler = self.scheduler
         if (
@@ -248,8 +272,8 @@ class Simulation:
             and reservation is not None
             and not self.profile.ends_by(now_s)
             # the head just became due for the guard: its reservation changes rule
-            and (reservation.guarded or scheduler.starvation_guard_s is None
-                 or not scheduler.guard_due(now_s, waiting, reservation.head))
+            and (reservation.guarded == GUARDED or scheduler.starvation_guard_s is None
+                 or scheduler.guard_stage(now_s, waiting, reservation.head) == reservation.guarded)
             and (not self.plan_moved or (reservation := self._still_valid(reservation)) is not None)
         ):
             self._remember(scheduler.consider_new_job(
@@ -285,13 +309,17 @@ class Simulation:
         if self.correction_hears_jobs:
             self.correction.job_ended(request, run_s, now_s)
         start_s = self.start_s[index]
+        guard_end_s = start_s + self.requested_s[index]
         if self.by_request is not None:
             self.unpinned_running.discard(index)
+            if self.estimate_end_s:
+                guard_end_s = self.estimate_end_s.pop(index, guard_end_s)
+                self._plan_estimates_to_requests_if_guarded(now_s)
         self.finished += 1
         # The decision takes the job out of the running profiles first (one compiled call).
         self._remember(self.scheduler.schedule(
             now_s, self.waiting, self.profile, self._start, self.by_request,
-            (index, start_s + self.prediction_s[index], start_s + self.requested_s[index]),
+            (index, start_s + self.prediction_s[index], guard_end_s),
         ))
 
     def _follow_recent_waits(self, now_s: int) -> None:
@@ -313,6 +341,52 @@ class Simulation:
         self.waiting.retime_guard(self.guard_wait_s, now_s)
         missed = (now_s - self.next_guard_update_s) // RECENT_EVERY_S
         self.next_guard_update_s += (missed + 1) * RECENT_EVERY_S
+
+    def _note_estimated_starts(self, estimated: bool) -> None:
+        """After a decision: a job backfilled in front of a head in the guard's estimate stage
+        entered the guard's profile at its estimated end (`schedule_pass`); remember that end,
+        and when it will outlive it."""
+        estimates = self.waiting.estimate_s
+        for index, backfilled in self.just_started:
+            if not (estimated and backfilled):
+                continue
+            estimate_s = int(estimates[index])
+            if estimate_s >= self.requested_s[index]:
+                continue
+            end_s = self.start_s[index] + estimate_s
+            self.estimate_end_s[index] = end_s
+            # (a job ending at its estimate too: at that instant, before its own termination,
+            # another may be decided, and the guard's profile must not count it as ended while
+            # the running profile does not: every entry a decision reads ends later than now)
+            if self.run_s[index] >= estimate_s:
+                heappush(self.outliving, (end_s, index))
+        self.just_started = []
+
+    def _plan_outliving_to_requests(self, now_s: int) -> None:
+        """Jobs planned on their estimate in the guard's profile and still running when it ran
+        out are planned to their requests there from then on (at the instant each estimate ran
+        out, before any decision at `now_s`): a head's shadow time moves then, once per job."""
+        outliving, by_request, planned = self.outliving, self.by_request, self.estimate_end_s
+        assert by_request is not None
+        while outliving and outliving[0][0] <= now_s:
+            end_s, index = heappop(outliving)
+            if planned.get(index) == end_s:  # (not planned to its request already)
+                by_request.move(index, end_s, self.start_s[index] + self.requested_s[index])
+                del planned[index]
+                self.plan_moved = True  # a reservation on the guard's profile is stale
+
+    def _plan_estimates_to_requests_if_guarded(self, now_s: int) -> None:
+        """Before a decision in which the guard is due for the head: every running job planned
+        on its estimate is planned to its request, so that the guard's reservation is plain
+        EASY's, on requests alone, and cannot slide (the estimate stage is the softer one)."""
+        waiting = self.waiting
+        if not waiting.count or not self.scheduler.guard_due(now_s, waiting, waiting.head()):
+            return
+        by_request = self.by_request
+        assert by_request is not None
+        for index, end_s in self.estimate_end_s.items():
+            by_request.move(index, end_s, self.start_s[index] + self.requested_s[index])
+        self.estimate_end_s.clear()
 
     # ------------------------------------------------------------------ corrections
     # No event marks a prediction running out: before each event, the running profile (by
@@ -402,6 +476,8 @@ class Simulation:
     # ------------------------------------------------------------------ decisions
     def _decide(self) -> None:
         """A full scheduling pass at this instant."""
+        if self.estimate_end_s:
+            self._plan_estimates_to_requests_if_guarded(self.now_s)
         self._remember(self.scheduler.schedule(
             self.now_s, self.waiting, self.profile, self._start, self.by_request
         ))
@@ -417,6 +493,8 @@ class Simulation:
             self.unpinned_running.add(index)
             if self.guard_wait_s is not None:
                 self.started_order.append(index)
+            if self.estimate_multiple is not None:
+                self.just_started.append((index, was_backfilled))
         self.predictor.job_started(request, now_s)
         if self.correction_hears_jobs:
             self.correction.job_started(request, now_s)
@@ -426,6 +504,14 @@ class Simulation:
         """Keep the head's reservation after a decision; after a guarded one, pin the running."""
         self.reservation = reservation
         self.plan_moved = False
+        if self.just_started:
+            self._note_estimated_starts(reservation is not None and reservation.guarded == ESTIMATED)
+        if self.estimate_end_s and reservation is not None and reservation.guarded == GUARDED:
+            # A head the guard is due for only after this pass's head starts: its reservation
+            # was read off estimates still; plan them to requests now, and decide in full next
+            # time (as `_decide` does before a pass whose head is due).
+            self._plan_estimates_to_requests_if_guarded(self.now_s)
+            self.plan_moved = True
         if reservation is None:
             return
         if self.first_reserved_start_s[reservation.head] < 0:
