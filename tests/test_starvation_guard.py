@@ -144,6 +144,17 @@ def test_the_promise_rule_guards_a_head_once_it_is_later_than_plain_easys_promis
         guarded(scheduler, 300, "sometimes")
 
 
+def assert_fast_path_exact_and_sound(jobs, machine: int, policy, predictor: str, correction: str) -> None:
+    """The replay with the O(1) path for lone submissions starts every job when the exhaustive
+    one does, never over-allocates and starts no job before its submission."""
+    fast = simulate(jobs, machine, policy, build_predictor(predictor, jobs), CORRECTIONS[correction])
+    slow = simulate(jobs, machine, policy, build_predictor(predictor, jobs), CORRECTIONS[correction],
+                    exhaustive=True)
+    assert fast.start_s == slow.start_s
+    assert peak_usage(fast) <= machine
+    assert all(fast.start_s[i] >= job.submit_s for i, job in enumerate(jobs))
+
+
 def test_the_recent_rule_protects_at_a_multiple_of_the_recent_p99_wait_within_its_bounds() -> None:
     few = [7_200] * (RECENT_MIN_STARTS - 1)
     assert recent_guard_wait_s(few, 1.0, 86_400) == 86_400  # too few starts to trust: the cap
@@ -213,12 +224,7 @@ def test_schedules_under_the_recent_rule_keep_the_invariants_and_the_fast_path_i
     machine, jobs = workload
     policy = recent(scheduler, cap_s, multiple, scope)
     with recent_rule_scaled(every_s=50, window_s=500, min_starts=2, floor_s=10):
-        fast = simulate(jobs, machine, policy, build_predictor(predictor, jobs), CORRECTIONS[correction])
-        slow = simulate(jobs, machine, policy, build_predictor(predictor, jobs),
-                        CORRECTIONS[correction], exhaustive=True)
-    assert fast.start_s == slow.start_s
-    assert peak_usage(fast) <= machine
-    assert all(fast.start_s[i] >= job.submit_s for i, job in enumerate(jobs))
+        assert_fast_path_exact_and_sound(jobs, machine, policy, predictor, correction)
 
 
 def estimating(name: str, guard_s: int, after_s: int, multiple: float, scope: str = "machine"):
@@ -307,12 +313,7 @@ def test_schedules_with_an_estimate_stage_keep_the_invariants_and_the_fast_path_
 ) -> None:
     machine, jobs = workload
     policy = estimating(scheduler, guard_s, min(after_s, guard_s), multiple, scope)
-    fast = simulate(jobs, machine, policy, build_predictor(predictor, jobs), CORRECTIONS[correction])
-    slow = simulate(jobs, machine, policy, build_predictor(predictor, jobs), CORRECTIONS[correction],
-                    exhaustive=True)
-    assert fast.start_s == slow.start_s
-    assert peak_usage(fast) <= machine
-    assert all(fast.start_s[i] >= job.submit_s for i, job in enumerate(jobs))
+    assert_fast_path_exact_and_sound(jobs, machine, policy, predictor, correction)
 
 
 @settings(max_examples=100, deadline=None)
@@ -324,12 +325,7 @@ def test_guarded_schedules_keep_the_invariants_and_the_fast_path_is_exact(
 ) -> None:
     machine, jobs = workload
     policy = guarded(scheduler, guard_s, rule, scope)
-    fast = simulate(jobs, machine, policy, build_predictor(predictor, jobs), CORRECTIONS[correction])
-    slow = simulate(jobs, machine, policy, build_predictor(predictor, jobs), CORRECTIONS[correction],
-                    exhaustive=True)
-    assert fast.start_s == slow.start_s
-    assert peak_usage(fast) <= machine
-    assert all(fast.start_s[i] >= job.submit_s for i, job in enumerate(jobs))
+    assert_fast_path_exact_and_sound(jobs, machine, policy, predictor, correction)
 
 
 @settings(max_examples=100, deadline=None)
