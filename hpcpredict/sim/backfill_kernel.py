@@ -50,6 +50,24 @@ ENDED_NOT_RUNNING = -1  # `schedule_pass`'s answer when the job said to have end
 
 
 @compiled
+def judged_row(stage: int) -> int:  # pragma: no cover - compiled
+    """The row a candidate's "ends by the shadow time" is judged on when the head is in guard
+    `stage`: its prediction, its request (GUARDED) or its estimate (ESTIMATED)."""
+    if stage == GUARDED:
+        return REQUESTED_ROW
+    if stage == ESTIMATED:
+        return ESTIMATE_ROW
+    return PREDICTION_ROW
+
+
+@compiled
+def guard_planned_row(stage: int) -> int:  # pragma: no cover - compiled
+    """The row a job started in front of a head in guard `stage` is planned to in the guard's
+    profile: its estimate in the estimate stage, else its request."""
+    return ESTIMATE_ROW if stage == ESTIMATED else REQUESTED_ROW
+
+
+@compiled
 def order_by_key(table: np.ndarray, size: int, sorted_size: int) -> None:  # pragma: no cover - compiled
     """Put the first `size` candidates in increasing `sjbf_key` order, the first `sorted_size`
     of them being in that order already (the list kept from the last pass; new submissions are
@@ -91,9 +109,8 @@ def backfill_pass(
 
     `table`: per job index, the rows named by the *_ROW constants (processors, prediction,
     request, SJBF key, waiting 1 / 0, scratch space, ..., the candidates); `duration_row` is
-    the row that "ends by the shadow time" is judged on (predictions, or under the
-    starvation guard requests, or estimates in its estimate stage), and a job ends by the shadow time when its duration is at most
-    `horizon_s` (shadow - now). The first `size` entries of the candidate row are job indices,
+    the row that "ends by the shadow time" is judged on (`judged_row`), and a job ends by the
+    shadow time when its duration is at most `horizon_s` (shadow - now). The first `size` entries of the candidate row are job indices,
     stale (no longer waiting) ones included, in submission order, or for SJBF
     (`shortest_first`) with the first `sorted_size` in key order and the rest (new ones) in
     submission order: the pass puts them in backfilling order first (`order_by_key`), then
@@ -168,8 +185,8 @@ def schedule_pass(
     (`profile_kernel` tables; read and extended only when `guard`: the starvation guard is on,
     its rule "promise" when `promise_rule`, with its estimate stage when `estimates`: before the
     guard falls due for the head, from its ESTIMATE_DUE_ROW on, the head's reservation is on the
-    guard's profile and candidates are judged on, and planned there to, their ESTIMATE_ROW); `order` one of NO_BACKFILLING, SUBMISSION_ORDER,
-    SHORTEST_FIRST. Every job started leaves the waiting row and enters the running profiles,
+    guard's profile and candidates are judged on, and planned there to, their ESTIMATE_ROW);
+    `order` one of NO_BACKFILLING, SUBMISSION_ORDER, SHORTEST_FIRST. Every job started leaves the waiting row and enters the running profiles,
     and is listed in `table[STARTED_ROW]`, in start order. `ended_job` (-1: none) is a job that
     ended at `now_s`, with its predicted and requested ends: taken out of the running profiles
     first (a termination's pass, one call for both).
@@ -230,13 +247,8 @@ def schedule_pass(
     shadow_s, extra = reservation(profile if stage == UNGUARDED else by_request, need, now_s)
     kept = -1
     if shadow_s != NEVER and waiting_count > 1 and free > 0:
-        duration_row = PREDICTION_ROW
-        if stage == GUARDED:
-            duration_row = REQUESTED_ROW
-        elif stage == ESTIMATED:
-            duration_row = ESTIMATE_ROW
         backfilled, extra, kept = backfill_pass(
-            table, candidate_count, sorted_count, duration_row,
+            table, candidate_count, sorted_count, judged_row(stage),
             head, free, shadow_s - now_s, extra, order == SHORTEST_FIRST,
         )
         work = table[WORK_ROW]
@@ -248,8 +260,7 @@ def schedule_pass(
             is_waiting[job] = 0
             insert(profile, now_s + predictions[job], job, need)
             if guard:
-                planned = table[ESTIMATE_ROW, job] if stage == ESTIMATED else requests[job]
-                insert(by_request, now_s + planned, job, need)
+                insert(by_request, now_s + table[guard_planned_row(stage), job], job, need)
     return head, count, from_head, kept, 1, shadow_s, extra, stage
 
 
@@ -269,25 +280,18 @@ def consider_new_job_pass(
     changed since the last decision (the head's reservation `shadow_s`, `extra` and guard
     `stage` still hold), in one compiled call: it starts if it fits now and ends by the shadow
     time (by its request when the head is GUARDED, its estimate when ESTIMATED) or fits in the
-    extra processors. A job
-    started leaves the waiting row and enters the running profiles (`by_request` too when
-    `guard`). Returns (started?, extra processors left).
+    extra processors. A job started leaves the waiting row and enters the running profiles
+    (`by_request` too when `guard`). Returns (started?, extra processors left).
     """
     need = table[PROCS_ROW, job]
     if need > free_now(profile, now_s):
         return False, extra
-    duration = table[PREDICTION_ROW, job]
-    if stage == GUARDED:
-        duration = table[REQUESTED_ROW, job]
-    elif stage == ESTIMATED:
-        duration = table[ESTIMATE_ROW, job]
-    if now_s + duration > shadow_s:
+    if now_s + table[judged_row(stage), job] > shadow_s:
         if need > extra:
             return False, extra
         extra -= need
     table[WAITING_ROW, job] = 0
     insert(profile, now_s + table[PREDICTION_ROW, job], job, need)
     if guard:
-        planned = table[ESTIMATE_ROW, job] if stage == ESTIMATED else table[REQUESTED_ROW, job]
-        insert(by_request, now_s + planned, job, need)
+        insert(by_request, now_s + table[guard_planned_row(stage), job], job, need)
     return True, extra

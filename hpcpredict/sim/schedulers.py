@@ -110,7 +110,7 @@ class WaitingQueue:
         # Jobs below this index have been moved to the front of the SJBF order once they had
         # waited `Scheduler.aged_first_s` (`age`).
         self._aged_cursor = 0
-        self._submit_array: np.ndarray | None = None  # (built by `retime_guard` if it is used)
+        self._submit_array: np.ndarray | None = None  # (`_submits`)
         self.sjbf_key[:] = _NO_KEY
         # The candidates: the table's row `_order`, its first `_size` entries (stale ones
         # included), in submission order, or for SJBF the first `_sorted` in key order (the
@@ -134,25 +134,27 @@ class WaitingQueue:
     def set_guard_wait(self, wait_s: int) -> None:
         """The starvation guard falls due once a job has waited `wait_s` (earlier under the
         "promise" rule: `Scheduler.schedule`)."""
-        self.guard_due_s[:] = np.asarray(self.submit_list, dtype=np.int64) + wait_s
+        self.guard_due_s[:] = self._submits() + wait_s
 
     def set_estimate_wait(self, wait_s: int) -> None:
         """The guard's estimate stage falls due once a job has waited `wait_s` (the estimates
         themselves are written at each submission, from the prediction: `Simulation`)."""
-        self.estimate_due_s[:] = np.asarray(self.submit_list, dtype=np.int64) + wait_s
+        self.estimate_due_s[:] = self._submits() + wait_s
+
+    def _submits(self) -> np.ndarray:
+        """The submit times as an array, built the first time a guard's due times need it."""
+        if self._submit_array is None:
+            self._submit_array = np.asarray(self.submit_list, dtype=np.int64)
+        return self._submit_array
 
     def retime_guard(self, wait_s: int, now_s: int) -> None:
         """The guard falls due once a waiting job has waited `wait_s` (the "recent" rule's
         threshold moved), except for the jobs it is due for already: a job once protected stays
         protected. Jobs submitted later are set by the caller as they come."""
-        if self._submit_array is None:
-            self._submit_array = np.asarray(self.submit_list, dtype=np.int64)
         order = self._order[: self._size]
         waiting = order[self.is_waiting[order] != 0]
         due_s = self.guard_due_s[waiting]
-        self.guard_due_s[waiting] = np.where(
-            due_s <= now_s, due_s, self._submit_array[waiting] + wait_s
-        )
+        self.guard_due_s[waiting] = np.where(due_s <= now_s, due_s, self._submits()[waiting] + wait_s)
 
     @property
     def guard_due_list(self) -> list[int]:

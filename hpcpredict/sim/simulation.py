@@ -118,7 +118,6 @@ class Simulation:
         self.requests, self.submit_s, self.run_s, self.procs, self.requested_s = job_columns(
             jobs, machine_procs
         )
-        submit_s = self.submit_s
         self.start_s = [-1] * count
         self.prediction_s = [0] * count
         self.initial_prediction_s = [0] * count
@@ -141,6 +140,11 @@ class Simulation:
         # started in the last RECENT_WINDOW_S (`started_order`, in start order, from
         # `window_first` on); None under the other rules.
         self.guard_wait_s: int | None = None
+        if scheduler.starvation_guard_s is not None and scheduler.guard_rule == "recent":
+            self.guard_wait_s = scheduler.starvation_guard_s
+            self.started_order: list[int] = []
+            self.window_first = 0
+            self.next_guard_update_s = (self.submit_s[0] if count else 0) + RECENT_EVERY_S
         # The guard's estimate stage (`Scheduler.guard_estimate_multiple`, None: off): the jobs
         # started by the current decision (`just_started`, with whether backfilled), the
         # guard-profile end of each running job planned there on its estimate (`estimate_end_s`),
@@ -155,11 +159,6 @@ class Simulation:
         self.just_started: list[tuple[int, bool]] = []
         self.estimate_end_s: dict[int, int] = {}
         self.outliving: list[tuple[int, int]] = []
-        if scheduler.starvation_guard_s is not None and scheduler.guard_rule == "recent":
-            self.guard_wait_s = scheduler.starvation_guard_s
-            self.started_order: list[int] = []
-            self.window_first = 0
-            self.next_guard_update_s = (submit_s[0] if count else 0) + RECENT_EVERY_S
         self.profile = RunningProfile(machine_procs)
         # The running jobs by requested end, for the starvation guard's reservations (requests,
         # unlike predictions, never move: Scheduler's docstring).
@@ -366,12 +365,11 @@ class Simulation:
         """Jobs planned on their estimate in the guard's profile and still running when it ran
         out are planned to their requests there from then on (at the instant each estimate ran
         out, before any decision at `now_s`): a head's shadow time moves then, once per job."""
-        outliving, by_request, planned = self.outliving, self.by_request, self.estimate_end_s
-        assert by_request is not None
+        outliving, planned = self.outliving, self.estimate_end_s
         while outliving and outliving[0][0] <= now_s:
             end_s, index = heappop(outliving)
             if planned.get(index) == end_s:  # (not planned to its request already)
-                by_request.move(index, end_s, self.start_s[index] + self.requested_s[index])
+                self._plan_to_request(index, end_s)
                 del planned[index]
                 self.plan_moved = True  # a reservation on the guard's profile is stale
 
@@ -382,11 +380,15 @@ class Simulation:
         waiting = self.waiting
         if not waiting.count or not self.scheduler.guard_due(now_s, waiting, waiting.head()):
             return
-        by_request = self.by_request
-        assert by_request is not None
         for index, end_s in self.estimate_end_s.items():
-            by_request.move(index, end_s, self.start_s[index] + self.requested_s[index])
+            self._plan_to_request(index, end_s)
         self.estimate_end_s.clear()
+
+    def _plan_to_request(self, index: int, estimate_end_s: int) -> None:
+        """Move a running job planned on its estimate to its requested end in the guard's
+        profile."""
+        assert self.by_request is not None
+        self.by_request.move(index, estimate_end_s, self.start_s[index] + self.requested_s[index])
 
     # ------------------------------------------------------------------ corrections
     # No event marks a prediction running out: before each event, the running profile (by
