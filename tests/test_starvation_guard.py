@@ -25,7 +25,7 @@ from hpcpredict.sim.runner import RunSpec
 from hpcpredict.corrections import starvation
 from hpcpredict.corrections.starvation import (
     DEFAULT_STARVATION_GUARD_S, RECENT_FLOOR_S, RECENT_MIN_STARTS, guard_estimate_s,
-    parse_starvation_guard, recent_guard_wait_s,
+    parse_starvation_guard, recent_guard_wait_s, xfactor_guard_wait_s,
 )
 from hpcpredict.sim import simulation
 from test_simulation import PREDICTORS, build_predictor, make_job, peak_usage, workloads
@@ -227,6 +227,60 @@ def test_schedules_under_the_recent_rule_keep_the_invariants_and_the_fast_path_i
         assert_fast_path_exact_and_sound(jobs, machine, policy, predictor, correction)
 
 
+def test_the_xfactor_rule_protects_a_job_once_it_has_waited_a_multiple_of_its_request() -> None:
+    assert xfactor_guard_wait_s([600, 3_600, 100_000], 5.0, 86_400).tolist() == [2_400, 14_400, 86_400]
+    assert xfactor_guard_wait_s([7], 1.5, 86_400).tolist() == [4]  # rounded up, never early
+
+
+def xfactor(name: str, cap_s: int, factor: float, scope: str = "machine"):
+    return dataclasses.replace(SCHEDULERS[name], starvation_guard_s=cap_s, guard_rule="xfactor",
+                               guard_scope=scope, guard_xfactor=factor)
+
+
+@pytest.mark.parametrize("scheduler", ["easy", "easy-sjbf"])
+def test_the_xfactor_rule_protects_a_short_request_early_where_the_cap_alone_never_does(
+    scheduler: str,
+) -> None:
+    """STREAM's head asks for 100 s: with an expansion factor of 4 it is protected once it has
+    waited 300 s, exactly as under a 300 s wait rule, where a cap alone starves it."""
+    capped = simulate(STREAM, 10, xfactor(scheduler, 10**9, 10**7), OneSecond(),
+                      CORRECTIONS["incremental"])
+    relative = simulate(STREAM, 10, xfactor(scheduler, 10**9, 4.0), OneSecond(),
+                        CORRECTIONS["incremental"])
+    by_wait = simulate(STREAM, 10, guarded(scheduler, 300), OneSecond(), CORRECTIONS["incremental"])
+    assert capped.start_s[1] > 4_000
+    assert relative.start_s == by_wait.start_s and relative.start_s[1] == 1_000
+    with pytest.raises(ValueError, match="expansion factor"):
+        guarded(scheduler, 300, "xfactor")
+
+
+def test_the_xfactor_rule_with_the_cap_always_first_is_the_wait_rule() -> None:
+    """A factor so large that every request's multiple is past the cap: the "wait" rule's
+    schedule on a real log's sample; a factor of 5 moves it."""
+    sample = Path(__file__).resolve().parent.parent / "swf" / "KTH-SP2-sample.swf"
+    from hpcpredict.sim.runner import run
+    from hpcpredict.workload import load_workload
+
+    workload = load_workload(sample)
+    wait = run(workload, RunSpec(starvation_guard_s=86_400))
+    for factor, same in ((1e9, True), (5.0, False)):
+        relative = run(workload, RunSpec(starvation_guard_s=86_400, guard_rule="xfactor",
+                                         guard_xfactor=factor))
+        assert (relative.start_s == wait.start_s) is same
+
+
+@settings(max_examples=100, deadline=None)
+@given(workloads(), st.sampled_from(["easy", "easy-sjbf"]), st.sampled_from(PREDICTORS),
+       st.sampled_from(sorted(CORRECTIONS)), st.integers(0, 2_000), st.floats(1.001, 20.0),
+       st.sampled_from(["machine", "head"]))
+def test_schedules_under_the_xfactor_rule_keep_the_invariants_and_the_fast_path_is_exact(
+    workload, scheduler, predictor, correction, cap_s, factor, scope
+) -> None:
+    machine, jobs = workload
+    assert_fast_path_exact_and_sound(jobs, machine, xfactor(scheduler, cap_s, factor, scope),
+                                     predictor, correction)
+
+
 def estimating(name: str, guard_s: int, after_s: int, multiple: float, scope: str = "machine"):
     return dataclasses.replace(guarded(name, guard_s, scope=scope), guard_estimate_multiple=multiple,
                                guard_estimate_after_s=after_s)
@@ -397,6 +451,17 @@ def test_the_guard_is_an_option_of_a_run_and_off_by_default() -> None:
         RunSpec(starvation_guard_s=60, guard_recent_multiple=2.0)
     with pytest.raises(ValueError, match=">= 0"):
         RunSpec(starvation_guard_s=60, guard_rule="recent", guard_recent_multiple=-1.0)
+    relative = RunSpec(starvation_guard_s=86_400, guard_rule="xfactor", guard_xfactor=5)
+    assert relative.to_dict()["guard_xfactor"] == 5.0 and relative.label.endswith("guard xfactor 5 or 24 h")
+    assert "guard_xfactor" not in following.to_dict()  # that rule's setting alone
+    with pytest.raises(ValueError, match="> 1"):
+        RunSpec(starvation_guard_s=60, guard_rule="xfactor")
+    with pytest.raises(ValueError, match="> 1"):
+        RunSpec(starvation_guard_s=60, guard_rule="xfactor", guard_xfactor=1.0)
+    with pytest.raises(ValueError, match="xfactor"):
+        RunSpec(starvation_guard_s=60, guard_xfactor=5.0)
+    with pytest.raises(ValueError, match="EASY schedulers only"):
+        RunSpec(scheduler="slurm-backfill", starvation_guard_s=60, guard_rule="xfactor", guard_xfactor=5.0)
     staged = RunSpec(starvation_guard_s=86_400, guard_estimate_multiple=4, guard_estimate_after_s=10_800)
     assert staged.to_dict()["guard_estimate_multiple"] == 4.0
     assert staged.label.endswith("guard 24 h, 4x prediction in front after 3 h")

@@ -7,6 +7,10 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import numpy as np
 
 # The starvation guard the daemon uses unless told otherwise (docs/results.md says how it was
 # chosen: leave-one-log-out under the max-wait bound).
@@ -16,7 +20,9 @@ DEFAULT_STARVATION_GUARD_S = 86_400
 # promised it when it became the head (or has waited the guard's duration, whichever first).
 # "recent" (simulator only, issue 30): once it has waited a multiple of the p99 wait of the jobs
 # started in the last four weeks (`recent_guard_wait_s`), or the guard's duration, whichever first.
-STARVATION_RULES = ("wait", "promise", "recent")  # the first is the default (RunSpec relies on it)
+# "xfactor" (simulator only, issue 30): once its expansion factor by its request reaches a
+# threshold (`xfactor_guard_wait_s`), or it has waited the guard's duration, whichever first.
+STARVATION_RULES = ("wait", "promise", "recent", "xfactor")  # the first is the default (RunSpec relies on it)
 # What the guard protects once it is due (the simulator's `Scheduler.guard_scope`): "machine"
 # (the daemon's, and the default), every job then running is planned to its request for good and
 # every backfilling decision uses requests while the head is due; "head" (simulator only, issue
@@ -68,6 +74,22 @@ def recent_guard_wait_s(recent_waits_s: Sequence[int], multiple: float, cap_s: i
 
     quantile = float(np.quantile(np.asarray(recent_waits_s, dtype=np.float64), RECENT_QUANTILE))
     return int(min(cap_s, max(RECENT_FLOOR_S, round(multiple * quantile))))
+
+
+def xfactor_guard_wait_s(requested_s: np.ndarray, xfactor: float, cap_s: int) -> np.ndarray:
+    """How long each job waits before the "xfactor" rule's guard protects it: until its expansion
+    factor by its request, (wait + request) / request, reaches `xfactor`, i.e. `xfactor` - 1 times
+    its request, and at most `cap_s`.
+
+    Why relative to the job: a wait is long or short for what the job asked for. A fixed 24 h
+    treats a job that asked for ten minutes, waiting 20 h, like one that asked for two days; the
+    expansion factor is the threshold of selective reservation (Srinivasan et al., JSSPP 2002),
+    and the request, not the prediction, makes it fixed at submission and known to SLURM.
+    """
+    import numpy as np  # (here: the CLI's --help imports this module, and stays light)
+
+    waits = np.ceil((xfactor - 1.0) * np.asarray(requested_s, dtype=np.float64))
+    return np.minimum(waits, cap_s).astype(np.int64)
 
 
 def guard_estimate_s(prediction_s: int, requested_s: int, multiple: float) -> int:

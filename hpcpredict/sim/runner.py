@@ -62,12 +62,17 @@ class RunSpec:
     negative: NegativeRule = DEFAULT_NEGATIVE
     loss_unit_s: float = DEFAULT_LOSS_UNIT_S
     starvation_guard_s: int | None = None  # None: off (schedulers.Scheduler says what it does)
-    # When the guard falls due for a head: "wait" (after starvation_guard_s) or "promise" (once
-    # later than plain EASY's promise when it became the head, or after starvation_guard_s).
+    # When the guard falls due for a head: "wait" (after starvation_guard_s), "promise" (once
+    # later than plain EASY's promise when it became the head, or after starvation_guard_s),
+    # "recent" or "xfactor" (the settings below; corrections.starvation).
     guard_rule: str = "wait"
     # The "recent" rule's multiple of the p99 wait of the jobs started in the last four weeks
     # (corrections.starvation.recent_guard_wait_s); meaningful under that rule only.
     guard_recent_multiple: float = 1.0
+    # The "xfactor" rule's expansion factor by request, > 1: a job is protected once it has waited
+    # guard_xfactor - 1 times its request (corrections.starvation.xfactor_guard_wait_s); that
+    # rule's setting, required by it.
+    guard_xfactor: float | None = None
     # The guard's estimate stage (schedulers.Scheduler.guard_estimate_multiple): from
     # guard_estimate_after_s of waiting until the guard is due, candidates in front of the head
     # are judged on this multiple of their prediction (within the request); None: no such stage.
@@ -165,6 +170,14 @@ class RunSpec:
         if self.guard_recent_multiple != 1.0 and self.guard_rule != "recent":
             raise ValueError("guard_recent_multiple is the \"recent\" guard rule's setting; "
                              f"the rule is {self.guard_rule!r}")
+        if self.guard_rule == "xfactor":
+            if isinstance(self.guard_xfactor, bool) or not isinstance(self.guard_xfactor, (int, float)) \
+                    or not self.guard_xfactor > 1:
+                raise ValueError(f"the xfactor rule's expansion factor must be a number > 1, got "
+                                 f"{self.guard_xfactor!r}")
+        elif self.guard_xfactor is not None:
+            raise ValueError("guard_xfactor is the \"xfactor\" guard rule's setting; "
+                             f"the rule is {self.guard_rule!r}")
         if self.guard_estimate_multiple is not None:
             if isinstance(self.guard_estimate_multiple, bool) \
                     or not isinstance(self.guard_estimate_multiple, (int, float)) \
@@ -231,6 +244,8 @@ class RunSpec:
         rule = "" if self.guard_rule == "wait" else f"{self.guard_rule} or "
         if self.guard_rule == "recent":
             rule = f"{self.guard_recent_multiple:g}x recent p99 or "
+        if self.guard_rule == "xfactor":
+            rule = f"xfactor {self.guard_xfactor:g} or "
         scope = "" if self.guard_scope == "machine" else f", {self.guard_scope} only"
         estimate = ("" if self.guard_estimate_multiple is None
                     else f", {self.guard_estimate_multiple:g}x prediction in front after "
@@ -261,6 +276,10 @@ class RunSpec:
             settings.pop("guard_recent_multiple")
         else:
             settings["guard_recent_multiple"] = float(self.guard_recent_multiple)
+        if self.guard_xfactor is None:  # that rule's setting alone: other keys stay valid
+            settings.pop("guard_xfactor")
+        else:
+            settings["guard_xfactor"] = float(self.guard_xfactor)
         if self.guard_estimate_multiple is None:  # off: absent, keys stay valid
             settings.pop("guard_estimate_multiple")
             settings.pop("guard_estimate_after_s")
@@ -361,6 +380,8 @@ def run(
         scheduler = dataclasses.replace(scheduler, starvation_guard_s=spec.starvation_guard_s,
                                         guard_rule=spec.guard_rule, guard_scope=spec.guard_scope,
                                         guard_recent_multiple=float(spec.guard_recent_multiple),
+                                        guard_xfactor=(None if spec.guard_xfactor is None
+                                                       else float(spec.guard_xfactor)),
                                         guard_estimate_multiple=spec.guard_estimate_multiple,
                                         guard_estimate_after_s=spec.guard_estimate_after_s)
     if spec.aged_first_s is not None:

@@ -131,9 +131,9 @@ class WaitingQueue:
         self.prediction_list: list[int] = [0] * size
         self.waiting_list: list[bool] = [False] * size
 
-    def set_guard_wait(self, wait_s: int) -> None:
-        """The starvation guard falls due once a job has waited `wait_s` (earlier under the
-        "promise" rule: `Scheduler.schedule`)."""
+    def set_guard_wait(self, wait_s: int | np.ndarray) -> None:
+        """The starvation guard falls due once a job has waited `wait_s`, one for all or one per
+        job (earlier under the "promise" rule: `Scheduler.schedule`)."""
         self.guard_due_s[:] = self._submits() + wait_s
 
     def set_estimate_wait(self, wait_s: int) -> None:
@@ -320,6 +320,9 @@ class Scheduler:
     # recent_guard_wait_s`; the simulation recomputes the threshold, the scheduler reads the
     # due times it leaves in the waiting queue, as under "wait").
     guard_recent_multiple: float = 1.0
+    # The "xfactor" rule's expansion factor by request (`corrections.starvation.
+    # xfactor_guard_wait_s`; the simulation leaves each job's due time in the waiting queue).
+    guard_xfactor: float | None = None
     # The guard's estimate stage (simulator only, issue 30; None: off): from the time a head
     # has waited `guard_estimate_after_s` until the guard is due for it, its reservation is on the
     # guard's profile (the running jobs' requests) as under the guard, but a candidate in front
@@ -344,6 +347,8 @@ class Scheduler:
             raise ValueError(f"unknown guard rule {self.guard_rule!r}; one of {', '.join(GUARD_RULES)}")
         if self.guard_scope not in GUARD_SCOPES:
             raise ValueError(f"unknown guard scope {self.guard_scope!r}; one of {', '.join(GUARD_SCOPES)}")
+        if (self.guard_rule == "xfactor") != (self.guard_xfactor is not None):
+            raise ValueError("the \"xfactor\" guard rule and its expansion factor go together")
 
     @property
     def guard_pins_running(self) -> bool:

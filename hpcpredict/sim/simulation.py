@@ -35,7 +35,7 @@ from hpcpredict.jobs import Job, JobRequest
 from hpcpredict.predictors import Predictor, clip_prediction
 from hpcpredict.corrections.policies import CorrectionPolicy
 from hpcpredict.corrections.starvation import (
-    RECENT_EVERY_S, RECENT_WINDOW_S, guard_estimate_s, recent_guard_wait_s,
+    RECENT_EVERY_S, RECENT_WINDOW_S, guard_estimate_s, recent_guard_wait_s, xfactor_guard_wait_s,
 )
 from hpcpredict.sim.profile import RunningProfile
 from hpcpredict.sim.backfill_kernel import ESTIMATED, GUARDED
@@ -134,7 +134,10 @@ class Simulation:
             self.submit_s,
         )
         if scheduler.starvation_guard_s is not None:
-            self.waiting.set_guard_wait(scheduler.starvation_guard_s)
+            self.waiting.set_guard_wait(
+                scheduler.starvation_guard_s if scheduler.guard_rule != "xfactor"
+                else xfactor_guard_wait_s(self.waiting.requested_s, scheduler.guard_xfactor,
+                                          scheduler.starvation_guard_s))
         # The "recent" rule (`corrections.starvation.recent_guard_wait_s`): the wait after which
         # the guard is due now, recomputed every RECENT_EVERY_S from the waits of the jobs
         # started in the last RECENT_WINDOW_S (`started_order`, in start order, from
