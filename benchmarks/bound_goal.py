@@ -15,6 +15,9 @@ Then leave-one-log-out on the goal itself: for each held-out log, among the boun
 and (2) on both other logs (if none does, those that meet (1)), the lowest summed AVEbsld on the
 other logs; printed with its conditions on the held-out log. The campaign must have the labels
 `EASY` and `learned, no guard`.
+
+With `--versus LABEL` (e.g. "learned, guard 24 h"), each bound is then paired with that one,
+replica by replica: AVEbsld, p99 and longest wait, relative difference and 95% interval.
 """
 
 from __future__ import annotations
@@ -83,6 +86,8 @@ def main() -> None:
                         help="campaign reports' runs.csv, read together (same replicas and seed)")
     parser.add_argument("--bound", action="append", required=True,
                         help='"LEARNED LABEL" or "LEARNED LABEL=AVE2 LABEL" (repeatable)')
+    parser.add_argument("--versus", metavar="LABEL",
+                        help="also pair every bound with this one (AVEbsld, p99 and longest wait)")
     args = parser.parse_args()
     runs: dict[tuple[str, str], dict[int, dict[str, float]]] = defaultdict(dict)
     for path in args.runs_csv:
@@ -125,6 +130,30 @@ def main() -> None:
               f"{sum(table[log, chosen]['ave_bsld'] for log in others):.2f} | {row['ave_bsld']:.2f}, "
               f"{row['max/EASY']:.2f}, {row['p99/EASY']:.2f}, "
               f"{' '.join(verdict(row[c]) for c in ('(1)', '(2)', '(3)', '(4)'))} |")
+    if args.versus:
+        print_versus(runs, logs, [label for label in labels if label != args.versus], args.versus)
+
+
+def print_versus(runs, logs: list[str], labels: list[str], reference: str) -> None:
+    """Each bound against `reference` on the replicas both have, per log."""
+    print()
+    print(f"| log | bound | AVEbsld vs {reference} (95% CI) | p99 wait vs it | longest wait vs it |")
+    print("|---|---|---|---|---|")
+    for log in logs:
+        for label in labels:
+            if (log, label) not in runs or (log, reference) not in runs:
+                continue
+            own, base = runs[log, label], runs[log, reference]
+            common = sorted(set(own) & set(base))
+            if len(common) < 2:
+                continue
+            cells = []
+            for metric in ("ave_bsld", "p99_h", "max_h"):
+                difference = paired_difference([own[r][metric] for r in common],
+                                               [base[r][metric] for r in common])
+                cells.append(f"{difference.relative:+.1%} ({difference.relative_ci_low:+.1%}, "
+                             f"{difference.relative_ci_high:+.1%})")
+            print(f"| {log} | {label} | {' | '.join(cells)} |")
 
 
 if __name__ == "__main__":
