@@ -107,6 +107,16 @@ def main() -> None:
             print(f"| {label} | " + " | ".join(cells) + " |")
         excluded = int(np.sum(np.isin(results[labels[0], 0]["user_id"], users)))
         print(f"(their jobs: {excluded} of {len(results[labels[0], 0]['user_id'])})")
+        print()
+        print("Their jobs as the learned model saw them at submission (guard 24 h, the log as it is):")
+        table = results["guard 24 h", 0]
+        for user in users:
+            mine = table["user_id"] == user
+            low, median, high = np.percentile(table["initial_prediction_s"][mine], [10, 50, 90])
+            print(f"  user {user}: {int(mine.sum())} jobs, runtime median {np.median(table['run_s'][mine]):.0f} s, "
+                  f"request median {np.median(table['requested_s'][mine]) / 3600:.1f} h, first prediction "
+                  f"p10 / median / p90 {low:.0f} / {median:.0f} / {high:.0f} s, first job in fortnight "
+                  f"{int((table['submit_s'][mine].min() - table['submit_s'].min()) // FORTNIGHT_S)}")
 
 
 if __name__ == "__main__":
