@@ -41,6 +41,60 @@ def test_a_bad_starvation_guard_names_the_key(tmp_path: Path, value: str) -> Non
         load_config(path)
 
 
+@pytest.mark.parametrize(("value", "xfactor"), [(None, None), ("5", 5), ("1.5", 1.5)])
+def test_the_starvation_guards_xfactor_is_configurable_and_off_by_default(
+    tmp_path: Path, value: str | None, xfactor: float | None
+) -> None:
+    path = tmp_path / "daemon.toml"
+    line = "" if value is None else f"starvation_guard_xfactor = {value}\n"
+    path.write_text(f"[daemon]\nstarvation_guard = \"24h\"\n{line}")
+    config = load_config(path)
+    assert config.starvation_guard_xfactor == xfactor and config.starvation_guard_s == 86_400
+
+
+@pytest.mark.parametrize(("value", "expected"), [
+    ("true", "a number above 1"), ('"5"', "a number above 1"), ("1", "a number above 1"),
+    ("0.5", "a number above 1"), ("nan", "a number above 1"), ("inf", "a number above 1"),
+    ("[2]", "a number above 1"),
+])
+def test_a_bad_starvation_guard_xfactor_names_the_key_and_what_was_expected(
+    tmp_path: Path, value: str, expected: str
+) -> None:
+    path = tmp_path / "daemon.toml"
+    path.write_text(f"[daemon]\nstarvation_guard_xfactor = {value}\n")
+    with pytest.raises(ConfigError, match=f"starvation_guard_xfactor: expected {expected}"):
+        load_config(path)
+
+
+def test_the_xfactor_needs_a_guard_whose_duration_caps_it(tmp_path: Path) -> None:
+    path = tmp_path / "daemon.toml"
+    path.write_text('[daemon]\nstarvation_guard = "off"\nstarvation_guard_xfactor = 2\n')
+    with pytest.raises(ConfigError, match="starvation_guard_xfactor needs a starvation guard"):
+        load_config(path)
+    # the same refusal when the command line turns the guard off under a file that sets X
+    path.write_text("[daemon]\nstarvation_guard_xfactor = 2\n")
+    with pytest.raises(ConfigError, match="starvation_guard_xfactor needs a starvation guard"):
+        load_config(path).with_overrides(starvation_guard="off")
+
+
+def test_serve_takes_the_xfactor_on_its_command_line(tmp_path: Path) -> None:
+    """`--starvation-guard-xfactor` reaches the configuration's checks (refused before anything
+    is opened) and its value overrides the file's."""
+    from click.testing import CliRunner
+
+    from hpcpredict.cli import main
+    from hpcpredict.cli.daemon import _config
+
+    done = CliRunner().invoke(main, ["serve", "--db", f"sqlite:///{tmp_path / 'x.db'}",
+                                     "--starvation-guard-xfactor", "1"])
+    assert done.exit_code != 0 and "starvation_guard_xfactor: expected a number above 1" in done.output
+    assert not (tmp_path / "x.db").exists()
+    path = tmp_path / "daemon.toml"
+    path.write_text("[daemon]\nstarvation_guard_xfactor = 5\n")
+    assert _config(path, starvation_guard_xfactor=2.0).starvation_guard_xfactor == 2.0
+    assert _config(path, starvation_guard_xfactor=None).starvation_guard_xfactor == 5
+
+
 def test_unit_paths_match_the_example_config() -> None:
     unit = (DEPLOY / "hpcpredict.service").read_text()
     assert "RuntimeDirectory=hpcpredict\n" in unit  # /run/hpcpredict: the socket's folder

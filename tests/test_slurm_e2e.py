@@ -396,6 +396,58 @@ def test_the_starvation_guard_gives_running_jobs_their_requests_and_holds_loweri
     wait_for(lambda: cluster.job_fields(held)["JobState"] == "COMPLETED", 60, "the held job to run", cluster)
 
 
+def test_the_starvation_guard_xfactor_rule_guards_a_short_request_long_before_the_cap(
+    cluster: SlurmCluster, daemon: ServeProcess
+) -> None:
+    """``--starvation-guard 24h --starvation-guard-xfactor 2`` (docs/method.md §7, "xfactor"): a
+    job that asked for one minute, waiting for the whole machine behind a job whose hour was
+    lowered, is due once it has waited its minute (its expansion factor by its request reaches
+    2), so the guard gives the blocker its hour back within the test's minutes, which the 24 h
+    cap alone would not do for a day."""
+    queue = lambda: cluster.run(["squeue", "-h", "-o", "%i %T %r %l %M %C"]).stdout.strip()  # noqa: E731
+    try:
+        wait_for(lambda: not queue(), 180, "the earlier tests' jobs to end", cluster, poll_s=2)
+    except AssertionError as error:
+        raise AssertionError(f"{error}\nsqueue:\n{queue()}") from None
+    daemon.stop()
+    daemon.start("--starvation-guard", "24h", "--starvation-guard-xfactor", "2")
+    started: list[int] = []
+    try:
+        blocker = cluster.sbatch("--time=60", "-n", "16", script="sleep 600")
+        started.append(blocker)
+        wait_for(lambda: cluster.job_fields(blocker)["JobState"] == "RUNNING", 30, "the blocker to run", cluster)
+        assert minutes(cluster.job_fields(blocker)["TimeLimit"]) < 60  # lowered (and maybe corrected)
+        starving = cluster.sbatch("--time=1", "-n", "16", script="sleep 5")
+        started.append(starving)
+        tag = parse_tag(cluster.job_fields(starving)["AdminComment"])
+        assert tag is not None and tag.request_s == 60, tag
+
+        wait_for(lambda: minutes(cluster.job_fields(blocker)["TimeLimit"]) == 60, 150,
+                 "the xfactor rule to give the blocker its request", cluster, poll_s=2)
+        assert cluster.job_fields(starving)["JobState"] == "PENDING"
+        assert corrections(daemon, blocker)[-1][1] == 3600
+        log = (cluster.dir / "serve.log").read_text(errors="replace")
+        # the guard, not the corrector, gave the hour back, and by the xfactor rule's threshold
+        assert any(f"job {blocker} (running): time limit " in line and line.endswith("-> 3600 s (starvation guard on)")
+                   for line in log.splitlines()), log[-3000:]
+        assert f"starvation guard on: job {starving} has waited" in log
+        assert "s (>= 60 s: an expansion factor of 2 by its request, or 24.0 h, whichever first)" in log
+        assert lowering(daemon) == "0"
+    finally:
+        for job_id in started:
+            cluster.run(["scancel", str(job_id)])
+    # Nothing pends any more: the guard is off and new jobs are lowered again.
+    wait_for(lambda: lowering(daemon) == "1", 30, "the guard to turn off", cluster)
+    daemon.stop()
+    daemon.start()
+
+
+def lowering(serve: ServeProcess) -> str:
+    """PING's ``lower``: "0" while the starvation guard holds lowering."""
+    with DaemonClient(serve.socket) as client:
+        return client.request("PING")["lower"]
+
+
 SURVIVAL_CONFIG = '[daemon]\ncorrection = "survival"\n\n[learner]\neta = 1e-9\n'
 
 

@@ -4,16 +4,26 @@ tests/test_slurm_e2e.py): reports each stage once, corrects in time, survives a 
 from __future__ import annotations
 
 import json
+import logging
+import time
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from sqlalchemy import select
 
+from hpcpredict.corrections.starvation import xfactor_guard_wait_s
+from hpcpredict.daemon.config import DaemonConfig
 from hpcpredict.daemon.handlers import Handlers
+from hpcpredict.daemon.server import Daemon
 from hpcpredict.daemon.service import PredictionService
 from hpcpredict.daemon.store import CorrectionRow, EventRow, JobRow, Store
 from hpcpredict.jobs import JobRequest
+from hpcpredict.slurm import adapter
+from hpcpredict.slurm.guard import WAITING_FOR_MACHINE, GuardStatus, guard_status, guard_threshold_s
 from hpcpredict.slurm.tag import PredictionTag
 from hpcpredict.slurm.watcher import SlurmWatcher
 
@@ -293,3 +303,170 @@ def test_predict_tells_the_plugin_to_hold_lowering_while_the_guard_is_on(service
     answer = handlers.handle_line(ask).decode()
     assert answer.startswith("OK prediction=") and " lower=0 hold=starvation_guard" in answer
     assert b" lower=0" in handlers.handle_line(b"PING")
+
+
+# ---------------------------------------------------------------------------- the xfactor rule
+TEN_MINUTES, TEN_HOURS = 600, 36_000
+
+
+def waiting(job_id: int, request_s: int, waited_s: int, now_s: int) -> Job:
+    """A job pending for processors for `waited_s`, marked by the plugin in lower mode with a
+    `request_s` request and a one-minute prediction, so its limit is the lowered minute."""
+    return Job(job_id, submit_s=now_s - waited_s, state_reason="Resources", time_limit_s=60,
+               admin_comment=PredictionTag(request_s, 60, "lower").format())
+
+
+def blocked_by_a_lowered_job(now_s: int, *waiters: Job) -> dict[int, Job]:
+    """`waiters` pend behind job 1, running on the 9 minutes the plugin lowered its hour to."""
+    blocker = Job(1, state="RUNNING", submit_s=now_s - 3600, start_s=now_s - 300, time_limit_s=540,
+                  admin_comment=LOWERED)
+    return {1: blocker, **{job.job_id: job for job in waiters}}
+
+
+def test_the_xfactor_rule_protects_a_short_request_long_before_the_cap(service: PredictionService) -> None:
+    """X = 2, cap 24 h: a job that asked for 10 minutes has waited its request at 10 minutes
+    (expansion factor 2) and turns the guard on, to the second; one that asked for 10 hours has
+    not, after the same wait."""
+    now = 10 * DAY
+    slurm, clock = ScriptedSlurm(), Clock(now - 1)
+    slurm.jobs_by_id = blocked_by_a_lowered_job(now, waiting(7, TEN_MINUTES, TEN_MINUTES, now))
+    watcher = watcher_for(service, slurm, clock, guard_s=DAY, xfactor=2.0)
+    watcher.poll()  # 599 s
+    assert not watcher.guard.active and watcher.guard.threshold_s == TEN_MINUTES
+    assert slurm.limit_updates == []
+    clock.now = now
+    watcher.poll()  # 600 s
+    assert watcher.guard.active and watcher.guard.job_id == 7 and watcher.guard.waited_s == TEN_MINUTES
+    # the blocker gets its hour back, the waiting job its own 10 minutes (it sat at the plugin's)
+    assert sorted(slurm.limit_updates) == [(1, 60), (7, 10)]
+
+    slurm = ScriptedSlurm()
+    slurm.jobs_by_id = blocked_by_a_lowered_job(now, waiting(7, TEN_HOURS, TEN_MINUTES, now))
+    patient = watcher_for(service, slurm, clock, guard_s=DAY, xfactor=2.0)
+    patient.poll()
+    assert not patient.guard.active and patient.guard.threshold_s == TEN_HOURS
+    assert slurm.limit_updates == []
+
+
+def test_the_xfactor_rule_measures_by_the_request_in_the_mark_not_the_lowered_limit(
+    service: PredictionService,
+) -> None:
+    """A 10-hour request lowered to 10 minutes is still a 10-hour request; a job the plugin did
+    not mark is measured by its limit, which is its request; one with neither waits the cap."""
+    now = 10 * DAY
+    clock = Clock(now)
+    lowered = Job(7, submit_s=now - TEN_MINUTES, state_reason="Priority", time_limit_s=TEN_MINUTES,
+                  admin_comment=PredictionTag(TEN_HOURS, TEN_MINUTES, "lower").format())
+    unmarked = replace(lowered, admin_comment="")
+    unlimited = replace(unmarked, time_limit_s=None)
+    for job, active, threshold_s in ((lowered, False, TEN_HOURS), (unmarked, True, TEN_MINUTES),
+                                     (unlimited, False, DAY)):
+        slurm = ScriptedSlurm()
+        slurm.jobs_by_id = {job.job_id: job}
+        watcher = watcher_for(service, slurm, clock, guard_s=DAY, xfactor=2.0)
+        watcher.poll()
+        assert (watcher.guard.active, watcher.guard.threshold_s) == (active, threshold_s), job
+
+
+def test_the_xfactor_rule_is_capped_by_the_guard_and_judges_only_the_longest_waiting_job() -> None:
+    now = 10 * DAY
+    two_days = waiting(7, 2 * DAY, DAY, now)  # (X - 1) * request = 48 h: the cap, 24 h, first
+    assert guard_status([two_days], now, DAY, 2.0) == GuardStatus(True, 7, DAY, DAY)
+    assert not guard_status([two_days], now - 1, DAY, 2.0).active
+    # The head, waiting 20 min on a 10-hour request, is not due; a one-minute job behind it that
+    # has waited 15 times its request is not judged: the simulator judges its head alone.
+    head, short = waiting(7, TEN_HOURS, 1200, now), waiting(8, 60, 900, now)
+    assert guard_status([short, head], now, DAY, 2.0) == GuardStatus(False, 7, 1200, TEN_HOURS)
+
+
+@pytest.mark.parametrize("xfactor", [1.5, 2.0, 5.0, 1.0001])
+def test_the_live_threshold_is_the_simulators(xfactor: float) -> None:
+    """`guard_threshold_s` is `xfactor_guard_wait_s`, the simulator's, job for job (ceil
+    included: 1.5 x a 7-s request protects at 4 s)."""
+    now = 10 * DAY
+    requests_s = np.array([1, 7, 60, 599, TEN_MINUTES, 3601, TEN_HOURS, DAY, 7 * DAY])
+    simulator = xfactor_guard_wait_s(requests_s, xfactor, DAY)
+    live = [guard_threshold_s(waiting(1, int(r), 0, now), DAY, xfactor) for r in requests_s]
+    assert live == simulator.tolist()
+    assert guard_threshold_s(waiting(1, 7, 0, now), DAY, 1.5) == 4
+
+
+def todays_rule(jobs: list[Job], now_s: int, guard_s: int) -> tuple[bool, int | None, int]:
+    """The wait rule as it was before the xfactor rule: on when some job pending for the machine
+    has waited `guard_s`; the longest-waiting one (the first of equals) and its wait."""
+    waits = [(now_s - (job.eligible_s or job.submit_s), job.job_id) for job in jobs
+             if job.state == "PENDING" and job.state_reason in WAITING_FOR_MACHINE]
+    if not waits:
+        return False, None, 0
+    waited_s, job_id = max(waits, key=lambda wait: wait[0])
+    return any(wait >= guard_s for wait, _ in waits), job_id, max(0, waited_s)
+
+
+pending_jobs = st.lists(st.builds(
+    Job,
+    job_id=st.integers(1, 10_000),
+    state=st.sampled_from(["PENDING", "RUNNING"]),
+    submit_s=st.integers(0, 3 * DAY),
+    eligible_s=st.one_of(st.none(), st.integers(0, 3 * DAY)),
+    state_reason=st.sampled_from(["Priority", "Resources", "None", "Dependency", "JobHeldUser"]),
+    time_limit_s=st.one_of(st.none(), st.integers(0, 3 * DAY)),
+    admin_comment=st.one_of(st.just(""), st.builds(lambda r: PredictionTag(r, 60, "lower").format(),
+                                                   st.integers(0, 3 * DAY))),
+), max_size=8)
+
+
+@settings(max_examples=300, deadline=None)
+@given(jobs=pending_jobs, guard_s=st.integers(60, 2 * DAY))
+def test_without_an_xfactor_the_guard_decides_as_it_always_has(jobs: list[Job], guard_s: int) -> None:
+    now = 3 * DAY
+    status = guard_status(jobs, now, guard_s)
+    assert (status.active, status.job_id, status.waited_s) == todays_rule(jobs, now, guard_s)
+    assert status.threshold_s == (None if status.job_id is None else guard_s)
+
+
+def test_the_guard_log_says_which_threshold_applied(service: PredictionService,
+                                                    caplog: pytest.LogCaptureFixture) -> None:
+    """The wait rule's line as it always was; the xfactor rule's in seconds, with the rule."""
+    now = 10 * DAY
+    slurm, clock = ScriptedSlurm(), Clock(now)
+    slurm.jobs_by_id = starving_machine(now)
+    with caplog.at_level(logging.WARNING, logger="hpcpredict.slurm.watcher"):
+        watcher_for(service, slurm, clock, guard_s=DAY).poll()
+        slurm.jobs_by_id = blocked_by_a_lowered_job(now, waiting(7, TEN_MINUTES, 605, now))
+        watcher_for(service, slurm, clock, guard_s=DAY, xfactor=2.0).poll()
+    assert [record.getMessage() for record in caplog.records] == [
+        "starvation guard on: job 9 has waited 25.0 h (>= 24.0 h): lowered limits go back to the "
+        "requests and new jobs are not lowered",
+        "starvation guard on: job 7 has waited 605 s (>= 600 s: an expansion factor of 2 by its "
+        "request, or 24.0 h, whichever first): lowered limits go back to the requests and new jobs "
+        "are not lowered",
+    ]
+
+
+def test_the_daemon_gives_its_watcher_the_xfactor_and_shows_it(
+    service: PredictionService, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """server.py's wiring: the configured xfactor reaches the watcher and /health's
+    ``starvation_guard``, beside the guard's duration and the threshold in force."""
+    now = int(time.time())  # the daemon's watcher reads the real clock
+    slurm = ScriptedSlurm()
+    slurm.name = "scripted"  # type: ignore[attr-defined]
+    slurm.jobs_by_id = blocked_by_a_lowered_job(now, waiting(7, TEN_MINUTES, 700, now))
+    monkeypatch.setattr(adapter, "select_backend", lambda name: slurm)
+    config = DaemonConfig(db=service.store.url, socket=str(tmp_path / "d.sock"), http="",
+                          slurm=True, starvation_guard="24h", starvation_guard_xfactor=2.0)
+    daemon = Daemon(config, service)
+    daemon.writer.start()
+    daemon._start_watcher()
+    try:
+        deadline = time.monotonic() + 30
+        while not daemon.watcher.report.polls and time.monotonic() < deadline:
+            time.sleep(0.05)
+        guard = daemon.health()["starvation_guard"]
+    finally:
+        daemon.watcher.stop()
+        daemon.writer.stop()
+    assert daemon.watcher.xfactor == 2.0 and daemon.watcher.report.errors == 0, daemon.watcher.report
+    assert guard["waited_s"] >= 700, guard
+    assert guard == {"after_s": DAY, "xfactor": 2.0, "active": True, "job_id": 7,
+                     "waited_s": guard["waited_s"], "threshold_s": TEN_MINUTES}

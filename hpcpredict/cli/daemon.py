@@ -182,6 +182,10 @@ _MARGIN_TYPE = click.IntRange(min=0)
               "90m, seconds), lowered limits go back to the requests and new jobs are not lowered, "
               "so it cannot starve behind jobs that outlive their predictions (default 24h; off "
               "disables it).")
+@click.option("--starvation-guard-xfactor", "starvation_guard_xfactor", type=float, default=None,
+              metavar="X", help="With --starvation-guard: turn the guard on sooner, once the "
+              "longest-waiting job's (wait + request) / request reaches X (> 1), the guard's "
+              "duration staying the cap (default: off, the duration alone).")
 @click.option("--create-db", is_flag=True, help="Create the SQLite database if it does not exist "
               "(needed outside the default state directory: a missing file elsewhere is refused as a "
               "mistyped --db; `hpcpredict train` creates one with a warmed model).")
@@ -205,6 +209,7 @@ def serve(
     slurm_interval_s: float | None,
     correction_margin_s: int | None,
     starvation_guard: str | None,
+    starvation_guard_xfactor: float | None,
     create_db: bool,
     log_level: str,
 ) -> None:
@@ -249,6 +254,7 @@ def serve(
         slurm_interval_s=slurm_interval_s,
         correction_margin_s=correction_margin_s,
         starvation_guard=starvation_guard,
+        starvation_guard_xfactor=starvation_guard_xfactor,
     )
     _check_http_auth(config)
     store, lock = _locked_store(config, create=create_db)

@@ -92,6 +92,12 @@ def xfactor_guard_wait_s(requested_s: np.ndarray, xfactor: float, cap_s: int) ->
     return np.minimum(waits, cap_s).astype(np.int64)
 
 
+def xfactor_guard_wait_one_s(requested_s: int, xfactor: float, cap_s: int) -> int:
+    """`xfactor_guard_wait_s` for one job (the live guard judges one job per look at SLURM): the
+    same arithmetic, so the daemon and the simulator cannot disagree by a rounding."""
+    return int(xfactor_guard_wait_s([requested_s], xfactor, cap_s)[0])  # type: ignore[arg-type]
+
+
 def guard_estimate_s(prediction_s: int, requested_s: int, multiple: float) -> int:
     """The guard's estimate option (simulator only, issue 30): what a candidate in front of a
     guarded head is judged on instead of its request, `multiple` times its prediction within

@@ -17,6 +17,7 @@
     slurm_interval_s = 10.0       # seconds between looks at SLURM
     correction_margin_s = 120     # raise a lowered limit this long before it expires
     starvation_guard = "24h"      # a job pending this long: limits back to requests ("off": never)
+    # starvation_guard_xfactor = 5  # or sooner: once its (wait + request) / request reaches 5 (omitted: off)
     correction = "incremental"    # how the corrector raises limits: incremental | survival (§8)
     survival_quantile = 0.5       # with "survival": the user's runtime quantile given the elapsed time
 
@@ -39,6 +40,7 @@ than continue a model under constants it was not trained with.
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 import tomllib
 from dataclasses import dataclass, field
@@ -128,6 +130,10 @@ class DaemonConfig:
     # While a job pending for the machine has waited this long, the watcher puts lowered limits
     # back to the requests (hpcpredict/slurm/guard.py): "24h", "90m", seconds, or "off".
     starvation_guard: str | int = DEFAULT_STARVATION_GUARD_S
+    # The guard's "xfactor" rule (docs/method.md §7, hpcpredict/slurm/guard.py): the longest-waiting
+    # job turns it on once (wait + request) / request reaches this, if before starvation_guard (the
+    # cap). None: the wait rule alone. `hpcpredict tune` may propose it.
+    starvation_guard_xfactor: float | None = None
     # The SLURM corrector's policy (docs/method.md §8); "survival" keeps each user's recent
     # runtimes from the events the service logs, in its checkpoint (hpcpredict/corrections/survival.py).
     correction: str = "incremental"
@@ -156,7 +162,7 @@ _DAEMON_KEYS = {
     "db", "socket", "socket_mode", "socket_group", "http", "http_token_file", "spool", "checkpoint_every",
     "min_trained_jobs", "time_zone",
     "slurm", "slurm_backend", "slurm_interval_s", "correction_margin_s", "starvation_guard",
-    "correction", "survival_quantile",
+    "starvation_guard_xfactor", "correction", "survival_quantile",
 }
 _LEARNER_KEYS = {f.name for f in dataclasses.fields(LearnerConfig)}
 
@@ -290,6 +296,21 @@ def _check_time_zone(time_zone: str | None) -> None:
         ) from None
 
 
+def _check_xfactor(xfactor: object, guard_s: int | None) -> None:
+    """A number above 1 (an expansion factor of 1 is reached at submission: the guard always on),
+    and only with a guard: its duration is the rule's cap, and "off" means no guard at all."""
+    if xfactor is None:
+        return
+    if isinstance(xfactor, bool) or not isinstance(xfactor, (int, float)) or not 1 < xfactor < math.inf:
+        raise ConfigError(f"starvation_guard_xfactor: expected a number above 1 such as 5 (the "
+                          f"expansion factor, (wait + request) / request, that turns the guard on), "
+                          f"got {xfactor!r}")
+    if guard_s is None:
+        raise ConfigError("starvation_guard_xfactor needs a starvation guard: starvation_guard is "
+                          "off, and its duration is the xfactor rule's cap (set it, e.g. \"24h\", "
+                          "or drop starvation_guard_xfactor)")
+
+
 def _checked(config: DaemonConfig) -> DaemonConfig:
     for key, expected in _TEXT_KEYS.items():
         value = getattr(config, key)
@@ -318,6 +339,7 @@ def _checked(config: DaemonConfig) -> DaemonConfig:
         raise ConfigError(f"starvation_guard: {error}") from None
     if guard_s is not None and guard_s < 60:
         raise ConfigError(f"starvation_guard must be off or at least 60 s, got {config.starvation_guard!r}")
+    _check_xfactor(config.starvation_guard_xfactor, guard_s)
     if config.correction not in CORRECTION_NAMES:
         raise ConfigError(f"correction must be one of {', '.join(CORRECTION_NAMES)}, got {config.correction!r}")
     if isinstance(config.survival_quantile, bool) or not isinstance(config.survival_quantile, (int, float)) \

@@ -228,6 +228,7 @@ class Daemon:
             interval_s=self.config.slurm_interval_s,
             policy=self.service.correction,  # the policy the service feeds (SURVIVAL's history)
             guard_s=self.config.starvation_guard_s,
+            xfactor=self.config.starvation_guard_xfactor,
         )
         watcher = self.watcher
         self.handlers.lowering_hold = lambda: "starvation_guard" if watcher.guard.active else None
@@ -345,7 +346,8 @@ class Daemon:
             "socket": self.config.socket,
             "slurm": None if self.watcher is None else dataclasses.asdict(self.watcher.report),
             "starvation_guard": None if self.watcher is None else {
-                "after_s": self.watcher.guard_s, **dataclasses.asdict(self.watcher.guard)
+                "after_s": self.watcher.guard_s, "xfactor": self.watcher.xfactor,
+                **dataclasses.asdict(self.watcher.guard)
             },
         }
 

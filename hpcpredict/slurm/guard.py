@@ -6,9 +6,13 @@ outlives that limit, the corrector raises it, the head's start slides, and can s
 again (docs/method.md §7). The simulator bounds it with `Scheduler.starvation_guard_s`; live, the
 only lever is the limits SLURM plans with, so the same rule reads:
 
-* the guard is **on** while some job pending for the machine (reason ``Priority`` or
-  ``Resources``: not held, not waiting on a dependency, a begin time or a QOS limit) has been
-  eligible for `guard_s` seconds or more;
+* the guard is **on** while, of the jobs pending for the machine (reason ``Priority`` or
+  ``Resources``: not held, not waiting on a dependency, a begin time or a QOS limit), the one
+  eligible longest has waited its threshold (`guard_threshold_s`): by default (the "wait" rule)
+  `guard_s` seconds; with ``starvation_guard_xfactor`` X (the "xfactor" rule) as soon as its
+  expansion factor by its request, (wait + request) / request, reaches X, i.e. after
+  ceil((X - 1) * request) seconds, or after `guard_s` (the cap), whichever comes first. Its
+  request is the one the plugin recorded in its mark, else its time limit;
 * while it is on, every running job whose limit hpcpredict lowered gets its request back (and
   keeps it: a running job's limit is never lowered again), every pending job still at the limit
   the plugin set gets its request, and the daemon tells the plugin not to lower new jobs
@@ -18,8 +22,10 @@ only lever is the limits SLURM plans with, so the same rule reads:
   their lowered limit again (they have not started: nothing can be killed early).
 
 The simulator models exactly this (`hpcpredict.sim.simulation`: running jobs at a guarded decision
-are planned to their requests for good). Every decision is a pure function of what SLURM shows —
-the jobs, their limits and the plugin's mark — so after a restart the guard decides the same.
+are planned to their requests for good; `hpcpredict.sim.slurm_backfill` with ``guard_xfactor``
+judges its head, the job that has waited longest, by the xfactor rule). Every decision is a pure
+function of what SLURM shows — the jobs, their limits and the plugin's mark — so after a restart
+the guard decides the same.
 """
 
 from __future__ import annotations
@@ -28,9 +34,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Protocol
 
-from hpcpredict.corrections.starvation import DEFAULT_STARVATION_GUARD_S
+from hpcpredict.corrections.starvation import DEFAULT_STARVATION_GUARD_S, xfactor_guard_wait_one_s
 from hpcpredict.slurm.corrector import whole_minutes_s
-from hpcpredict.slurm.tag import PredictionTag
+from hpcpredict.slurm.tag import PredictionTag, parse_tag
 
 DEFAULT_GUARD_S = DEFAULT_STARVATION_GUARD_S  # the simulator's and the daemon's: one default
 # Why a pending job waits, as squeue says it: only these mean "waiting for processors". A job
@@ -45,33 +51,58 @@ class PendingView(Protocol):
     submit_s: int
     eligible_s: int | None
     state_reason: str
+    time_limit_s: int | None
+    admin_comment: str
 
 
 @dataclass(frozen=True, slots=True)
 class GuardStatus:
-    """The guard as the last look at SLURM found it (`job_id` the longest-waiting such job)."""
+    """The guard as the last look at SLURM found it (`job_id` the longest-waiting such job, and
+    `threshold_s` the wait at which it turns the guard on: `guard_s`, or less by the xfactor rule)."""
 
     active: bool = False
     job_id: int | None = None
     waited_s: int = 0
+    threshold_s: int | None = None
 
 
-def guard_status(jobs: Iterable[PendingView], now_s: int, guard_s: int | None) -> GuardStatus:
-    """On when a job pending for the machine has waited `guard_s` seconds or more since it became
-    eligible; None `guard_s`: never."""
+def job_request_s(job: PendingView) -> int | None:
+    """What the user asked for: the request the plugin recorded in its mark (the limit SLURM
+    shows may be the lowered one), else the time limit; None when there is neither."""
+    tag = parse_tag(job.admin_comment)
+    return tag.request_s if tag is not None else job.time_limit_s
+
+
+def guard_threshold_s(job: PendingView, guard_s: int, xfactor: float | None) -> int:
+    """How long `job` waits before it turns the guard on: `guard_s` by the wait rule (no
+    `xfactor`), else the simulator's xfactor rule capped at `guard_s`
+    (`xfactor_guard_wait_s`). A job without a positive request has none to measure its
+    expansion factor by (the simulator's cleaning drops such jobs): `guard_s`."""
+    request_s = None if xfactor is None else job_request_s(job)
+    if request_s is None or request_s <= 0:
+        return guard_s
+    return xfactor_guard_wait_one_s(request_s, xfactor, guard_s)
+
+
+def guard_status(jobs: Iterable[PendingView], now_s: int, guard_s: int | None,
+                 xfactor: float | None = None) -> GuardStatus:
+    """On when the job pending for the machine that has waited longest since it became eligible
+    has waited its threshold (`guard_threshold_s`: `guard_s` seconds, or less with an
+    `xfactor`); None `guard_s`: never. Only that job is judged, as the simulator judges its head."""
     if guard_s is None:
         return GuardStatus()
-    longest: tuple[int, int] | None = None
+    longest: tuple[int, PendingView] | None = None
     for job in jobs:
         if job.state != "PENDING" or job.state_reason not in WAITING_FOR_MACHINE:
             continue
         waited_s = now_s - (job.eligible_s or job.submit_s)
         if longest is None or waited_s > longest[0]:
-            longest = (waited_s, job.job_id)
+            longest = (waited_s, job)
     if longest is None:
         return GuardStatus()
-    waited_s, job_id = longest
-    return GuardStatus(waited_s >= guard_s, job_id, max(0, waited_s))
+    waited_s, job = longest
+    threshold_s = guard_threshold_s(job, guard_s, xfactor)
+    return GuardStatus(waited_s >= threshold_s, job.job_id, max(0, waited_s), threshold_s)
 
 
 def plugin_limit_s(tag: PredictionTag) -> int:

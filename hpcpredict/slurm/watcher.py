@@ -15,7 +15,8 @@ Started by ``hpcpredict serve --slurm``, it polls SLURM every few seconds (one `
   "survival"``, whose runtime history the service feeds from the events it logs), set with
   ``scontrol update`` and recorded as a LIMIT event;
 * guards against starvation (`guard.py`): while a job pending for the machine has waited
-  `guard_s` or more, lowered limits go back to the requests and `status` tells PREDICT to hold
+  `guard_s` or more (or, with an `xfactor` X, the longest-waiting one X - 1 times its request,
+  if sooner), lowered limits go back to the requests and `status` tells PREDICT to hold
   lowering; afterwards pending jobs get their lowered limits again.
 
 Everything is derived from SLURM's state and the store's, nothing from memory that a restart
@@ -95,6 +96,7 @@ class SlurmWatcher:
         interval_s: float = DEFAULT_INTERVAL_S,
         policy: CorrectionPolicy = IncrementalCorrection(),
         guard_s: int | None = DEFAULT_GUARD_S,
+        xfactor: float | None = None,
         clock: Callable[[], float] = time.time,
     ) -> None:
         self.slurm = slurm
@@ -104,6 +106,7 @@ class SlurmWatcher:
         self.interval_s = interval_s
         self.policy = policy
         self.guard_s = guard_s
+        self.xfactor = xfactor  # the guard's xfactor rule (guard.py); None: the wait rule
         # Replaced whole at each poll (one attribute write): PREDICT reads it from another thread.
         self.guard = GuardStatus()
         self.clock = clock
@@ -136,7 +139,7 @@ class SlurmWatcher:
             self._failed(f"cannot read SLURM's jobs: {error}")
             return self.report
         now_s = int(self.clock())
-        self._update_guard(guard_status(jobs, now_s, self.guard_s))
+        self._update_guard(guard_status(jobs, now_s, self.guard_s, self.xfactor))
         seen = set()
         for job in jobs:
             seen.add(job.job_id)
@@ -184,13 +187,22 @@ class SlurmWatcher:
     def _update_guard(self, status: GuardStatus) -> None:
         if status.active != self.guard.active:
             if status.active:
-                logger.warning(
-                    "starvation guard on: job %s has waited %.1f h (>= %.1f h): lowered limits go "
-                    "back to the requests and new jobs are not lowered", status.job_id,
-                    status.waited_s / 3600, (self.guard_s or 0) / 3600)
+                logger.warning("starvation guard on: job %s has waited %s: lowered limits go back "
+                               "to the requests and new jobs are not lowered", status.job_id,
+                               self._how_long(status))
             else:
                 logger.info("starvation guard off: pending jobs get their lowered limits again")
         self.guard = status
+
+    def _how_long(self, status: GuardStatus) -> str:
+        """The wait that turned the guard on and the threshold it reached, in the log line: in
+        hours by the wait rule (as ever), in seconds by the xfactor rule, whose thresholds can
+        be minutes."""
+        if self.xfactor is None:
+            return f"{status.waited_s / 3600:.1f} h (>= {(self.guard_s or 0) / 3600:.1f} h)"
+        return (f"{status.waited_s} s (>= {status.threshold_s} s: an expansion factor of "
+                f"{self.xfactor:g} by its request, or {(self.guard_s or 0) / 3600:.1f} h, "
+                f"whichever first)")
 
     def _guard(self, job: SlurmJob, now_s: int) -> None:
         tag = parse_tag(job.admin_comment)
