@@ -20,8 +20,9 @@ EXACT = SlurmParams(bf_interval_s=1, bf_resolution_s=1)  # passes at every secon
 
 
 def run(jobs, params=SlurmParams(), predictor=None, correction="requested", procs=4, lead_s=0,
-        guard_s=None):
-    return simulate_slurm(jobs, procs, SlurmBackfill(params, starvation_guard_s=guard_s),
+        guard_s=None, xfactor=None):
+    return simulate_slurm(jobs, procs, SlurmBackfill(params, starvation_guard_s=guard_s,
+                                                     guard_xfactor=xfactor),
                           predictor or RequestedPredictor(), CORRECTIONS[correction],
                           correction_lead_s=lead_s)
 
@@ -273,6 +274,27 @@ def test_the_live_starvation_guard_gives_running_jobs_their_requests_and_plans_p
     # A guard longer than any wait changes nothing.
     assert run(GUARD_SCENARIO, predictor=PerJob(GUARD_PREDICTIONS), correction="incremental",
                guard_s=10_000).start_s == unguarded.start_s
+
+
+def test_the_live_guards_xfactor_rule_turns_it_on_after_a_multiple_of_the_request():
+    """The daemon's `starvation_guard_xfactor`: B asks for 100 s, so with an expansion factor of
+    1.5 it turns the guard on once it has waited 50 s, as a 50 s guard does, where the 10,000 s
+    cap alone never does; a factor so large that the cap comes first changes nothing."""
+    relative = run(GUARD_SCENARIO, predictor=PerJob(GUARD_PREDICTIONS), correction="incremental",
+                   guard_s=10_000, xfactor=1.5)
+    by_wait = run(GUARD_SCENARIO, predictor=PerJob(GUARD_PREDICTIONS), correction="incremental",
+                  guard_s=50)
+    assert relative.start_s == by_wait.start_s == [0, 500, 510]
+    # A's limit went back to its request for good in both; C, alone at 510 after waiting 450 s of
+    # the 500 s its 1,000 s request gives it, starts on its prediction, where the 50 s guard
+    # still holds and gives it its request.
+    assert relative.final_prediction_s == [1000, 100, 10]
+    assert by_wait.final_prediction_s == [1000, 100, 1000]
+    capped = run(GUARD_SCENARIO, predictor=PerJob(GUARD_PREDICTIONS), correction="incremental",
+                 guard_s=10_000, xfactor=1_000.0)
+    assert capped.start_s == [0, 500, 60]  # unguarded (previous test)
+    spec = RunSpec("slurm-backfill", starvation_guard_s=86_400, guard_rule="xfactor", guard_xfactor=5)
+    assert spec.to_dict()["guard_xfactor"] == 5.0  # the daemon's rule: modelled for SLURM too
 
 
 def test_simulate_puts_the_daemons_guard_on_slurm_backfill_by_default(sample_log):

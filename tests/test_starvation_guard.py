@@ -461,7 +461,7 @@ def test_the_guard_is_an_option_of_a_run_and_off_by_default() -> None:
     with pytest.raises(ValueError, match="xfactor"):
         RunSpec(starvation_guard_s=60, guard_xfactor=5.0)
     with pytest.raises(ValueError, match="EASY schedulers only"):
-        RunSpec(scheduler="slurm-backfill", starvation_guard_s=60, guard_rule="xfactor", guard_xfactor=5.0)
+        RunSpec(scheduler="slurm-backfill", starvation_guard_s=60, guard_rule="recent")
     staged = RunSpec(starvation_guard_s=86_400, guard_estimate_multiple=4, guard_estimate_after_s=10_800)
     assert staged.to_dict()["guard_estimate_multiple"] == 4.0
     assert staged.label.endswith("guard 24 h, 4x prediction in front after 3 h")

@@ -17,10 +17,13 @@ from hpcpredict.sim.runner import RunSpec
 from hpcpredict.sim.tune import (
     Evidence,
     Goal,
+    Choice,
     choose,
+    daemon_fragment,
     goal_settings,
     grid,
     parse_guards,
+    parse_xfactors,
     period_shift,
     split_s,
     thresholds_s,
@@ -101,6 +104,31 @@ def test_the_grid_is_the_bounds_the_daemon_applies_with_every_correction() -> No
     assert all(s.spec.guard_rule == "wait" and s.spec.predictor == "learned" for s in settings)
 
 
+def test_the_grid_tries_the_xfactor_rule_under_the_default_cap_and_the_fragment_carries_it(
+    tmp_path: Path,
+) -> None:
+    settings = grid(RunSpec(), ["incremental"], (24 * 3600,), (3.0, 5.0))
+    assert [s.label for s in settings] == [
+        "guard 24 h + incremental", "guard xfactor 3 or 24 h + incremental",
+        "guard xfactor 5 or 24 h + incremental"]
+    relative = settings[2]
+    assert (relative.spec.guard_rule, relative.spec.guard_xfactor,
+            relative.spec.starvation_guard_s) == ("xfactor", 5.0, 86_400)
+    unbounded, ave2 = goal_settings(relative)  # without a guard, no rule either
+    assert unbounded.spec.starvation_guard_s is None and unbounded.spec.guard_xfactor is None
+    assert ave2.label == "AVE2, guard xfactor 5 or 24 h + incremental"
+    fragment = daemon_fragment(relative.spec, "site.swf", Choice(relative.label, "a rule"))
+    assert 'starvation_guard = "24h"\nstarvation_guard_xfactor = 5\ncorrection = "incremental"' in fragment
+    (tmp_path / "daemon.toml").write_text(fragment)  # the daemon reads it as written
+    loaded = load_config(tmp_path / "daemon.toml")
+    assert (loaded.starvation_guard_s, loaded.starvation_guard_xfactor) == (86_400, 5.0)
+    assert "xfactor" not in daemon_fragment(settings[0].spec, "site.swf", Choice("x", "a rule"))
+    assert parse_xfactors("5, 3,5") == (3.0, 5.0) and parse_xfactors("none") == ()
+    for bad in ("1", "0.5,3", "three", ","):
+        with pytest.raises(ValueError, match="above 1"):
+            parse_xfactors(bad)
+
+
 def test_the_goal_sets_the_bound_beside_the_unbounded_learner_and_ave2() -> None:
     chosen = grid(RunSpec(), ["survival"], (12 * 3600,))[0]
     unbounded, ave2 = goal_settings(chosen)
@@ -161,7 +189,9 @@ def test_tune_chooses_on_the_earlier_part_checks_on_the_later_and_resumes(tmp_pa
     payload_run = runner.invoke(main, [*options, "--format", "json"])
     assert payload_run.exit_code == 0, payload_run.output
     payload = json.loads(payload_run.stdout)
-    tried = 1 + len(payload["guards_s"])  # plain and every guard, with the one correction
+    # plain and every guard (no xfactor unless asked), with the one correction
+    assert payload["xfactors"] == []
+    tried = 1 + len(payload["guards_s"])
     assert f"choosing: {2 * tried} replays, {2 * tried} already stored" in payload_run.stderr
     checked = len(payload["later"])  # chosen, the default unless chosen, plain, unbounded, AVE2
     assert checked in (4, 5)
@@ -170,6 +200,7 @@ def test_tune_chooses_on_the_earlier_part_checks_on_the_later_and_resumes(tmp_pa
     chosen = payload["chosen"]
     assert config.starvation_guard_s == chosen["settings"]["starvation_guard_s"]
     assert config.correction == chosen["settings"]["correction"]
+    assert config.starvation_guard_xfactor == chosen["settings"].get("guard_xfactor")
     # the rule, checked from the evidence printed: the lowest AVEbsld among those kept
     earlier = payload["earlier"]
     plain = earlier.pop("plain")
@@ -199,13 +230,13 @@ def test_tune_under_the_slurm_model_is_judged_against_plain_slurm(tmp_path: Path
     result = CliRunner().invoke(main, [
         "tune", str(SAMPLE_LOG), "--scheduler", "slurm-backfill", "--slurm-params", "bf_interval=60",
         "--replicas", "2", "--corrections", "incremental", "--store", str(tmp_path / "t.sqlite"),
-        "-j", "1", "--format", "json"])
+        "--xfactors", "5", "-j", "1", "--format", "json"])
     assert result.exit_code == 0, result.output
     payload = json.loads(result.stdout)
     assert payload["scheduler"] == "slurm-backfill"
     assert payload["chosen"]["settings"]["scheduler"] == "slurm-backfill"
     assert payload["chosen"]["settings"]["slurm_params"] == "bf_interval=60"
-    assert set(payload["earlier"]) == {"plain"} | {
+    assert set(payload["earlier"]) == {"plain", "guard xfactor 5 or 24 h + incremental"} | {
         f"guard {seconds / 3600:g} h + incremental" for seconds in payload["guards_s"]}
     assert all(payload["later"][label]["ave_bsld"]["replicas"] for label in payload["later"])
 
@@ -213,7 +244,8 @@ def test_tune_under_the_slurm_model_is_judged_against_plain_slurm(tmp_path: Path
 def test_tune_tries_the_guards_it_is_given_and_refuses_bad_ones(tmp_path: Path) -> None:
     options = ["tune", str(SAMPLE_LOG), "--replicas", "2", "--corrections", "survival",
                "--store", str(tmp_path / "t.sqlite"), "-j", "1"]
-    given = CliRunner().invoke(main, [*options, "--guards", "2h,30h", "--format", "json"])
+    given = CliRunner().invoke(main, [*options, "--guards", "2h,30h", "--xfactors", "none",
+                                      "--format", "json"])
     assert given.exit_code == 0, given.output
     payload = json.loads(given.stdout)
     assert payload["guards_s"] == [7200, 108_000]

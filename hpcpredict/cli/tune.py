@@ -47,6 +47,11 @@ _NAMES = {"ave_bsld": "AVEbsld", "p99_wait_s": "p99 wait h", "max_wait_s": "max 
               help="The starvation guards tried: auto (1/4, 1/2, 1 and 2 times plain "
               "scheduling's p99 wait in the earlier part, and 24 h), or your own list, e.g. "
               "6h,12h,24h,48h.")
+@click.option("--xfactors", "xfactors", default="none", show_default=True, metavar="none|FACTORS",
+              help="Also try the guard's xfactor rule at these expansion factors, e.g. 5 (a job is "
+              "protected once it has waited FACTOR - 1 times its request, or 24 h). Not tried "
+              "unless asked: on KTH-SP2 it won in sample and broke the longest-wait bound out of "
+              "sample (docs/tune.md).")
 @click.option("--corrections", default="incremental,survival", show_default=True,
               help="Corrections tried, comma-separated (with every bound of the grid).")
 @click.option("--replicas", type=click.IntRange(min=2), default=10, show_default=True,
@@ -69,7 +74,7 @@ _NAMES = {"ave_bsld": "AVEbsld", "p99_wait_s": "p99 wait h", "max_wait_s": "max 
 @format_option()
 def tune(
     log: Path, scheduler: str, slurm_params: str, learning: LearningSettings, procs: int | None,
-    split: float, guards: str, corrections: str, replicas: int, shake_s: int, seed: int, jobs: int | None,
+    split: float, guards: str, xfactors: str, corrections: str, replicas: int, shake_s: int, seed: int, jobs: int | None,
     executor: str, scheduler_address: str | None, store_url: str, fragment_path: Path | None,
     lenient: bool, output_format: str,
 ) -> None:
@@ -79,8 +84,9 @@ def tune(
     The history is split in time. On the earlier part, plain scheduling (plain EASY on the
     users' requests; the SLURM model on them with slurm-backfill) is replayed first, and its p99
     wait sets the guards tried: after 1/4, 1/2, 1 and 2 times that wait, and after the default
-    24 h (or those of --guards), each with every --corrections, on shaken replicas with the model of the site's
-    scheduler. The choice is the lowest mean AVEbsld whose longest wait stays within 1.25x
+    24 h (or those of --guards), and the xfactor rule at --xfactors if given (a threshold relative
+    to each job's request), each with every --corrections, on shaken replicas with the model of
+    the site's scheduler. The choice is the lowest mean AVEbsld whose longest wait stays within 1.25x
     plain's and whose p99 wait is no worse, both at the upper end of their 95% CI (relaxed, and
     said so, when no setting keeps both). The later part then checks the choice out of sample
     against hpcpredict's default, plain scheduling, the learner without a guard (what the bound
@@ -102,6 +108,7 @@ def tune(
         correction_names = [c.strip() for c in corrections.split(",") if c.strip()]
         tuning.grid(base, correction_names)  # validates the corrections before any replay
         given_guards_s = tuning.parse_guards(guards)
+        factors = tuning.parse_xfactors(xfactors)
     except ValueError as error:
         raise click.BadParameter(str(error)) from None
     if fragment_path is not None:
@@ -122,7 +129,7 @@ def tune(
                                            executor, jobs, scheduler_address, open_store,
                                            StoreError), plain_cells, "plain")
     guards_s = given_guards_s or tuning.thresholds_s(plain_earlier.mean("p99_wait_s"))
-    tried = tuning.grid(base, correction_names, guards_s)
+    tried = tuning.grid(base, correction_names, guards_s, factors)
     chooser = [plain, *tried]
     choose_cells = tuning.cells(parts.earlier, chooser, replicas, shake_s, seed)
     evidence = _run(f"tune {workload.name}: choosing", choose_cells, store_url, executor, jobs,
@@ -148,7 +155,7 @@ def tune(
             "log": str(log), "jobs": len(workload.jobs), "split_s": split_at_s,
             "earlier_jobs": sum(job.submit_s < split_at_s for job in workload.jobs),
             "scheduler": scheduler, "replicas": replicas, "shake_s": shake_s, "seed": seed,
-            "guards_s": list(guards_s),
+            "guards_s": list(guards_s), "xfactors": list(factors),
             "chosen": {"label": chosen.label, "settings": chosen.spec.to_dict(), "rule": choice.rule},
             "default": default.label, "unbounded": unbounded.label, "ave2_same_bound": ave2.label,
             "earlier": {label: _summary(e) for label, e in by_label.items()},
@@ -167,7 +174,9 @@ def tune(
     why = ("given with --guards" if given_guards_s else "1/4, 1/2, 1 and 2 times plain's p99 wait "
            "in the earlier part, and the default 24 h")
     click.echo(f"\nGuards tried: {', '.join(f'{g / 3600:g} h' for g in guards_s)} ({why}; plain's "
-               f"p99 wait in the earlier part: {plain_earlier.mean('p99_wait_s') / 3600:.1f} h)")
+               f"p99 wait in the earlier part: {plain_earlier.mean('p99_wait_s') / 3600:.1f} h)"
+               + (f"; and the xfactor rule at {', '.join(f'{x:g}' for x in factors)}, capped at 24 h"
+                  if factors else ""))
     click.echo(f"\nEarlier part, every setting tried (means over the replicas, 95% CI):")
     _table([by_label[s.label] for s in chooser], chosen.label)
     click.echo(f"\nchosen: {chosen.label} ({choice.rule})")

@@ -20,8 +20,9 @@ DEFAULT_STARVATION_GUARD_S = 86_400
 # promised it when it became the head (or has waited the guard's duration, whichever first).
 # "recent" (simulator only, issue 30): once it has waited a multiple of the p99 wait of the jobs
 # started in the last four weeks (`recent_guard_wait_s`), or the guard's duration, whichever first.
-# "xfactor" (simulator only, issue 30): once its expansion factor by its request reaches a
-# threshold (`xfactor_guard_wait_s`), or it has waited the guard's duration, whichever first.
+# "xfactor" (issue 30; live too: the daemon's `starvation_guard_xfactor`): once its expansion
+# factor by its request reaches a threshold (`xfactor_guard_wait_s`), or it has waited the guard's
+# duration, whichever first.
 STARVATION_RULES = ("wait", "promise", "recent", "xfactor")  # the first is the default (RunSpec relies on it)
 # What the guard protects once it is due (the simulator's `Scheduler.guard_scope`): "machine"
 # (the daemon's, and the default), every job then running is planned to its request for good and

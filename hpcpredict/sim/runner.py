@@ -151,7 +151,7 @@ class RunSpec:
             if self.scheduler != SLURM_BACKFILL and BACKFILL_ORDERS[self.scheduler] is None:
                 raise ValueError(f"the starvation guard needs a backfilling scheduler, not {self.scheduler}")
         # The guard's rule and scope: a value other than the default needs a guard and the EASY
-        # schedulers (the SLURM model has the default rule and scope only).
+        # schedulers (the SLURM model has the daemon's rules only: "wait" and "xfactor").
         for option, value, allowed in (("rule", self.guard_rule, STARVATION_RULES),
                                        ("scope", self.guard_scope, STARVATION_SCOPES)):
             if value not in allowed:
@@ -159,7 +159,7 @@ class RunSpec:
             if value != allowed[0]:
                 if self.starvation_guard_s is None:
                     raise ValueError(f"the guard {option} {value!r} needs a starvation guard")
-                if self.scheduler == SLURM_BACKFILL:
+                if self.scheduler == SLURM_BACKFILL and value != "xfactor":  # the daemon's
                     raise ValueError(f"the guard {option} {value!r} is modelled for the EASY "
                                      f"schedulers only, not {SLURM_BACKFILL}")
         if isinstance(self.guard_recent_multiple, bool) \
@@ -367,7 +367,8 @@ def run(
             workload.jobs,
             workload.machine_procs,
             SlurmBackfill(SlurmParams.parse(spec.slurm_params),
-                          starvation_guard_s=spec.starvation_guard_s),
+                          starvation_guard_s=spec.starvation_guard_s,
+                          guard_xfactor=None if spec.guard_xfactor is None else float(spec.guard_xfactor)),
             build_predictor(spec, workload),
             make_correction(spec.correction, survival_quantile=spec.survival_quantile),
             progress=progress,

@@ -53,6 +53,7 @@ from hpcpredict.instants import Instant
 from hpcpredict.jobs import Job
 from hpcpredict.predictors import Predictor, clip_prediction
 from hpcpredict.corrections.policies import CorrectionPolicy
+from hpcpredict.corrections.starvation import xfactor_guard_wait_s
 from hpcpredict.sim.profile import RunningProfile
 from hpcpredict.sim.simulation import ProgressCallback, SimulationResult, job_columns
 from hpcpredict.sim.slurm_params import NAME, SlurmParams, SlurmParamsError  # re-exported
@@ -159,8 +160,10 @@ class SlurmBackfill:
 
     params: SlurmParams = SlurmParams()
     name: str = NAME
-    # The daemon's live starvation guard (None: off; `simulate_slurm` says what it does).
+    # The daemon's live starvation guard (None: off; `simulate_slurm` says what it does), and
+    # its "xfactor" rule (None: the wait rule; `corrections.starvation.xfactor_guard_wait_s`).
     starvation_guard_s: int | None = None
+    guard_xfactor: float | None = None
 
     def order(self, now_s: int, pending: list[int], submit_s: list[int], procs: list[int],
               machine_procs: int) -> list[int]:
@@ -201,6 +204,9 @@ def simulate_slurm(
     again), pending jobs are planned with their requests (the plugin keeps new jobs at their
     requests), and once no job has waited that long, pending jobs go back to their predictions.
     SLURM itself is unchanged: the guard only moves time limits, which backfill then plans with.
+    With `scheduler.guard_xfactor`, the job that has waited longest turns the guard on once it
+    has waited that many times its request less one, or the guard's time, whichever first (the
+    daemon's `starvation_guard_xfactor`).
     """
     if correction_lead_s < 0:
         raise ValueError(f"the correction lead must be >= 0 s, got {correction_lead_s}")
@@ -227,7 +233,12 @@ def simulate_slurm(
     changed = False  # since the last backfill pass (backfill.c `_more_work`)
     pass_scheduled = False
     guard_s = scheduler.starvation_guard_s
-    guarded = False  # some pending job has waited guard_s: limits at the requests
+    # How long each job waits before it turns the guard on: guard_s, or less by the xfactor rule.
+    guard_wait_s = (
+        [guard_s] * count if guard_s is None or scheduler.guard_xfactor is None
+        else xfactor_guard_wait_s(requested_s, scheduler.guard_xfactor, guard_s).tolist()
+    )
+    guarded = False  # the longest-waiting pending job has waited its guard_wait_s: limits at the requests
     lowered_running: set[int] = set()  # running jobs whose limit is below their request
 
     def start(index: int, jumped: bool) -> None:
@@ -254,7 +265,7 @@ def simulate_slurm(
         nonlocal guarded
         if guard_s is None:
             return
-        guarded = bool(pending) and now_s - submit_s[pending[0]] >= guard_s
+        guarded = bool(pending) and now_s - submit_s[pending[0]] >= guard_wait_s[pending[0]]
         if guarded and lowered_running:
             for index in lowered_running:
                 profile.move(index, start_s[index] + prediction_s[index],
