@@ -4,7 +4,8 @@ chroot (tests/slurm_chroot.py), beside the host's 22.05 that the rest of the sui
 A focused subset runs on each: job_submit.lua in lower and record mode, jobcomp.lua, the corrector
 across a daemon restart, the starvation guard, arrays, heterogeneous jobs, jobs without --time,
 fail-open, the CLI backend, ``slurm-convert --sacct`` on slurmdbd + MariaDB, and the replay smoke.
-The two long waits (the corrector's and the guard's, ~100 s each), the other end-to-end tests and
+The two long waits (the corrector's, ~100 s, and the guard's two tests, wait and xfactor rules,
+~170 s on the host's 22.05), the other end-to-end tests and
 the rest run in four pytest processes, each on its own cluster, and both releases at once: the
 whole costs about the longest of them, not their sum. Both chroots are built first (cached between runs:
 /var/cache/hpcpredict-chroots; .ci/run starts the builds in the background before the suite).
