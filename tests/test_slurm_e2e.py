@@ -337,19 +337,25 @@ def test_each_component_of_a_heterogeneous_job_gets_its_own_prediction(
     cluster.run(["scancel", str(leader)])
 
 
-def test_the_starvation_guard_gives_running_jobs_their_requests_and_holds_lowering(
-    cluster: SlurmCluster, daemon: ServeProcess
-) -> None:
-    """Guard at 60 s: a job waiting for the whole machine behind a job whose limit was lowered
-    turns it on; the running job's limit goes back to its request, a job submitted meanwhile keeps
-    its request, and is lowered once the starving job has started (the guard is off)."""
+def restart_on_an_empty_queue(cluster: SlurmCluster, daemon: ServeProcess, *options: str) -> None:
+    """The guard's tests need the whole machine: wait for the earlier tests' jobs to end (squeue
+    shown if they do not), then restart the daemon with `options`."""
     queue = lambda: cluster.run(["squeue", "-h", "-o", "%i %T %r %l %M %C"]).stdout.strip()  # noqa: E731
     try:
         wait_for(lambda: not queue(), 180, "the earlier tests' jobs to end", cluster, poll_s=2)
     except AssertionError as error:
         raise AssertionError(f"{error}\nsqueue:\n{queue()}") from None
     daemon.stop()
-    daemon.start("--starvation-guard", "60")
+    daemon.start(*options)
+
+
+def test_the_starvation_guard_gives_running_jobs_their_requests_and_holds_lowering(
+    cluster: SlurmCluster, daemon: ServeProcess
+) -> None:
+    """Guard at 60 s: a job waiting for the whole machine behind a job whose limit was lowered
+    turns it on; the running job's limit goes back to its request, a job submitted meanwhile keeps
+    its request, and is lowered once the starving job has started (the guard is off)."""
+    restart_on_an_empty_queue(cluster, daemon, "--starvation-guard", "60")
     blocker = cluster.sbatch("--time=60", "-n", "16", script="sleep 600")
     wait_for(lambda: cluster.job_fields(blocker)["JobState"] == "RUNNING", 30, "the blocker to run", cluster)
     assert minutes(cluster.job_fields(blocker)["TimeLimit"]) < 60  # lowered (and maybe corrected)
@@ -404,13 +410,8 @@ def test_the_starvation_guard_xfactor_rule_guards_a_short_request_long_before_th
     lowered, is due once it has waited its minute (its expansion factor by its request reaches
     2), so the guard gives the blocker its hour back within the test's minutes, which the 24 h
     cap alone would not do for a day."""
-    queue = lambda: cluster.run(["squeue", "-h", "-o", "%i %T %r %l %M %C"]).stdout.strip()  # noqa: E731
-    try:
-        wait_for(lambda: not queue(), 180, "the earlier tests' jobs to end", cluster, poll_s=2)
-    except AssertionError as error:
-        raise AssertionError(f"{error}\nsqueue:\n{queue()}") from None
-    daemon.stop()
-    daemon.start("--starvation-guard", "24h", "--starvation-guard-xfactor", "2")
+    restart_on_an_empty_queue(cluster, daemon, "--starvation-guard", "24h",
+                              "--starvation-guard-xfactor", "2")
     started: list[int] = []
     try:
         blocker = cluster.sbatch("--time=60", "-n", "16", script="sleep 600")
