@@ -116,15 +116,30 @@ def minutes(limit: str) -> int:
 
 
 # ---------------------------------------------------------------------------- the scenarios
+def submitted_through_the_plugin(cluster: SlurmCluster, *options: str, script: str, tries: int = 3) -> int:
+    """A job the plugin marked. The plugin fails open (no mark, the limit untouched) when the daemon
+    does not answer within its 300 ms; a daemon just started, on a machine starting eight
+    clusters at once (tests/test_slurm_versions.py), has missed that once in CI. Such a job is
+    cancelled and submitted again, `tries` times at most; a plugin that never marks still fails
+    the test that needs the mark."""
+    for _ in range(tries - 1):
+        job_id = cluster.sbatch(*options, script=script)
+        if cluster.job_fields(job_id).get("AdminComment", "").startswith("hpcpredict:"):
+            return job_id
+        cluster.run(["scancel", str(job_id)])
+    return cluster.sbatch(*options, script=script)
+
+
 def test_lowered_limits_are_corrected_in_time_even_across_a_daemon_restart(
     cluster: SlurmCluster, daemon: ServeProcess
 ) -> None:
-    steady = cluster.sbatch("--time=60", "-n", "2", script=f"sleep {LONG_JOB_S}")
-    restarted = cluster.sbatch("--time=60", "-n", "2", script=f"sleep {LONG_JOB_S}")
+    steady = submitted_through_the_plugin(cluster, "--time=60", "-n", "2", script=f"sleep {LONG_JOB_S}")
+    restarted = submitted_through_the_plugin(cluster, "--time=60", "-n", "2", script=f"sleep {LONG_JOB_S}")
     for job_id in (steady, restarted):
         fields = cluster.job_fields(job_id)
         # the untrained model predicts 1 s: lowered to 1 minute, the request kept
-        assert fields["AdminComment"].startswith("hpcpredict:request_s=3600,prediction_s=1,mode=lower,procs=2,token="), fields
+        assert fields.get("AdminComment", "").startswith(
+            "hpcpredict:request_s=3600,prediction_s=1,mode=lower,procs=2,token="), fields
     # The corrector raises both limits shortly after the jobs start.
     wait_for(lambda: all(corrections(daemon, j) for j in (steady, restarted)), 60, "first corrections", cluster)
     first = {job_id: corrections(daemon, job_id) for job_id in (steady, restarted)}
