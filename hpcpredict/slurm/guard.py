@@ -36,6 +36,7 @@ from typing import Protocol
 
 from hpcpredict.corrections.starvation import DEFAULT_STARVATION_GUARD_S, xfactor_guard_wait_one_s
 from hpcpredict.slurm.corrector import whole_minutes_s
+from hpcpredict.slurm.requests import request_s
 from hpcpredict.slurm.tag import PredictionTag, parse_tag
 
 DEFAULT_GUARD_S = DEFAULT_STARVATION_GUARD_S  # the simulator's and the daemon's: one default
@@ -66,22 +67,17 @@ class GuardStatus:
     threshold_s: int | None = None
 
 
-def job_request_s(job: PendingView) -> int | None:
-    """What the user asked for: the request the plugin recorded in its mark (the limit SLURM
-    shows may be the lowered one), else the time limit; None when there is neither."""
-    tag = parse_tag(job.admin_comment)
-    return tag.request_s if tag is not None else job.time_limit_s
-
-
 def guard_threshold_s(job: PendingView, guard_s: int, xfactor: float | None) -> int:
     """How long `job` waits before it turns the guard on: `guard_s` by the wait rule (no
     `xfactor`), else the simulator's xfactor rule capped at `guard_s`
     (`xfactor_guard_wait_s`). A job without a positive request has none to measure its
     expansion factor by (the simulator's cleaning drops such jobs): `guard_s`."""
-    request_s = None if xfactor is None else job_request_s(job)
-    if request_s is None or request_s <= 0:
+    if xfactor is None:
         return guard_s
-    return xfactor_guard_wait_one_s(request_s, xfactor, guard_s)
+    requested_s = request_s(parse_tag(job.admin_comment), job.time_limit_s)
+    if requested_s is None or requested_s <= 0:
+        return guard_s
+    return xfactor_guard_wait_one_s(requested_s, xfactor, guard_s)
 
 
 def guard_status(jobs: Iterable[PendingView], now_s: int, guard_s: int | None,

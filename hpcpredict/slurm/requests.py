@@ -27,15 +27,21 @@ class NoTimeLimitError(ValueError):
     """A job with no time limit: hpcpredict predicts fractions of a request, and there is none."""
 
 
+def request_s(tag: PredictionTag | None, time_limit_s: int | None) -> int | None:
+    """What the user asked for: the request the plugin recorded in its mark (the limit SLURM
+    shows may be the lowered one), else the limit SLURM holds; None when there is neither."""
+    return tag.request_s if tag is not None else time_limit_s
+
+
 def has_request(job: SlurmJob, tag: PredictionTag | None) -> bool:
     """The job has a request to be described by: the plugin's mark, or a limit SLURM holds (the
     user's ``--time``, or the partition's DefaultTime)."""
-    return bool(tag.request_s if tag is not None else job.time_limit_s)
+    return bool(request_s(tag, job.time_limit_s))
 
 
 def job_request(job: SlurmJob, tag: PredictionTag | None) -> JobRequest:
     """The job as its user submitted it (module doc)."""
-    requested_s = tag.request_s if tag is not None else job.time_limit_s
+    requested_s = request_s(tag, job.time_limit_s)
     if not requested_s or requested_s <= 0:
         raise NoTimeLimitError(f"job {job.job_id} has no time limit: hpcpredict does not describe it")
     procs = tag.procs if tag is not None and tag.procs is not None else job.cpus
