@@ -91,7 +91,9 @@ class Simulation:
 
     `jobs` must be sorted by submission time (cleaning does that). `exhaustive=True` rescans the
     whole queue at every event instead of taking the O(1) path for a lone new submission:
-    slower, the same decisions (the tests check that).
+    slower, the same decisions (the tests check that). `compiled=True` runs the configurations
+    `compiled_replay` models in one compiled loop (the same schedules and predictions, bit for
+    bit); False keeps every replay in the Python loop (the reference the tests compare it to).
     """
 
     def __init__(
@@ -104,6 +106,7 @@ class Simulation:
         *,
         decide_on_correction: bool = False,
         exhaustive: bool = False,
+        compiled: bool = True,
     ) -> None:
         self.jobs = jobs
         self.machine_procs = machine_procs
@@ -114,6 +117,7 @@ class Simulation:
         self.correction_hears_jobs = not getattr(correction, "ignores_jobs", False)
         self.decide_on_correction = decide_on_correction
         self.exhaustive = exhaustive
+        self.compiled = compiled
         count = len(jobs)
         self.requests, self.submit_s, self.run_s, self.procs, self.requested_s = job_columns(
             jobs, machine_procs
@@ -185,6 +189,20 @@ class Simulation:
     def run(
         self, *, progress: ProgressCallback | None = None, progress_every: int = 5000
     ) -> SimulationResult:
+        if self.compiled and self.compiled_loop_covers():
+            from hpcpredict.sim import compiled_replay
+
+            wall_start = time.perf_counter()
+            columns = compiled_replay.replay(
+                compiled_replay.Machine(
+                    self._job_column("job_id"), self._job_column("user_id"), self.submit_s, self.run_s,
+                    self.procs, self.requested_s, self.waiting.table, self.profile.table,
+                    None if self.by_request is None else self.by_request.table),
+                self.scheduler, self.predictor, self.correction, progress, progress_every)
+            self.finished = len(self.jobs)
+            return self._result(columns.start_s, columns.initial_prediction_s,
+                                columns.final_prediction_s, columns.corrections,
+                                columns.backfilled, columns.first_reserved_start_s, wall_start)
         # The cycle collector paused for the replay (`hpcpredict.collector`: it makes tuples at
         # every event and no cycle).
         with collector_paused():
@@ -235,22 +253,46 @@ class Simulation:
         count = len(self.jobs)
         if len(self.waiting) or len(self.profile) or self.finished != count:
             raise AssertionError(f"{count - self.finished} jobs never finished")
+        return self._result(self.start_s, self.initial_prediction_s, self.prediction_s,
+                            self.corrections, self.backfilled, self.first_reserved_start_s,
+                            wall_start)
+
+    def _result(
+        self, start_s: list[int], initial_prediction_s: list[int], final_prediction_s: list[int],
+        corrections: list[int], backfilled: list[bool], first_reserved_start_s: list[int],
+        wall_start: float,
+    ) -> SimulationResult:
         return SimulationResult(
             jobs=self.jobs,
             machine_procs=self.machine_procs,
             scheduler=self.scheduler.name,
             predictor=self.predictor.name,
             correction=self.correction.name,
-            start_s=self.start_s,
-            initial_prediction_s=self.initial_prediction_s,
-            final_prediction_s=self.prediction_s,
-            corrections=self.corrections,
-            backfilled=self.backfilled,
-            first_reserved_start_s=self.first_reserved_start_s,
+            start_s=start_s,
+            initial_prediction_s=initial_prediction_s,
+            final_prediction_s=final_prediction_s,
+            corrections=corrections,
+            backfilled=backfilled,
+            first_reserved_start_s=first_reserved_start_s,
             wall_time_s=time.perf_counter() - wall_start,
             settings={"decide_on_correction": self.decide_on_correction,
                       "exhaustive": self.exhaustive},
         )
+
+    def compiled_loop_covers(self) -> bool:
+        """Does `compiled_replay`'s loop model this configuration (that module's doc)?"""
+        from hpcpredict.sim import compiled_replay
+
+        return compiled_replay.covered(
+            self.scheduler, self.predictor, self.correction, self._job_column("job_id"),
+            exhaustive=self.exhaustive, decide_on_correction=self.decide_on_correction)
+
+    def _job_column(self, name: str) -> np.ndarray:
+        """A request field of every job as an int64 array (a `JobTable`'s own column)."""
+        if isinstance(self.jobs, JobTable):
+            return np.asarray(self.jobs.columns[name], dtype=np.int64)
+        return np.fromiter((getattr(request, name) for request in self.requests), dtype=np.int64,
+                           count=len(self.requests))
 
     # ------------------------------------------------------------------ the two events
     def _submission(self, index: int) -> None:

@@ -1,0 +1,276 @@
+"""Replay in the compiled loop (`replay_kernel.replay`) when the configuration is one it
+models (`simulation.Simulation.run` asks `covered`): the published schedulers and the learned default, which are what
+`hpcpredict simulate`, `tune` and the campaigns replay most.
+
+What the loop models: FCFS, EASY and EASY-SJBF; the starvation guard off, or on with the
+"wait", "xfactor" or "promise" rule over the whole machine (no estimate stage, no aged-first
+order); the requested, clairvoyant, AVE2 and learned predictors, the learned one with its
+default options (raw features, no censoring, no per-user experts, no calibration) and no job
+pending from before; the requested-time, incremental and doubling corrections; decisions at
+submissions and terminations only, the O(1) path for lone submissions on; job ids unique (the
+Python objects key their state by job id). Anything else replays in the Python loop, which
+stays the reference for every option (tests/test_replay_kernel.py holds the two equal).
+
+The predictor's learned state is the one the Python loop would leave: the kernel updates the
+learner's own arrays in place (NAG's table, the per-user features), and t, N and AVE2's
+histories are written back.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from hpcpredict.corrections.policies import (
+    DoublingCorrection,
+    IncrementalCorrection,
+    RequestedTimeCorrection,
+)
+from hpcpredict.corrections.policies import CorrectionPolicy
+from hpcpredict.predictors import Ave2Predictor, ClairvoyantPredictor, Predictor, RequestedPredictor
+from hpcpredict.sim.backfill_kernel import NO_BACKFILLING, SHORTEST_FIRST, SUBMISSION_ORDER
+from hpcpredict.sim.profile import never_fits
+from hpcpredict.sim.profile_kernel import META_ROW, TOTAL
+from hpcpredict.sim.schedulers import Scheduler
+
+_ORDERS = {None: NO_BACKFILLING, "fcfs": SUBMISSION_ORDER, "shortest_prediction": SHORTEST_FIRST}
+_CORRECTIONS = {RequestedTimeCorrection: 0, IncrementalCorrection: 1, DoublingCorrection: 2}
+_FIRST_POOL_ROWS = 1024  # the learner's pending rows at first; doubled when a submission finds none
+
+
+def predictor_kind(predictor: object) -> int | None:
+    """`replay_kernel`'s code for the predictor, or None when the loop does not model it."""
+    from hpcpredict.sim import replay_kernel as K
+
+    kind = type(predictor)
+    if kind is RequestedPredictor:
+        return K.REQUESTED
+    if kind is ClairvoyantPredictor:
+        return K.CLAIRVOYANT
+    if kind is Ave2Predictor:
+        return K.AVE2
+    from hpcpredict.learn.predictor import LearnedPredictor
+
+    if kind is not LearnedPredictor:
+        return None
+    learner: LearnedPredictor = predictor  # type: ignore[assignment]
+    plain = (not learner._robust and not learner.censor_at_limit and learner.experts is None
+             and learner.calibration is None)
+    idle = not learner._pending_phi and not learner.features._slot_of
+    return K.LEARNED if plain and idle else None
+
+
+def covered(
+    scheduler: Scheduler, predictor: Predictor, correction: CorrectionPolicy, job_ids: np.ndarray,
+    *, exhaustive: bool, decide_on_correction: bool,
+) -> bool:
+    """Does the compiled loop model this configuration (module doc)?"""
+    if exhaustive or decide_on_correction:
+        return False
+    if scheduler.backfill_order not in _ORDERS or scheduler.aged_first_s is not None:
+        return False
+    if scheduler.starvation_guard_s is not None and (
+            scheduler.guard_rule not in ("wait", "xfactor", "promise")
+            or scheduler.guard_scope != "machine" or scheduler.has_estimate_stage):
+        return False
+    if type(correction) not in _CORRECTIONS or predictor_kind(predictor) is None:
+        return False
+    return len(np.unique(job_ids)) == len(job_ids)
+
+
+@dataclass
+class ReplayColumns:
+    """What a replay leaves per job, as `simulation.SimulationResult` holds it (lists)."""
+
+    start_s: list[int]
+    initial_prediction_s: list[int]
+    final_prediction_s: list[int]
+    corrections: list[int]
+    backfilled: list[bool]
+    first_reserved_start_s: list[int]
+
+
+@dataclass
+class Machine:
+    """The replay's job columns and the tables the Python objects own (`simulation.Simulation`
+    builds them: the waiting queue's, with the guard's due times written, and the running
+    profiles'; `by_request` None when the guard is off)."""
+
+    job_ids: np.ndarray
+    user_ids: np.ndarray
+    submit_s: Sequence[int]
+    run_s: Sequence[int]
+    procs: Sequence[int]
+    requested_s: Sequence[int]
+    queue: np.ndarray
+    profile: np.ndarray
+    by_request: np.ndarray | None
+
+
+def replay(
+    machine: Machine, scheduler: Scheduler, predictor: Predictor, correction: CorrectionPolicy,
+    progress: Callable[[int], None] | None, progress_every: int,
+) -> ReplayColumns:
+    """Replay in the compiled loop (the configuration must be `covered`), reporting progress as
+    the Python loop does (every `progress_every` jobs finished, then the total)."""
+    from hpcpredict.sim import replay_kernel as K
+
+    count = len(machine.job_ids)
+    kind = predictor_kind(predictor)
+    guard = scheduler.starvation_guard_s is not None
+    int64 = np.int64
+    submit_s = np.asarray(machine.submit_s, dtype=int64)
+    run_s = np.asarray(machine.run_s, dtype=int64)
+    procs = np.asarray(machine.procs, dtype=int64)
+    requested_s = np.asarray(machine.requested_s, dtype=int64)
+    user_ids = machine.user_ids
+    # Users numbered by id (AVE2's rows); the learner's rows are its features' own (below).
+    distinct_users, first_seen, user_row = np.unique(user_ids, return_index=True, return_inverse=True)
+    user_row = user_row.astype(int64)
+    local_s = np.zeros(0)
+    oracle_s = np.zeros(0, dtype=int64)
+    last_two = np.full((len(distinct_users), 2), -1, dtype=int64)
+    pool = slots = np.zeros((0, 0))
+    users = np.zeros((0, 0))
+    nag_table = np.zeros((1, 1))
+    constants = np.zeros(1)
+    factor = 0.0
+    steps, n_sum = 0, np.zeros(1)
+    abs_negative = outlier_after = 0
+    if kind == K.CLAIRVOYANT:
+        runtimes = predictor._runtimes_s  # type: ignore[attr-defined]
+        oracle_s = np.fromiter((runtimes[job_id] for job_id in machine.job_ids.tolist()),
+                               dtype=int64, count=count)
+    elif kind == K.AVE2:
+        histories = predictor._last_two_s  # type: ignore[attr-defined]
+        for row, user_id in enumerate(distinct_users.tolist()):
+            history = histories.get(user_id)
+            if history is not None:
+                last_two[row] = (history[0], -1 if history[1] is None else history[1])
+    elif kind == K.LEARNED:
+        from hpcpredict.learn.predictor import OUTLIER_AFTER_STEPS, OUTLIER_SCALE_FACTOR
+
+        features = predictor.features  # type: ignore[attr-defined]
+        # Each user's row of the learner's features, made now (zeroed, as at a first submission)
+        # for users never seen, so that the kernel never grows the table.
+        # made in the order users first appear, as the Python loop makes them (zeroed, as at a
+        # first submission), before the replay, so that the kernel never grows the table.
+        rows = np.zeros(len(distinct_users), dtype=int64)
+        for k in np.argsort(first_seen).tolist():
+            rows[k] = features._row(int(distinct_users[k]))
+        user_row = rows[user_row]
+        users = features.table
+        clock = features._clock
+        if clock._zone is None:
+            local_s = (clock._unix_start_s + submit_s).astype(np.float64)
+        else:
+            local_s = np.fromiter(map(clock.local_s, submit_s.tolist()), dtype=np.float64,
+                                  count=count)
+        nag = predictor.nag  # type: ignore[attr-defined]
+        nag_table, constants = nag.table, predictor._step_constants  # type: ignore[attr-defined]
+        factor = OUTLIER_SCALE_FACTOR
+        outlier_after = OUTLIER_AFTER_STEPS
+        steps, n_sum = nag.state.t, np.array([nag.state.n_sum])
+        abs_negative = int(predictor._abs_negative)  # type: ignore[attr-defined]
+        pool = np.zeros((_FIRST_POOL_ROWS, nag.n_coords))
+        slots = np.zeros((_FIRST_POOL_ROWS, 4))
+    free_rows = np.arange(len(pool) - 1, -1, -1, dtype=int64)
+    pool_of = np.full(count, -1, dtype=int64)
+    start_s = np.full(count, -1, dtype=int64)
+    prediction_s = np.zeros(count, dtype=int64)
+    initial_s = np.zeros(count, dtype=int64)
+    corrections = np.zeros(count, dtype=int64)
+    backfilled = np.zeros(count, dtype=np.bool_)
+    first_reserved_s = np.full(count, -1, dtype=int64)
+    heap = np.zeros((3, max(count, 1)), dtype=int64)
+    unpinned = np.zeros(max(count, 1), dtype=int64)
+    unpinned_at = np.full(count, -1, dtype=int64)
+    state = np.zeros(K.STATE_SIZE, dtype=int64)
+    state[K.STEPS_AT] = steps
+    state[K.FREE_ROWS_AT] = len(free_rows)
+    config = np.zeros(K.CONFIG_SIZE, dtype=int64)
+    config[K.PREDICTOR_AT] = kind
+    config[K.CORRECTION_AT] = _CORRECTIONS[type(correction)]
+    config[K.ORDER_AT] = _ORDERS[scheduler.backfill_order]
+    config[K.GUARD_AT] = guard
+    config[K.PROMISE_AT] = guard and scheduler.guard_rule == "promise"
+    config[K.ABS_NEGATIVE_AT] = abs_negative
+    config[K.PINS_AT] = scheduler.guard_pins_running
+    config[K.OUTLIER_AFTER_AT] = outlier_after
+    profile = machine.profile
+    by_request = machine.by_request if machine.by_request is not None else profile
+    reported = 0
+    while True:
+        stop_at = count + 1 if progress is None else reported + progress_every
+        status = K.replay(
+            submit_s, run_s, procs, requested_s, user_row, local_s, oracle_s,
+            machine.queue, profile, by_request,
+            nag_table, constants, factor, users, slots, pool, pool_of, free_rows, last_two,
+            start_s, prediction_s, initial_s, corrections, backfilled, first_reserved_s,
+            heap, unpinned, unpinned_at, state, n_sum, config, stop_at,
+        )
+        if status == K.DONE:
+            break
+        if status == K.PAUSED:
+            assert progress is not None
+            reported = int(state[K.FINISHED_AT]) - int(state[K.FINISHED_AT]) % progress_every
+            progress(reported)
+        elif status == K.POOL_FULL:
+            pool, slots, free_rows = _grown_pool(pool, slots)
+            state[K.FREE_ROWS_AT] = len(pool) // 2
+        else:
+            _raise(machine, correction, status, state)
+    if progress is not None:
+        finished = int(state[K.FINISHED_AT])
+        if finished - reported >= progress_every:  # (the last event reached a multiple)
+            progress(finished - finished % progress_every)
+        progress(finished)
+    if int(state[K.FINISHED_AT]) != count:
+        raise AssertionError(f"{count - int(state[K.FINISHED_AT])} jobs never finished")
+    if kind == K.LEARNED:
+        predictor.nag.state.t = int(state[K.STEPS_AT])  # type: ignore[attr-defined]
+        predictor.nag.state.n_sum = float(n_sum[0])  # type: ignore[attr-defined]
+    elif kind == K.AVE2:
+        histories = predictor._last_two_s  # type: ignore[attr-defined]
+        for row, user_id in enumerate(distinct_users.tolist()):
+            last, previous = last_two[row].tolist()
+            if last >= 0:
+                histories[user_id] = (last, None if previous < 0 else previous)
+    return ReplayColumns(
+        start_s=start_s.tolist(),
+        initial_prediction_s=initial_s.tolist(),
+        final_prediction_s=prediction_s.tolist(),
+        corrections=corrections.tolist(),
+        backfilled=backfilled.tolist(),
+        first_reserved_start_s=first_reserved_s.tolist(),
+    )
+
+
+def _grown_pool(pool: np.ndarray, slots: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Twice the rows, the old ones kept (rows in use stay where they are); the new rows free."""
+    rows = len(pool)
+    grown_pool = np.zeros((2 * rows, pool.shape[1]))
+    grown_pool[:rows] = pool
+    grown_slots = np.zeros((2 * rows, slots.shape[1]))
+    grown_slots[:rows] = slots
+    free_rows = np.zeros(2 * rows, dtype=np.int64)
+    free_rows[:rows] = np.arange(2 * rows - 1, rows - 1, -1)
+    return grown_pool, grown_slots, free_rows
+
+
+def _raise(machine: Machine, correction: CorrectionPolicy, status: int, state: np.ndarray) -> None:
+    """The error the Python loop raises for what stopped the compiled one."""
+    from hpcpredict.sim import replay_kernel as K
+
+    job = int(state[K.ERROR_JOB_AT])
+    if status == K.BAD_CORRECTION:
+        raise AssertionError(
+            f"correction {correction.name} gave {int(state[K.ERROR_VALUE_AT])} s for job "
+            f"{int(machine.job_ids[job])} (request {machine.requested_s[job]} s)")
+    if status == K.NOT_RUNNING:
+        raise KeyError(f"job {job} is not running")
+    if status == K.NEVER_FITS:
+        raise never_fits(machine.procs[job], int(machine.profile[META_ROW, TOTAL]))
+    raise AssertionError(f"compiled replay stopped with status {status}")

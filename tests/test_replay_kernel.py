@@ -1,0 +1,194 @@
+"""The compiled replay loop (`sim.replay_kernel`, driven by `sim.compiled_replay`) against the
+Python loop it stands in for: the same schedules, predictions, corrections, promises and learned
+state, bit for bit, on random workloads and on the real logs; the configurations it does not
+model still replay (in the Python loop)."""
+
+from __future__ import annotations
+
+import dataclasses
+from unittest import mock
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from hpcpredict.corrections import CORRECTIONS, make_correction
+from hpcpredict.jobs import Job, JobRequest
+from hpcpredict.learn.predictor import LearnedPredictor
+from hpcpredict.predictors import Ave2Predictor, ClairvoyantPredictor, RequestedPredictor
+from hpcpredict.sim import SCHEDULERS, compiled_replay
+from hpcpredict.sim.simulation import Simulation
+from hpcpredict.sim.runner import RunSpec, build_predictor
+from hpcpredict.workload import load_workload
+
+from conftest import shared_log
+
+COLUMNS = ("start_s", "initial_prediction_s", "final_prediction_s", "corrections", "backfilled",
+           "first_reserved_start_s")
+
+
+def predictor_named(name: str, jobs: list[Job]):
+    if name == "requested":
+        return RequestedPredictor()
+    if name == "clairvoyant":
+        return ClairvoyantPredictor({job.job_id: job.run_s for job in jobs})
+    if name == "ave2":
+        return Ave2Predictor()
+    return LearnedPredictor()
+
+
+def both_loops(jobs, machine, scheduler, predictor_of, correction, progress_every=5000):
+    """(result, predictor, progress reports) of the compiled loop, then of the Python loop."""
+    outcomes = []
+    for compiled in (True, False):
+        predictor = predictor_of()
+        reports: list[int] = []
+        simulation = Simulation(jobs, machine, scheduler, predictor, CORRECTIONS[correction],
+                                compiled=compiled)
+        assert simulation.compiled_loop_covers()
+        result = simulation.run(progress=reports.append, progress_every=progress_every)
+        outcomes.append((result, predictor, reports))
+    return outcomes
+
+
+def assert_same(compiled, python) -> None:
+    (fast, fast_predictor, fast_reports), (slow, slow_predictor, slow_reports) = compiled, python
+    for column in COLUMNS:
+        assert getattr(fast, column) == getattr(slow, column), column
+    assert fast_reports == slow_reports
+    if isinstance(fast_predictor, LearnedPredictor):
+        assert fast_predictor.nag.state.t == slow_predictor.nag.state.t
+        assert fast_predictor.nag.state.n_sum == slow_predictor.nag.state.n_sum
+        assert np.array_equal(fast_predictor.nag.table, slow_predictor.nag.table)
+        for user_id in slow_predictor.features.users:
+            assert fast_predictor.features.users[user_id] == slow_predictor.features.users[user_id]
+        assert len(fast_predictor.features.users) == len(slow_predictor.features.users)
+    if isinstance(fast_predictor, Ave2Predictor):
+        assert fast_predictor._last_two_s == slow_predictor._last_two_s
+
+
+@st.composite
+def workloads(draw, max_jobs: int = 40):
+    machine = draw(st.integers(1, 16))
+    submit = 0
+    jobs = []
+    for job_id in range(draw(st.integers(1, max_jobs))):
+        submit += draw(st.integers(0, 30))
+        run_s = draw(st.integers(1, 200))
+        requested = run_s + draw(st.integers(0, 300))
+        jobs.append(Job(JobRequest(job_id + 1, submit, draw(st.integers(1, machine)), requested,
+                                   draw(st.integers(1, 3))), run_s))
+    return machine, jobs
+
+
+GUARDS = st.sampled_from([None, ("wait", 0), ("wait", 60), ("wait", 200), ("promise", 100),
+                          ("xfactor", 150)])
+
+
+@settings(max_examples=300, deadline=None)
+@given(workloads(), st.sampled_from(sorted(SCHEDULERS)),
+       st.sampled_from(["requested", "clairvoyant", "ave2", "learned"]),
+       st.sampled_from(sorted(CORRECTIONS)), GUARDS)
+def test_the_compiled_loop_replays_what_the_python_loop_replays(workload, scheduler, predictor,
+                                                                correction, guard):
+    """Every covered configuration on random workloads, the guard firing often (thresholds of
+    seconds), the learner's pool of pending rows grown at nearly every submission (one row at
+    first), progress reported every 3 jobs."""
+    machine, jobs = workload
+    policy = SCHEDULERS[scheduler]
+    if guard is not None:
+        rule, wait_s = guard
+        policy = dataclasses.replace(policy, starvation_guard_s=wait_s, guard_rule=rule,
+                                     guard_xfactor=3.0 if rule == "xfactor" else None)
+    with mock.patch.object(compiled_replay, "_FIRST_POOL_ROWS", 1):
+        outcomes = both_loops(jobs, machine, policy, lambda: predictor_named(predictor, jobs),
+                              correction, progress_every=3)
+    assert_same(*outcomes)
+
+
+def test_a_learner_trained_before_the_replay_goes_on_from_its_state():
+    """A predictor that has learned from other jobs (its users have rows, NAG has stepped) is
+    replayed on by both loops from the same state: the compiled loop reads the learner's own
+    arrays."""
+    first = [Job(JobRequest(100 + k, 10 * k, 1 + k % 3, 500, 1 + k % 4), 50 + 7 * k) for k in range(30)]
+    later = [Job(JobRequest(k, 400 + 13 * k, 1 + k % 4, 900, 1 + k % 6), 20 + 31 * k % 700)
+             for k in range(1, 60)]
+
+    def trained() -> LearnedPredictor:
+        predictor = LearnedPredictor()
+        Simulation(first, 4, SCHEDULERS["easy-sjbf"], predictor, CORRECTIONS["incremental"],
+                   compiled=False).run()
+        return predictor
+
+    assert_same(*both_loops(later, 4, SCHEDULERS["easy-sjbf"], trained, "incremental"))
+
+
+@pytest.mark.parametrize("change", [
+    {"exhaustive": True},
+    {"decide_on_correction": True},
+    {"correction": "survival"},
+    {"predictor": lambda: LearnedPredictor(feature_scaling="robust")},
+    {"predictor": lambda: LearnedPredictor(censor_at_limit=True)},
+    {"predictor": lambda: LearnedPredictor(per_user_experts=True)},
+    {"scheduler": {"starvation_guard_s": 60, "guard_rule": "recent"}},
+    {"scheduler": {"starvation_guard_s": 60, "guard_scope": "head"}},
+    {"scheduler": {"starvation_guard_s": 60, "guard_estimate_multiple": 4.0,
+                   "guard_estimate_after_s": 10}},
+    {"scheduler": {"aged_first_s": 60}},
+    {"duplicate_ids": True},
+])
+def test_what_the_compiled_loop_does_not_model_replays_in_the_python_loop(change):
+    jobs = [Job(JobRequest(k, 5 * k, 1 + k % 3, 300, 1 + k % 2), 40 + k) for k in range(1, 30)]
+    if change.get("duplicate_ids"):
+        jobs = [Job(dataclasses.replace(job.request, job_id=1 + job.job_id % 5), job.run_s) for job in jobs]
+    scheduler = dataclasses.replace(SCHEDULERS["easy-sjbf"], **change.get("scheduler", {}))
+    predictor = change.get("predictor", LearnedPredictor)()
+    simulation = Simulation(
+        jobs, 4, scheduler, predictor, make_correction(change.get("correction", "incremental")),
+        exhaustive=change.get("exhaustive", False),
+        decide_on_correction=change.get("decide_on_correction", False))
+    assert not simulation.compiled_loop_covers()
+    result = simulation.run()
+    assert all(start >= job.submit_s for start, job in zip(result.start_s, jobs))
+
+
+# The real logs: the default, the published baselines and the guard's rules, as campaigns run them.
+REAL_CONFIGURATIONS = [
+    RunSpec("easy-sjbf", "learned", "incremental", starvation_guard_s=86_400),
+    RunSpec("easy-sjbf", "learned", "incremental", starvation_guard_s=86_400, guard_rule="xfactor",
+            guard_xfactor=5.0),
+    RunSpec("easy", "requested", "requested"),
+    RunSpec("easy-sjbf", "ave2", "incremental"),
+    RunSpec("easy-sjbf", "clairvoyant", "requested"),
+    RunSpec("easy", "ave2", "doubling", starvation_guard_s=3600, guard_rule="promise"),
+]
+
+
+@pytest.fixture(scope="module")
+def kth():
+    return load_workload(shared_log("KTH-SP2-1996-2.swf.gz"))
+
+
+@pytest.mark.parametrize("spec", REAL_CONFIGURATIONS, ids=lambda spec: (
+    f"{spec.scheduler}-{spec.predictor}-{spec.correction}-{spec.starvation_guard_s}-{spec.guard_rule}"))
+def test_the_compiled_loop_replays_kth_sp2_as_the_python_loop(kth, spec):
+    scheduler = SCHEDULERS[spec.scheduler]
+    if spec.starvation_guard_s is not None:
+        scheduler = dataclasses.replace(scheduler, starvation_guard_s=spec.starvation_guard_s,
+                                        guard_rule=spec.guard_rule, guard_xfactor=spec.guard_xfactor)
+    assert_same(*both_loops(kth.jobs, kth.machine_procs, scheduler,
+                            lambda: build_predictor(spec, kth), spec.correction))
+
+
+@pytest.mark.parametrize("log, procs", [("SDSC-BLUE-2000-4.1-cln.swf.gz", None),
+                                        ("CEA-Curie-2011-2.1-cln.swf.gz", 80_640)])
+def test_the_compiled_loop_replays_the_large_logs_as_the_python_loop(log, procs):
+    """The default on the first 25,000 jobs of the two large logs (CEA-Curie's time zone makes
+    the time-of-day features read local time)."""
+    workload = load_workload(shared_log(log), machine_procs=procs)
+    workload = dataclasses.replace(workload, jobs=workload.jobs[:25_000])
+    spec = REAL_CONFIGURATIONS[0]
+    scheduler = dataclasses.replace(SCHEDULERS["easy-sjbf"], starvation_guard_s=86_400)
+    assert_same(*both_loops(list(workload.jobs), workload.machine_procs, scheduler,
+                            lambda: build_predictor(spec, workload), "incremental"))
