@@ -158,6 +158,29 @@ class _LocalClock:
             self._offset_s = first
         return unix_s + self._offset_s
 
+    def local_seconds(self, submit_s: np.ndarray) -> np.ndarray:
+        """`local_s` of every submission of an int64 array, as float64: for a whole log at once
+        (the compiled replay), where 300 k calls of `local_s` cost ~0.4 s.
+
+        The same values: zoneinfo is asked once per hour boundary the submissions touch, and an
+        hour whose two boundaries have the same UTC offset has it throughout (zones change offset
+        months apart; `local_s` assumes as much of its 15-minute buckets). The submissions in
+        an hour whose boundaries differ (a DST change: two a year) take `local_s` itself.
+        """
+        unix_s = self._unix_start_s + np.asarray(submit_s, dtype=np.int64)
+        if self._zone is None:
+            return unix_s.astype(np.float64)
+        hours = unix_s // 3600
+        boundaries = np.unique(np.concatenate((hours, hours + 1)))
+        offsets = np.array([self._utc_offset_s(hour * 3600) for hour in boundaries.tolist()],
+                           dtype=np.int64)
+        at = np.searchsorted(boundaries, hours)
+        start_offsets, end_offsets = offsets[at], offsets[at + 1]
+        local = (unix_s + start_offsets).astype(np.float64)
+        for job in np.flatnonzero(start_offsets != end_offsets).tolist():
+            local[job] = self.local_s(int(submit_s[job]))
+        return local
+
 
 @dataclass(frozen=True, slots=True)
 class UserHistory:

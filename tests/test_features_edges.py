@@ -4,6 +4,8 @@ Added for the mutation run (docs/mutation.md); each test names the wrong program
 from __future__ import annotations
 
 import numpy as np
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from hpcpredict import features as F
 from hpcpredict.features import FeatureState
@@ -129,3 +131,26 @@ def test_a_job_of_no_processors_gets_a_ratio_of_zero() -> None:
     processors: its ratio is 0, not a division by zero. Catches `compute` 46, 48, 50."""
     x = FeatureState().compute(job(1, 0, procs=0), 0)
     assert (x[F.PROCS], x[F.PROCS_MEAN_SUBMITTED], x[F.PROCS_RATIO]) == (0.0, 0.0, 0.0)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.sampled_from([None, "Europe/Paris", "America/Los_Angeles", "Africa/Monrovia",
+                     "Australia/Lord_Howe", "Asia/Kathmandu", "UTC"]),
+    st.integers(0, 2_000_000_000),
+    st.lists(st.integers(0, 400 * 86_400), min_size=1, max_size=300),
+    st.booleans(),
+)
+def test_a_whole_log_s_local_seconds_are_each_submission_s(zone, unix_start_s, offsets, near_change):
+    """`_LocalClock.local_seconds` (the compiled replay's, for a whole log) gives what
+    `local_s` gives one submission at a time, in zones with DST, half-hour DST (Lord Howe),
+    odd offsets and a change inside a bucket (Monrovia, 1972); `near_change` packs the
+    submissions into the hours around Monrovia's change and Paris's DST changes of 2011."""
+    if near_change:
+        unix_start_s = 0
+        anchors = (63_593_070, 1_301_187_600, 1_319_936_400)  # Monrovia 1972; Paris 2011 spring, autumn
+        offsets = [anchors[k % 3] - 7200 + offset % 14_400 for k, offset in enumerate(offsets)]
+    submit_s = np.array(sorted(offsets), dtype=np.int64)
+    context = F.FeatureContext(unix_start_s, zone)
+    expected = [float(F._LocalClock(context).local_s(int(s))) for s in submit_s]
+    assert F._LocalClock(context).local_seconds(submit_s).tolist() == expected

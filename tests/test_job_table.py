@@ -69,7 +69,8 @@ def test_a_replay_of_a_table_builds_no_job_and_equals_the_replay_of_the_objects(
     from_table, table = _fresh(workload)
     result = run(from_table, spec)
     metrics = compute_metrics(result)
-    assert table._jobs is None  # the replay and its metrics read columns and requests only
+    assert table._jobs is None  # the replay and its metrics read columns only
+    assert table._requests is None  # (the compiled loop: no request object either)
     from_objects = dataclasses.replace(workload, jobs=list(table.jobs()))
     expected = run(from_objects, spec)
     for column in ("start_s", "initial_prediction_s", "final_prediction_s", "corrections", "backfilled"):
@@ -77,13 +78,14 @@ def test_a_replay_of_a_table_builds_no_job_and_equals_the_replay_of_the_objects(
     assert metrics == compute_metrics(expected)
 
 
-def test_forked_runs_of_the_log_share_requests_built_before_the_fork(workload) -> None:
-    """`run_replicated(jobs=2)` with a run and its baseline builds the log's requests once, in
-    the parent (the workers inherit them), and never the Job objects."""
+def test_runs_in_the_compiled_loop_build_no_object_here_or_in_the_workers(workload) -> None:
+    """`run_replicated(jobs=2)` with a run and its baseline, both in the compiled loop, builds
+    neither the log's requests nor its Job objects (they read the table's columns): nothing to
+    build before the workers fork."""
     from hpcpredict.sim.runner import run_replicated
 
     from_table, table = _fresh(workload)
     specs = [RunSpec(starvation_guard_s=86_400), RunSpec("easy", "requested", "requested")]
     runs = run_replicated(from_table, specs, jobs=2)
-    assert table._requests is not None and table._jobs is None
     assert [m[0] for m in runs.metrics] == [compute_metrics(run(from_table, spec)) for spec in specs]
+    assert table._requests is None and table._jobs is None

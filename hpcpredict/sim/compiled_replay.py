@@ -162,12 +162,7 @@ def replay(
             rows[k] = features._row(int(distinct_users[k]))
         user_row = rows[user_row]
         users = features.table
-        clock = features._clock
-        if clock._zone is None:
-            local_s = (clock._unix_start_s + submit_s).astype(np.float64)
-        else:
-            local_s = np.fromiter(map(clock.local_s, submit_s.tolist()), dtype=np.float64,
-                                  count=count)
+        local_s = features._clock.local_seconds(submit_s)
         nag = predictor.nag  # type: ignore[attr-defined]
         nag_table, constants = nag.table, predictor._step_constants  # type: ignore[attr-defined]
         factor = OUTLIER_SCALE_FACTOR

@@ -484,8 +484,6 @@ def run_replicated(
     runs.wall_time_s = [[] for _ in specs]
     tasks = _ReplicaTasks(workload, list(specs), replicas, shake_s, seed)
     in_processes = jobs > 1 and len(tasks.groups) > 1
-    if in_processes and len(specs) > 1:
-        _build_requests(workload)  # once here, for the forked runs of replica 0 (the log itself)
     outcomes = tasks.run_in_processes(jobs, progress) if in_processes else tasks.run_here(progress)
     for index in range(replicas):
         for position in range(len(specs)):
@@ -495,15 +493,6 @@ def run_replicated(
             if index == 0:
                 runs.unshaken.append(dataclasses.replace(result, jobs=workload.jobs))
     return runs
-
-
-def _build_requests(workload: Workload) -> None:
-    """A loaded log's `JobRequest`s built before the workers fork (`JobTable.requests`), so that
-    the runs of replica 0 in each worker share them instead of each building its own."""
-    from hpcpredict.job_table import JobTable
-
-    if isinstance(workload.jobs, JobTable):
-        workload.jobs.requests()
 
 
 RunOutcome = tuple["Metrics", float, "SimulationResult | None"]  # the result for replica 0 only

@@ -24,6 +24,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 from dataclasses import dataclass, field
+from functools import cached_property
 from heapq import heappop, heappush
 from itertools import count as counter
 
@@ -119,9 +120,7 @@ class Simulation:
         self.exhaustive = exhaustive
         self.compiled = compiled
         count = len(jobs)
-        self.requests, self.submit_s, self.run_s, self.procs, self.requested_s = job_columns(
-            jobs, machine_procs
-        )
+        self.submit_s, self.run_s, self.procs, self.requested_s = number_columns(jobs, machine_procs)
         self.start_s = [-1] * count
         self.prediction_s = [0] * count
         self.initial_prediction_s = [0] * count
@@ -279,6 +278,11 @@ class Simulation:
                       "exhaustive": self.exhaustive},
         )
 
+    @cached_property
+    def requests(self) -> list[JobRequest]:
+        """The jobs' requests, built when the Python loop first needs them."""
+        return job_requests(self.jobs)
+
     def compiled_loop_covers(self) -> bool:
         """Does `compiled_replay`'s loop model this configuration (that module's doc)?"""
         from hpcpredict.sim import compiled_replay
@@ -291,8 +295,8 @@ class Simulation:
         """A request field of every job as an int64 array (a `JobTable`'s own column)."""
         if isinstance(self.jobs, JobTable):
             return np.asarray(self.jobs.columns[name], dtype=np.int64)
-        return np.fromiter((getattr(request, name) for request in self.requests), dtype=np.int64,
-                           count=len(self.requests))
+        return np.fromiter((getattr(job.request, name) for job in self.jobs), dtype=np.int64,
+                           count=len(self.jobs))
 
     # ------------------------------------------------------------------ the two events
     def _submission(self, index: int) -> None:
@@ -576,30 +580,43 @@ def job_columns(
     jobs: Sequence[Job], machine_procs: int
 ) -> tuple[list[JobRequest], list[int], list[int], list[int], list[int]]:
     """The jobs' requests, submit times, runtimes, processors and requested times as plain lists
-    (the replay loops index them), checked for what a replay needs (`_check_input`). From a
-    `JobTable`, the numbers come from its columns and only the requests are built as objects."""
+    (the replay loops index them), checked for what a replay needs (`_check_input`)."""
+    return (job_requests(jobs), *number_columns(jobs, machine_procs))
+
+
+def job_requests(jobs: Sequence[Job]) -> list[JobRequest]:
+    """The jobs' requests (from a `JobTable`, the only objects it builds: the predictors read
+    them in the Python loop)."""
+    return jobs.requests() if isinstance(jobs, JobTable) else [job.request for job in jobs]
+
+
+def number_columns(
+    jobs: Sequence[Job], machine_procs: int
+) -> tuple[list[int], list[int], list[int], list[int]]:
+    """The jobs' submit times, runtimes, processors and requested times as plain lists, checked
+    for what a replay needs (`_check_input`). From a `JobTable`, from its columns: no object is
+    built (the compiled loop needs none, and 300 k requests cost ~1 s)."""
     if isinstance(jobs, JobTable):
-        requests = jobs.requests()
-        submit_s, run_s, procs, requested_s = (
-            jobs.columns[name].tolist() for name in ("submit_s", "run_s", "procs", "requested_s")
-        )
-    else:
-        requests = [job.request for job in jobs]
-        submit_s = [request.submit_s for request in requests]
-        run_s = [job.run_s for job in jobs]
-        procs = [request.procs for request in requests]
-        requested_s = [request.requested_s for request in requests]
+        columns = [jobs.columns[name] for name in ("submit_s", "run_s", "procs", "requested_s")]
+        _check_input(jobs, machine_procs, *columns)
+        submit_s, run_s, procs, requested_s = (column.tolist() for column in columns)
+        return submit_s, run_s, procs, requested_s
+    requests = [job.request for job in jobs]
+    submit_s = [request.submit_s for request in requests]
+    run_s = [job.run_s for job in jobs]
+    procs = [request.procs for request in requests]
+    requested_s = [request.requested_s for request in requests]
     _check_input(jobs, machine_procs, submit_s, run_s, procs, requested_s)
-    return requests, submit_s, run_s, procs, requested_s
+    return submit_s, run_s, procs, requested_s
 
 
 def _check_input(
     jobs: Sequence[Job],
     machine_procs: int,
-    submit_s: list[int],
-    run_s: list[int],
-    procs: list[int],
-    requested_s: list[int],
+    submit_s: Sequence[int] | np.ndarray,
+    run_s: Sequence[int] | np.ndarray,
+    procs: Sequence[int] | np.ndarray,
+    requested_s: Sequence[int] | np.ndarray,
 ) -> None:
     """Refuse input the cleaning step should have fixed, naming the first offending job (the
     job objects are read only then)."""
