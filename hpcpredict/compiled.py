@@ -24,8 +24,10 @@ candidate folder), so a folder that exists but is not writable counts as absent.
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from numba import njit
@@ -34,14 +36,42 @@ _log = logging.getLogger(__name__)
 _NO_CACHE_FOLDER = "no locator available"  # numba's words when no candidate folder is writable
 
 
+# The package's files that define compiled functions. One calls another's (the replay loop calls
+# the four others'), and numba compiles a callee into its caller's cached code, but invalidates a
+# cache only when the function's own file changes ("Cache invalidation fails to recognize changes
+# in symbols defined in a different file", numba's Notes on Caching): an edited kernel file would
+# leave its callers running its old code from the cache. So each cached function's stamp is its
+# own file's with all of these (tests/test_compiled_cache.py checks the list is complete).
+KERNEL_FILES: tuple[str, ...] = (
+    "feature_kernels.py", "learn/nag_kernels.py", "sim/backfill_kernel.py",
+    "sim/profile_kernel.py", "sim/replay_kernel.py",
+)
+
+
 def compiled(function: Callable[..., Any]) -> Any:
     """``njit(cache=True)(function)``, or ``njit(function)`` when numba finds no writable cache
-    folder (module doc); any other error of numba's is raised as it is."""
+    folder (module doc); any other error of numba's is raised as it is. A cached function's
+    cache is stale once any of `KERNEL_FILES` changes."""
     try:
-        return njit(cache=True)(function)
+        dispatcher = njit(cache=True)(function)
     except RuntimeError as error:
         if _NO_CACHE_FOLDER not in str(error):
             raise
         _log.debug("%s: no writable numba cache folder (set NUMBA_CACHE_DIR): compiled in memory",
                    function.__qualname__)
         return njit(function)
+    index = getattr(getattr(dispatcher, "_cache", None), "_cache_file", None)
+    if index is not None and hasattr(index, "_source_stamp"):  # (numba's cache index, 0.59-0.68)
+        index._source_stamp = (index._source_stamp, _kernel_stamps())
+    return dispatcher
+
+
+@functools.cache
+def _kernel_stamps() -> tuple[tuple[float, int], ...]:
+    """(modification time, size) of each of `KERNEL_FILES`, numba's own kind of stamp."""
+    package = Path(__file__).resolve().parent
+    stamps = []
+    for name in KERNEL_FILES:
+        status = (package / name).stat()
+        stamps.append((status.st_mtime, status.st_size))
+    return tuple(stamps)

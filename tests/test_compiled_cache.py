@@ -1,0 +1,40 @@
+"""`hpcpredict.compiled`'s cache stamp: a cached kernel is compiled again when any kernel file
+changes, not only its own (numba inlines callees from other files into the cached code)."""
+
+from __future__ import annotations
+
+import importlib.util
+import re
+from pathlib import Path
+
+import hpcpredict
+from hpcpredict import compiled as compiled_module
+from hpcpredict.compiled import KERNEL_FILES, compiled
+
+PACKAGE = Path(hpcpredict.__file__).resolve().parent
+
+
+def test_the_kernel_files_are_every_file_that_compiles_a_function() -> None:
+    using = {str(path.relative_to(PACKAGE)) for path in PACKAGE.rglob("*.py")
+             if re.search(r"^@compiled\b", path.read_text(), re.MULTILINE)}
+    assert using == set(KERNEL_FILES)
+
+
+def test_a_kernel_file_changed_makes_every_cached_function_compile_again(tmp_path, monkeypatch) -> None:
+    source = tmp_path / "kernel_user.py"
+    source.write_text("def twice(x):\n    return 2 * x\n")
+    spec = importlib.util.spec_from_file_location("kernel_user", source)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+
+    def hits(stamps: tuple) -> int:
+        monkeypatch.setattr(compiled_module, "_kernel_stamps", lambda: stamps)
+        kernel = compiled(module.twice)
+        assert kernel(21) == 42
+        return sum(kernel.stats.cache_hits.values())
+
+    assert hits(((1.0, 10),)) == 0  # compiled, then saved in tmp_path's __pycache__
+    assert hits(((1.0, 10),)) == 1  # the same kernel files: loaded from the cache
+    assert hits(((2.0, 10),)) == 0  # one of them changed: compiled again
+    assert hits(((2.0, 10),)) == 1
