@@ -34,6 +34,8 @@ def test_paused_inside_and_as_it_was_after_even_after_an_error(restore_collector
 
 
 def test_a_replay_pauses_the_collector_and_gives_it_back(restore_collector, monkeypatch) -> None:
+    """A replay in the Python loop (decisions at corrections: the compiled loop, which makes no
+    Python object per event, does not model them)."""
     from hpcpredict.sim import simulation
 
     seen: list[bool] = []
@@ -45,6 +47,6 @@ def test_a_replay_pauses_the_collector_and_gives_it_back(restore_collector, monk
 
     monkeypatch.setattr(simulation.Simulation, "_submission", watched)
     gc.enable()
-    run(load_workload(SAMPLE), RunSpec("easy", "requested", "requested"))
+    run(load_workload(SAMPLE), RunSpec("easy", "requested", "requested", decide_on_correction=True))
     assert seen and not any(seen)
     assert gc.isenabled()
