@@ -118,11 +118,28 @@ def test_incremental_steps_replace_each_other_and_end_at_the_request():
     assert values[11] == 10**9
 
 
-def test_unsorted_or_oversized_input_is_refused_with_the_job_named():
-    with pytest.raises(ValueError, match="job 2 needs 8 processors on a machine of 4"):
-        run([make_job(1, 0, 1, 1, 1), make_job(2, 1, 8, 1, 1)])
-    with pytest.raises(ValueError, match="job 2 is submitted before"):
-        run([make_job(1, 5, 1, 1, 1), make_job(2, 1, 1, 1, 1)])
+@pytest.mark.parametrize("as_table", [False, True])
+@pytest.mark.parametrize("second, message", [
+    (make_job(2, 1, 8, 1, 1), "job 2 needs 8 processors on a machine of 4"),
+    (make_job(2, 1, 0, 1, 1), "job 2 needs 0 processors"),
+    (make_job(2, 1, 1, 0, 1), "job 2 has run time 0 s"),
+    (make_job(2, 1, 1, 5, 4), "job 2 runs 5 s, longer than its request 4 s"),
+    (make_job(2, 0, 1, 1, 1), "job 2 is submitted before"),
+])
+def test_input_a_replay_cannot_take_is_refused_with_the_job_named(second, message, as_table):
+    """Each check, on a list of jobs and on a `JobTable` (whose columns are checked as arrays
+    first)."""
+    import numpy as np
+
+    from hpcpredict.job_table import JOB_FIELDS, REQUEST_FIELDS, JobTable
+
+    jobs = [make_job(1, 1, 1, 1, 1), second]
+    if as_table:
+        jobs = JobTable({name: np.array([getattr(job.request, name) if name in REQUEST_FIELDS
+                                         else getattr(job, name) for job in jobs], dtype=np.int64)
+                         for name in (*REQUEST_FIELDS, *JOB_FIELDS)})
+    with pytest.raises(ValueError, match=message):
+        run(jobs)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -18,7 +18,7 @@ histories are written back.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -100,10 +100,10 @@ class Machine:
 
     job_ids: np.ndarray
     user_ids: np.ndarray
-    submit_s: Sequence[int]
-    run_s: Sequence[int]
-    procs: Sequence[int]
-    requested_s: Sequence[int]
+    submit_s: np.ndarray
+    run_s: np.ndarray
+    procs: np.ndarray
+    requested_s: np.ndarray
     queue: np.ndarray
     profile: np.ndarray
     by_request: np.ndarray | None
