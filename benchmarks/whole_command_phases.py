@@ -18,6 +18,7 @@ import time
 STARTED = time.process_time()
 
 import argparse  # noqa: E402
+import importlib.util  # noqa: E402
 from pathlib import Path  # noqa: E402
 
 from hpcpredict.cli.common import load_log  # noqa: E402
@@ -42,7 +43,8 @@ def main() -> None:
     workload = load_log(args.log, args.procs, False)
     at = lap("read + clean", at)
     jobs = workload.jobs  # what the tree's replay reads: the requests, or every Job object
-    jobs.requests() if hasattr(jobs, "requests") else jobs[0]
+    if importlib.util.find_spec("hpcpredict.sim.compiled_replay") is None:  # (the compiled loop
+        jobs.requests() if hasattr(jobs, "requests") else jobs[0]  # reads the columns alone)
     at = lap("objects", at)
     import hpcpredict.learn.nag_kernels  # noqa: F401  numba and the cached kernels' modules
     import hpcpredict.sim.backfill_kernel  # noqa: F401
