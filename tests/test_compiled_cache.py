@@ -38,3 +38,14 @@ def test_a_kernel_file_changed_makes_every_cached_function_compile_again(tmp_pat
     assert hits(((1.0, 10),)) == 1  # the same kernel files: loaded from the cache
     assert hits(((2.0, 10),)) == 0  # one of them changed: compiled again
     assert hits(((2.0, 10),)) == 1
+
+
+def test_kernel_files_take_their_constants_from_kernel_files_only() -> None:
+    """numba freezes a global's value into the cached code: a constant a kernel reads from a file
+    outside `KERNEL_FILES` could change without invalidating the cache (the replay loop gets
+    INCREMENTAL's steps as an argument for that reason)."""
+    kernel_modules = {"hpcpredict." + name.removesuffix(".py").replace("/", ".") for name in KERNEL_FILES}
+    for name in KERNEL_FILES:
+        imported = set(re.findall(r"^from (hpcpredict[\w.]*) import", (PACKAGE / name).read_text(),
+                                  re.MULTILINE))
+        assert imported <= kernel_modules | {"hpcpredict.compiled"}, (name, imported - kernel_modules)

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from hpcpredict.corrections.policies import (
+    INCREMENTAL_STEPS_S,
     DoublingCorrection,
     IncrementalCorrection,
     RequestedTimeCorrection,
@@ -194,6 +195,7 @@ def replay(
     config[K.ABS_NEGATIVE_AT] = abs_negative
     config[K.PINS_AT] = scheduler.guard_pins_running
     config[K.OUTLIER_AFTER_AT] = outlier_after
+    steps_s = np.array(INCREMENTAL_STEPS_S, dtype=int64)
     profile = machine.profile
     by_request = machine.by_request if machine.by_request is not None else profile
     reported = 0
@@ -204,7 +206,7 @@ def replay(
             machine.queue, profile, by_request,
             nag_table, constants, factor, users, slots, pool, pool_of, free_rows, last_two,
             start_s, prediction_s, initial_s, corrections, backfilled, first_reserved_s,
-            heap, unpinned, unpinned_at, state, n_sum, config, stop_at,
+            heap, unpinned, unpinned_at, state, n_sum, config, steps_s, stop_at,
         )
         if status == K.DONE:
             break

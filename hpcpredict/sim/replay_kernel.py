@@ -29,7 +29,6 @@ from __future__ import annotations
 import numpy as np
 
 from hpcpredict.compiled import compiled
-from hpcpredict.corrections.policies import INCREMENTAL_STEPS_S
 from hpcpredict.feature_kernels import learn_and_end, start_running, submit_and_score
 from hpcpredict.learn.nag_kernels import W_ROW
 from hpcpredict.sim.backfill_kernel import (
@@ -67,15 +66,15 @@ REQUESTED, CLAIRVOYANT, AVE2, LEARNED = range(4)
 TO_REQUEST, INCREMENTAL, DOUBLING = range(3)
 # `config`: predictor, correction, backfilling order (backfill_kernel's), guard on, its
 # "promise" rule, negative outputs as |f| (the learner's rule, else 1 s), a guarded decision
-# pins the running jobs, the learner's outlier check from this many steps on, its factor's
-# integer part unused (the factor travels in `factors`).
+# pins the running jobs, the learner's outlier check from this many steps on.
 (PREDICTOR_AT, CORRECTION_AT, ORDER_AT, GUARD_AT, PROMISE_AT, ABS_NEGATIVE_AT, PINS_AT,
  OUTLIER_AFTER_AT) = range(8)
 CONFIG_SIZE = 8
 # `state`: the next submission, jobs finished, the next start sequence, the heap's size, the
 # waiting queue's candidates (how many, how many of them in key order), how many wait, its head
 # cursor; the reservation (1 if any, head, shadow time, extra, guard stage) and whether
-# corrections moved the plan since; NAG's t; how many unpinned; free pool rows.
+# corrections moved the plan since; NAG's t; how many unpinned; free pool rows; after an error
+# stop, the job and the value at fault.
 (NEXT_SUBMISSION_AT, FINISHED_AT, SEQUENCE_AT, HEAP_SIZE_AT, CANDIDATES_AT, SORTED_AT,
  WAITING_AT, HEAD_AT, RESERVED_AT, RESERVED_HEAD_AT, SHADOW_AT, EXTRA_AT, STAGE_AT,
  PLAN_MOVED_AT, STEPS_AT, UNPINNED_AT, FREE_ROWS_AT, ERROR_JOB_AT, ERROR_VALUE_AT) = range(19)
@@ -84,8 +83,6 @@ STATE_SIZE = 19
 DONE, PAUSED, POOL_FULL, BAD_CORRECTION, NOT_RUNNING, NEVER_FITS = range(6)
 # The heap's rows.
 HEAP_TIME, HEAP_SEQUENCE, HEAP_JOB = range(3)
-
-_INCREMENTAL_STEPS = np.array(INCREMENTAL_STEPS_S, dtype=np.int64)
 
 
 @compiled
@@ -159,12 +156,16 @@ def _learned_seconds(f: float, requested_s: int, abs_negative: bool) -> int:  # 
 
 
 @compiled
-def _corrected_s(kind: int, requested_s: int, initial_s: int, done: int, elapsed_s: int) -> int:  # pragma: no cover - compiled
-    """`corrections.policies`' three stateless policies' `corrected_prediction_s`."""
+def _corrected_s(
+    kind: int, steps_s: np.ndarray, requested_s: int, initial_s: int, done: int, elapsed_s: int,
+) -> int:  # pragma: no cover - compiled
+    """`corrections.policies`' three stateless policies' `corrected_prediction_s`; `steps_s` are
+    INCREMENTAL's steps (an argument, not a global: numba would freeze a global's value into the
+    cached code, and policies.py is not a kernel file whose change invalidates it)."""
     if kind == INCREMENTAL:
-        if done >= len(_INCREMENTAL_STEPS):
+        if done >= len(steps_s):
             return requested_s
-        extended = initial_s + _INCREMENTAL_STEPS[done]
+        extended = initial_s + steps_s[done]
         return extended if extended < requested_s else requested_s
     if kind == DOUBLING:
         doubled = max(2 * elapsed_s, elapsed_s + 1)
@@ -182,7 +183,7 @@ def replay(
     start_s: np.ndarray, prediction_s: np.ndarray, initial_s: np.ndarray, corrections: np.ndarray,
     backfilled: np.ndarray, first_reserved_s: np.ndarray,
     heap: np.ndarray, unpinned: np.ndarray, unpinned_at: np.ndarray,
-    state: np.ndarray, n_sum: np.ndarray, config: np.ndarray, stop_at: int,
+    state: np.ndarray, n_sum: np.ndarray, config: np.ndarray, steps_s: np.ndarray, stop_at: int,
 ) -> int:  # pragma: no cover - compiled
     """Replay from the event `state` points at until every job has ended (DONE) or a stop
     (module doc); `Simulation._run`'s loop and handlers, with the same names where they fit.
@@ -193,7 +194,8 @@ def replay(
     `profile` and `by_request` are the waiting queue's and the running profiles' tables (the
     running profile again as `by_request` when the guard is off). The learner (LEARNED): its
     NAG table and step constants, the outlier factor, the per-user features `users`, and the
-    pool's `slots`; AVE2: each user's last two runtimes in `last_two` (-1: none)."""
+    pool's `slots`; AVE2: each user's last two runtimes in `last_two` (-1: none). `steps_s`:
+    INCREMENTAL's steps."""
     count = len(submit_s)
     predictor, correction, order = config[PREDICTOR_AT], config[CORRECTION_AT], config[ORDER_AT]
     guard, promise, abs_negative = config[GUARD_AT] != 0, config[PROMISE_AT] != 0, config[ABS_NEGATIVE_AT] != 0
@@ -234,8 +236,8 @@ def replay(
                 done, at_s = corrections[job], end_s
                 while True:
                     elapsed = at_s - job_start_s
-                    new_prediction = _corrected_s(correction, job_requested_s, initial_s[job],
-                                                  done, elapsed)
+                    new_prediction = _corrected_s(correction, steps_s, job_requested_s,
+                                                  initial_s[job], done, elapsed)
                     if not elapsed < new_prediction <= job_requested_s:
                         state[ERROR_JOB_AT] = job
                         state[ERROR_VALUE_AT] = new_prediction
