@@ -19,7 +19,8 @@ histories are written back.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -31,20 +32,24 @@ from hpcpredict.corrections.policies import (
 )
 from hpcpredict.corrections.policies import CorrectionPolicy
 from hpcpredict.predictors import Ave2Predictor, ClairvoyantPredictor, Predictor, RequestedPredictor
+from hpcpredict.feature_kernels import SLOT_COLUMNS
+from hpcpredict.sim import replay_kernel as K
 from hpcpredict.sim.backfill_kernel import NO_BACKFILLING, SHORTEST_FIRST, SUBMISSION_ORDER
 from hpcpredict.sim.profile import never_fits
 from hpcpredict.sim.profile_kernel import META_ROW, TOTAL
 from hpcpredict.sim.schedulers import Scheduler
 
+if TYPE_CHECKING:
+    from hpcpredict.learn.predictor import LearnedPredictor
+
 _ORDERS = {None: NO_BACKFILLING, "fcfs": SUBMISSION_ORDER, "shortest_prediction": SHORTEST_FIRST}
-_CORRECTIONS = {RequestedTimeCorrection: 0, IncrementalCorrection: 1, DoublingCorrection: 2}
+_CORRECTIONS = {RequestedTimeCorrection: K.TO_REQUEST, IncrementalCorrection: K.INCREMENTAL,
+                DoublingCorrection: K.DOUBLING}
 _FIRST_POOL_ROWS = 1024  # the learner's pending rows at first; doubled when a submission finds none
 
 
 def predictor_kind(predictor: object) -> int | None:
     """`replay_kernel`'s code for the predictor, or None when the loop does not model it."""
-    from hpcpredict.sim import replay_kernel as K
-
     kind = type(predictor)
     if kind is RequestedPredictor:
         return K.REQUESTED
@@ -110,14 +115,89 @@ class Machine:
     by_request: np.ndarray | None
 
 
+@dataclass
+class _PredictorArrays:
+    """What the kernel reads of the predictor: per job, its user's row and (learner) the local
+    time of its submission or (clairvoyant) its oracle runtime; the learner's NAG table, step
+    constants and features, and the pool of pending rows; AVE2's histories. Empty arrays stand
+    for what the predictor does not use (the kernel's signature is one for all)."""
+
+    user_row: np.ndarray
+    local_s: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    oracle_s: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+    last_two: np.ndarray = field(default_factory=lambda: np.zeros((0, 2), dtype=np.int64))
+    nag_table: np.ndarray = field(default_factory=lambda: np.zeros((1, 1)))
+    constants: np.ndarray = field(default_factory=lambda: np.zeros(1))
+    factor: float = 0.0
+    users: np.ndarray = field(default_factory=lambda: np.zeros((0, 0)))
+    pool: np.ndarray = field(default_factory=lambda: np.zeros((0, 0)))
+    slots: np.ndarray = field(default_factory=lambda: np.zeros((0, 0)))
+    steps: int = 0
+    n_sum: np.ndarray = field(default_factory=lambda: np.zeros(1))
+    abs_negative: int = 0
+    outlier_after: int = 0
+
+    @classmethod
+    def of(
+        cls, predictor: Predictor, kind: int, machine: Machine, distinct_users: np.ndarray,
+        first_seen: np.ndarray, user_row: np.ndarray,
+    ) -> _PredictorArrays:
+        if kind == K.CLAIRVOYANT:
+            runtimes = predictor._runtimes_s  # type: ignore[attr-defined]
+            return cls(user_row, oracle_s=np.fromiter(
+                (runtimes[job_id] for job_id in machine.job_ids.tolist()), dtype=np.int64,
+                count=len(machine.job_ids)))
+        if kind == K.AVE2:
+            last_two = np.full((len(distinct_users), 2), -1, dtype=np.int64)
+            histories = predictor._last_two_s  # type: ignore[attr-defined]
+            for row, user_id in enumerate(distinct_users.tolist()):
+                history = histories.get(user_id)
+                if history is not None:
+                    last_two[row] = (history[0], -1 if history[1] is None else history[1])
+            return cls(user_row, last_two=last_two)
+        if kind != K.LEARNED:
+            return cls(user_row)
+        from hpcpredict.learn.predictor import OUTLIER_AFTER_STEPS, OUTLIER_SCALE_FACTOR
+
+        learner: LearnedPredictor = predictor  # type: ignore[assignment]
+        features = learner.features
+        # Each user's row of the learner's features, made in the order users first appear, as
+        # the Python loop makes them (zeroed, as at a first submission), before the replay, so
+        # that the kernel never grows the table.
+        rows = np.zeros(len(distinct_users), dtype=np.int64)
+        for k in np.argsort(first_seen).tolist():
+            rows[k] = features._row(int(distinct_users[k]))
+        nag = learner.nag
+        return cls(
+            rows[user_row], local_s=features._clock.local_seconds(machine.submit_s),
+            nag_table=nag.table, constants=learner._step_constants, factor=OUTLIER_SCALE_FACTOR,
+            users=features.table, pool=np.zeros((_FIRST_POOL_ROWS, nag.n_coords)),
+            slots=np.zeros((_FIRST_POOL_ROWS, SLOT_COLUMNS)), steps=nag.state.t,
+            n_sum=np.array([nag.state.n_sum]), abs_negative=int(learner._abs_negative),
+            outlier_after=OUTLIER_AFTER_STEPS)
+
+    def write_back(self, predictor: Predictor, kind: int, distinct_users: np.ndarray,
+                   steps: int) -> None:
+        """Leave in the predictor's objects what the kernel kept in arrays: NAG's t and N (its
+        table and the features were updated in place), AVE2's histories."""
+        if kind == K.LEARNED:
+            state = predictor.nag.state  # type: ignore[attr-defined]
+            state.t = steps
+            state.n_sum = float(self.n_sum[0])
+        elif kind == K.AVE2:
+            histories = predictor._last_two_s  # type: ignore[attr-defined]
+            for row, user_id in enumerate(distinct_users.tolist()):
+                last, previous = self.last_two[row].tolist()
+                if last >= 0:
+                    histories[user_id] = (last, None if previous < 0 else previous)
+
+
 def replay(
     machine: Machine, scheduler: Scheduler, predictor: Predictor, correction: CorrectionPolicy,
     progress: Callable[[int], None] | None, progress_every: int,
 ) -> ReplayColumns:
     """Replay in the compiled loop (the configuration must be `covered`), reporting progress as
     the Python loop does (every `progress_every` jobs finished, then the total)."""
-    from hpcpredict.sim import replay_kernel as K
-
     count = len(machine.job_ids)
     kind = predictor_kind(predictor)
     guard = scheduler.starvation_guard_s is not None
@@ -126,52 +206,12 @@ def replay(
     run_s = np.asarray(machine.run_s, dtype=int64)
     procs = np.asarray(machine.procs, dtype=int64)
     requested_s = np.asarray(machine.requested_s, dtype=int64)
-    user_ids = machine.user_ids
-    # Users numbered by id (AVE2's rows); the learner's rows are its features' own (below).
-    distinct_users, first_seen, user_row = np.unique(user_ids, return_index=True, return_inverse=True)
-    user_row = user_row.astype(int64)
-    local_s = np.zeros(0)
-    oracle_s = np.zeros(0, dtype=int64)
-    last_two = np.full((len(distinct_users), 2), -1, dtype=int64)
-    pool = slots = np.zeros((0, 0))
-    users = np.zeros((0, 0))
-    nag_table = np.zeros((1, 1))
-    constants = np.zeros(1)
-    factor = 0.0
-    steps, n_sum = 0, np.zeros(1)
-    abs_negative = outlier_after = 0
-    if kind == K.CLAIRVOYANT:
-        runtimes = predictor._runtimes_s  # type: ignore[attr-defined]
-        oracle_s = np.fromiter((runtimes[job_id] for job_id in machine.job_ids.tolist()),
-                               dtype=int64, count=count)
-    elif kind == K.AVE2:
-        histories = predictor._last_two_s  # type: ignore[attr-defined]
-        for row, user_id in enumerate(distinct_users.tolist()):
-            history = histories.get(user_id)
-            if history is not None:
-                last_two[row] = (history[0], -1 if history[1] is None else history[1])
-    elif kind == K.LEARNED:
-        from hpcpredict.learn.predictor import OUTLIER_AFTER_STEPS, OUTLIER_SCALE_FACTOR
-
-        features = predictor.features  # type: ignore[attr-defined]
-        # Each user's row of the learner's features, made now (zeroed, as at a first submission)
-        # for users never seen, so that the kernel never grows the table.
-        # made in the order users first appear, as the Python loop makes them (zeroed, as at a
-        # first submission), before the replay, so that the kernel never grows the table.
-        rows = np.zeros(len(distinct_users), dtype=int64)
-        for k in np.argsort(first_seen).tolist():
-            rows[k] = features._row(int(distinct_users[k]))
-        user_row = rows[user_row]
-        users = features.table
-        local_s = features._clock.local_seconds(submit_s)
-        nag = predictor.nag  # type: ignore[attr-defined]
-        nag_table, constants = nag.table, predictor._step_constants  # type: ignore[attr-defined]
-        factor = OUTLIER_SCALE_FACTOR
-        outlier_after = OUTLIER_AFTER_STEPS
-        steps, n_sum = nag.state.t, np.array([nag.state.n_sum])
-        abs_negative = int(predictor._abs_negative)  # type: ignore[attr-defined]
-        pool = np.zeros((_FIRST_POOL_ROWS, nag.n_coords))
-        slots = np.zeros((_FIRST_POOL_ROWS, 4))
+    # Users numbered by id (AVE2's rows; the learner's are its features' own).
+    distinct_users, first_seen, user_row = np.unique(machine.user_ids, return_index=True,
+                                                     return_inverse=True)
+    arrays = _PredictorArrays.of(predictor, kind, machine, distinct_users, first_seen,
+                                 user_row.astype(int64))
+    pool, slots = arrays.pool, arrays.slots
     free_rows = np.arange(len(pool) - 1, -1, -1, dtype=int64)
     pool_of = np.full(count, -1, dtype=int64)
     start_s = np.full(count, -1, dtype=int64)
@@ -184,7 +224,7 @@ def replay(
     unpinned = np.zeros(max(count, 1), dtype=int64)
     unpinned_at = np.full(count, -1, dtype=int64)
     state = np.zeros(K.STATE_SIZE, dtype=int64)
-    state[K.STEPS_AT] = steps
+    state[K.STEPS_AT] = arrays.steps
     state[K.FREE_ROWS_AT] = len(free_rows)
     config = np.zeros(K.CONFIG_SIZE, dtype=int64)
     config[K.PREDICTOR_AT] = kind
@@ -192,9 +232,9 @@ def replay(
     config[K.ORDER_AT] = _ORDERS[scheduler.backfill_order]
     config[K.GUARD_AT] = guard
     config[K.PROMISE_AT] = guard and scheduler.guard_rule == "promise"
-    config[K.ABS_NEGATIVE_AT] = abs_negative
+    config[K.ABS_NEGATIVE_AT] = arrays.abs_negative
     config[K.PINS_AT] = scheduler.guard_pins_running
-    config[K.OUTLIER_AFTER_AT] = outlier_after
+    config[K.OUTLIER_AFTER_AT] = arrays.outlier_after
     steps_s = np.array(INCREMENTAL_STEPS_S, dtype=int64)
     profile = machine.profile
     by_request = machine.by_request if machine.by_request is not None else profile
@@ -202,11 +242,12 @@ def replay(
     while True:
         stop_at = count + 1 if progress is None else reported + progress_every
         status = K.replay(
-            submit_s, run_s, procs, requested_s, user_row, local_s, oracle_s,
-            machine.queue, profile, by_request,
-            nag_table, constants, factor, users, slots, pool, pool_of, free_rows, last_two,
+            submit_s, run_s, procs, requested_s, arrays.user_row, arrays.local_s,
+            arrays.oracle_s, machine.queue, profile, by_request,
+            arrays.nag_table, arrays.constants, arrays.factor, arrays.users, slots, pool,
+            pool_of, free_rows, arrays.last_two,
             start_s, prediction_s, initial_s, corrections, backfilled, first_reserved_s,
-            heap, unpinned, unpinned_at, state, n_sum, config, steps_s, stop_at,
+            heap, unpinned, unpinned_at, state, arrays.n_sum, config, steps_s, stop_at,
         )
         if status == K.DONE:
             break
@@ -226,15 +267,7 @@ def replay(
         progress(finished)
     if int(state[K.FINISHED_AT]) != count:
         raise AssertionError(f"{count - int(state[K.FINISHED_AT])} jobs never finished")
-    if kind == K.LEARNED:
-        predictor.nag.state.t = int(state[K.STEPS_AT])  # type: ignore[attr-defined]
-        predictor.nag.state.n_sum = float(n_sum[0])  # type: ignore[attr-defined]
-    elif kind == K.AVE2:
-        histories = predictor._last_two_s  # type: ignore[attr-defined]
-        for row, user_id in enumerate(distinct_users.tolist()):
-            last, previous = last_two[row].tolist()
-            if last >= 0:
-                histories[user_id] = (last, None if previous < 0 else previous)
+    arrays.write_back(predictor, kind, distinct_users, int(state[K.STEPS_AT]))
     return ReplayColumns(
         start_s=start_s.tolist(),
         initial_prediction_s=initial_s.tolist(),
@@ -259,8 +292,6 @@ def _grown_pool(pool: np.ndarray, slots: np.ndarray) -> tuple[np.ndarray, np.nda
 
 def _raise(machine: Machine, correction: CorrectionPolicy, status: int, state: np.ndarray) -> None:
     """The error the Python loop raises for what stopped the compiled one."""
-    from hpcpredict.sim import replay_kernel as K
-
     job = int(state[K.ERROR_JOB_AT])
     if status == K.BAD_CORRECTION:
         raise AssertionError(
