@@ -170,6 +170,7 @@ def kth():
     return load_workload(shared_log("KTH-SP2-1996-2.swf.gz"))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("spec", REAL_CONFIGURATIONS, ids=lambda spec: (
     f"{spec.scheduler}-{spec.predictor}-{spec.correction}-{spec.starvation_guard_s}-{spec.guard_rule}"))
 def test_the_compiled_loop_replays_kth_sp2_as_the_python_loop(kth, spec):
@@ -181,6 +182,7 @@ def test_the_compiled_loop_replays_kth_sp2_as_the_python_loop(kth, spec):
                             lambda: build_predictor(spec, kth), spec.correction))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("log, procs", [("SDSC-BLUE-2000-4.1-cln.swf.gz", None),
                                         ("CEA-Curie-2011-2.1-cln.swf.gz", 80_640)])
 def test_the_compiled_loop_replays_the_large_logs_as_the_python_loop(log, procs):
