@@ -1,5 +1,6 @@
 """The whole replay loop of `simulation.Simulation` as one compiled function, for the
-configurations that need nothing but arrays (`Simulation._compiled_loop`, which says which).
+configurations that need nothing but arrays (`compiled_replay.covered` says which; its
+`replay` drives this one).
 
 Why: after the scheduling pass, the feature state and the learner were compiled (issue 13,
 issue 31's round 3), a replay was still ~30 Python calls per job between compiled kernels,
