@@ -16,26 +16,22 @@ from hypothesis import strategies as st
 from hpcpredict.corrections import CORRECTIONS, make_correction
 from hpcpredict.jobs import Job, JobRequest
 from hpcpredict.learn.predictor import LearnedPredictor
-from hpcpredict.predictors import Ave2Predictor, ClairvoyantPredictor, RequestedPredictor
+from hpcpredict.predictors import Ave2Predictor
 from hpcpredict.sim import SCHEDULERS, compiled_replay
 from hpcpredict.sim.simulation import Simulation
 from hpcpredict.sim.runner import RunSpec, build_predictor
 from hpcpredict.workload import load_workload
 
 from conftest import shared_log
+from test_simulation import build_predictor as build_test_predictor, workloads
 
 COLUMNS = ("start_s", "initial_prediction_s", "final_prediction_s", "corrections", "backfilled",
            "first_reserved_start_s")
 
 
 def predictor_named(name: str, jobs: list[Job]):
-    if name == "requested":
-        return RequestedPredictor()
-    if name == "clairvoyant":
-        return ClairvoyantPredictor({job.job_id: job.run_s for job in jobs})
-    if name == "ave2":
-        return Ave2Predictor()
-    return LearnedPredictor()
+    """test_simulation's predictors by name, and the learner."""
+    return LearnedPredictor() if name == "learned" else build_test_predictor(name, jobs)
 
 
 def both_loops(jobs, machine, scheduler, predictor_of, correction, progress_every=5000):
@@ -66,20 +62,6 @@ def assert_same(compiled, python) -> None:
         assert len(fast_predictor.features.users) == len(slow_predictor.features.users)
     if isinstance(fast_predictor, Ave2Predictor):
         assert fast_predictor._last_two_s == slow_predictor._last_two_s
-
-
-@st.composite
-def workloads(draw, max_jobs: int = 40):
-    machine = draw(st.integers(1, 16))
-    submit = 0
-    jobs = []
-    for job_id in range(draw(st.integers(1, max_jobs))):
-        submit += draw(st.integers(0, 30))
-        run_s = draw(st.integers(1, 200))
-        requested = run_s + draw(st.integers(0, 300))
-        jobs.append(Job(JobRequest(job_id + 1, submit, draw(st.integers(1, machine)), requested,
-                                   draw(st.integers(1, 3))), run_s))
-    return machine, jobs
 
 
 GUARDS = st.sampled_from([None, ("wait", 0), ("wait", 60), ("wait", 200), ("promise", 100),

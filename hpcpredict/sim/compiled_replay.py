@@ -100,9 +100,9 @@ class ReplayColumns:
 
 @dataclass
 class Machine:
-    """The replay's job columns and the tables the Python objects own (`simulation.Simulation`
-    builds them: the waiting queue's, with the guard's due times written, and the running
-    profiles'; `by_request` None when the guard is off)."""
+    """The replay's job columns (int64 arrays) and the tables the Python objects own
+    (`simulation.Simulation` builds them: the waiting queue's, with the guard's due times
+    written, and the running profiles'; `by_request` None when the guard is off)."""
 
     job_ids: np.ndarray
     user_ids: np.ndarray
@@ -202,10 +202,6 @@ def replay(
     kind = predictor_kind(predictor)
     guard = scheduler.starvation_guard_s is not None
     int64 = np.int64
-    submit_s = np.asarray(machine.submit_s, dtype=int64)
-    run_s = np.asarray(machine.run_s, dtype=int64)
-    procs = np.asarray(machine.procs, dtype=int64)
-    requested_s = np.asarray(machine.requested_s, dtype=int64)
     # Users numbered by id (AVE2's rows; the learner's are its features' own).
     distinct_users, first_seen, user_row = np.unique(machine.user_ids, return_index=True,
                                                      return_inverse=True)
@@ -242,7 +238,8 @@ def replay(
     while True:
         stop_at = count + 1 if progress is None else reported + progress_every
         status = K.replay(
-            submit_s, run_s, procs, requested_s, arrays.user_row, arrays.local_s,
+            machine.submit_s, machine.run_s, machine.procs, machine.requested_s, arrays.user_row,
+            arrays.local_s,
             arrays.oracle_s, machine.queue, profile, by_request,
             arrays.nag_table, arrays.constants, arrays.factor, arrays.users, slots, pool,
             pool_of, free_rows, arrays.last_two,

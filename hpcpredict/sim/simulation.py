@@ -294,11 +294,11 @@ class Simulation:
 
     def _job_column(self, name: str) -> np.ndarray:
         """A field of every job (its request's, or `run_s`) as an int64 array (a `JobTable`'s own
-        column)."""
+        column, else the replay's own list of it where there is one)."""
         if isinstance(self.jobs, JobTable):
             return np.asarray(self.jobs.columns[name], dtype=np.int64)
-        if name == "run_s":
-            return np.asarray(self.run_s, dtype=np.int64)
+        if name in ("submit_s", "run_s", "procs", "requested_s"):
+            return np.asarray(getattr(self, name), dtype=np.int64)
         return np.fromiter((getattr(job.request, name) for job in self.jobs), dtype=np.int64,
                            count=len(self.jobs))
 
