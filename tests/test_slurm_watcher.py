@@ -222,6 +222,33 @@ def test_slurm_unreachable_is_counted_not_fatal(service: PredictionService) -> N
     assert report.errors == 1 and "Unable to contact" in report.last_error
 
 
+def test_a_poll_that_raises_outside_any_job_does_not_end_the_watchers_thread(
+    service: PredictionService,
+) -> None:
+    """Its thread is the only one that corrects: a failure outside the per-job handling (here
+    the clock, once) is logged and counted, and the next poll comes as usual."""
+    slurm = ScriptedSlurm()
+    slurm.jobs_by_id[1] = Job(1)
+    calls = []
+
+    def flaky_clock() -> float:
+        calls.append(None)
+        if len(calls) == 1:
+            raise RuntimeError("clock went away")
+        return 1_000
+
+    watcher = SlurmWatcher(slurm, service.record, service.job_status, interval_s=0.01, clock=flaky_clock)
+    watcher.start()
+    try:
+        deadline = time.monotonic() + 30
+        while watcher.report.reported == 0 and time.monotonic() < deadline:
+            time.sleep(0.01)
+    finally:
+        watcher.stop()
+    assert watcher.report.errors >= 1 and "clock went away" in watcher.report.last_error
+    assert watcher.report.reported == 1 and service.job_status(1) == "submitted"
+
+
 # ---------------------------------------------------------------------- the starvation guard
 DAY = 86_400
 LOWERED = PredictionTag(3600, 540, "lower").format()  # the plugin in lower mode: limit 9 min

@@ -127,7 +127,11 @@ class SlurmWatcher:
 
     def _run(self) -> None:
         while not self._stop.is_set():
-            self.poll()
+            try:
+                self.poll()
+            except Exception as error:  # noqa: BLE001 - a dead thread would stop every correction
+                logger.exception("SLURM watcher: the poll failed; trying again in %g s", self.interval_s)
+                self._failed(f"the poll failed: {error!r}")
             self._stop.wait(self.interval_s)
 
     def poll(self) -> WatchReport:
