@@ -19,7 +19,7 @@ from click.testing import CliRunner
 from hpcpredict.cli import main
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
-COMMANDS = sorted(main.commands)
+COMMANDS = sorted(main.all_commands())
 
 
 def examples(command: click.Command) -> list[list[str]]:
@@ -48,7 +48,7 @@ def examples(command: click.Command) -> list[list[str]]:
 def parse(words: list[str]) -> click.Context:
     """Parse one example as `hpcpredict` would, without running it."""
     name, *args = words
-    command = main.commands[name]
+    command = main.all_commands()[name]
     return command.make_context(f"hpcpredict {name}", args)
 
 
@@ -65,7 +65,7 @@ def test_every_example_parses_with_todays_option_names(
     name: str | None, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.chdir(REPO_ROOT)  # the examples' files are the repository's
-    command = main if name is None else main.commands[name]
+    command = main if name is None else main.all_commands()[name]
     for words in examples(command):
         if name is not None:
             assert words[0] == name, f"{name}'s help shows an example of {words[0]}"

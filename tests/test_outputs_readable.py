@@ -133,7 +133,7 @@ def test_tracked_campaigns_keep_their_documented_results_folder() -> None:
 def _examples() -> list[list[str]]:
     from test_cli_help import examples
 
-    return [words for command in [main, *main.commands.values()] for words in examples(command)]
+    return [words for command in [main, *main.all_commands().values()] for words in examples(command)]
 
 
 WRITING_OPTIONS = ("--db", "--out", "-o", "--output", "--csv", "--plots", "--store")

@@ -53,7 +53,7 @@ def heavy_modules_after(runs: list[list[str]], preload: tuple[str, ...] = ()) ->
 def test_help_of_the_command_and_of_every_subcommand_imports_no_heavy_library() -> None:
     from hpcpredict.cli import main
 
-    runs = [["--help"], ["--version"]] + [[name, "--help"] for name in sorted(main.commands)]
+    runs = [["--help"], ["--version"]] + [[name, "--help"] for name in sorted(main.all_commands())]
     assert heavy_modules_after(runs) == []
 
 
@@ -70,3 +70,36 @@ def test_packages_still_export_their_names_lazily(module: str) -> None:
         assert getattr(package, name) is not None
     with pytest.raises(AttributeError):
         package.no_such_name  # noqa: B018
+
+
+def test_a_command_imports_only_its_own_module_of_the_cli() -> None:
+    """`hpcpredict simulate` does not import the daemon's, campaigns', tune's or SLURM replay's
+    command modules (hpcpredict.cli.LazyCommands)."""
+    probe = (
+        "import sys\nfrom hpcpredict.cli import main\n"
+        "try:\n    main(['simulate', '--help'], prog_name='hpcpredict')\nexcept SystemExit:\n    pass\n"
+        "print(sorted(m for m in sys.modules if m.startswith('hpcpredict.cli.')))"
+    )
+    env = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
+    done = subprocess.run([sys.executable, "-c", probe], cwd=REPO_ROOT, env=env, capture_output=True,
+                          text=True, timeout=120, check=True)
+    loaded = set(eval(done.stdout.strip().splitlines()[-1]))  # noqa: S307 - our own probe's list
+    assert "hpcpredict.cli.simulate" in loaded
+    assert not loaded & {"hpcpredict.cli.daemon", "hpcpredict.cli.campaign", "hpcpredict.cli.replay",
+                         "hpcpredict.cli.tune", "hpcpredict.cli.info"}, loaded
+
+
+def test_every_command_defined_in_the_cli_modules_is_listed() -> None:
+    """A command added to a module but not to `COMMAND_MODULES` would be unreachable."""
+    import importlib
+
+    import click
+
+    from hpcpredict.cli import COMMAND_MODULES, main
+
+    defined = set()
+    for module_name in set(COMMAND_MODULES.values()):
+        module = importlib.import_module(f"hpcpredict.cli.{module_name}")
+        defined |= {value.name for value in vars(module).values()
+                    if isinstance(value, click.Command) and value.callback.__module__ == module.__name__}
+    assert defined == set(main.all_commands())

@@ -11,22 +11,54 @@
 
 Each command module imports only options.py and common.py of this package, never this file, so
 the package has no import cycle; expensive imports (SQLAlchemy, pandas, matplotlib) wait inside
-the commands, so `--help` stays quick.
+the commands, so `--help` stays quick; and a command's module is imported only when that command
+runs (`LazyCommands`), so `simulate` does not pay for the daemon's or the campaigns' modules.
 """
 
 from __future__ import annotations
 
+import importlib
+
 import click
 
-from hpcpredict.cli.campaign import campaign, campaign_report
-from hpcpredict.cli.daemon import errors, report, serve, slurm_convert, train
-from hpcpredict.cli.info import info
-from hpcpredict.cli.replay import replay_compare, replay_slurm
-from hpcpredict.cli.simulate import predict_eval, simulate
-from hpcpredict.cli.tune import tune
+# Each command's module, imported when the command runs (or its help is shown): `hpcpredict
+# simulate` does not import the daemon's, the campaigns' or the SLURM replay's modules.
+COMMAND_MODULES = {
+    "info": "info",
+    "simulate": "simulate",
+    "predict-eval": "simulate",
+    "campaign": "campaign",
+    "campaign-report": "campaign",
+    "serve": "daemon",
+    "train": "daemon",
+    "errors": "daemon",
+    "report": "daemon",
+    "slurm-convert": "daemon",
+    "replay-slurm": "replay",
+    "replay-compare": "replay",
+    "tune": "tune",
+}
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+class LazyCommands(click.Group):
+    """A group whose commands are imported by name on first use (click's documented pattern for
+    lazily loaded subcommands); `commands` holds those loaded so far."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted(set(COMMAND_MODULES) | set(self.commands))
+
+    def get_command(self, ctx: click.Context | None, cmd_name: str) -> click.Command | None:
+        if cmd_name not in self.commands and cmd_name in COMMAND_MODULES:
+            module = importlib.import_module(f"hpcpredict.cli.{COMMAND_MODULES[cmd_name]}")
+            self.add_command(getattr(module, cmd_name.replace("-", "_")), cmd_name)
+        return self.commands.get(cmd_name)
+
+    def all_commands(self) -> dict[str, click.Command]:
+        """Every command, loaded: for tests and documentation that walk them all."""
+        return {name: self.get_command(None, name) for name in self.list_commands(click.Context(self))}
+
+
+@click.group(cls=LazyCommands, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
 @click.version_option(package_name="hpcpredict")
 def main() -> None:
     """Predict HPC job runtimes online and measure what it does to backfilling schedulers.
@@ -41,9 +73,5 @@ def main() -> None:
       hpcpredict campaign sim/smoke.toml
     """
 
-
-for _command in (info, simulate, predict_eval, campaign, campaign_report, serve, train, errors, report,
-                 slurm_convert, replay_slurm, replay_compare, tune):
-    main.add_command(_command)
 
 __all__ = ["main"]
