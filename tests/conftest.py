@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import NoReturn
 
 import pytest
+from hypothesis import settings
 from sqlalchemy.engine import make_url
 
 from hpcpredict.daemon.config import DaemonConfig
@@ -30,9 +31,32 @@ BLUE_LOG = "SDSC-BLUE-2000-4.1-cln.swf.gz"
 CURIE_LOG = "CEA-Curie-2011-2.1-cln.swf.gz"
 
 
+# Hypothesis's 200 ms deadline per example measures the machine, not the code: the suite runs in
+# four processes on two cores beside SLURM clusters, and a slow example is not a wrong one.
+settings.register_profile("hpcpredict", deadline=None)
+settings.load_profile("hpcpredict")
+
+# The files whose tests mostly wait (real SLURM jobs running, the chroots' suites, the quick start
+# as SlurmUser), longest first: collected first, so that pytest-xdist (``-n 4 --dist loadfile``,
+# the README's test command) starts them at once and the other workers run the rest meanwhile,
+# instead of the waits queueing at the end behind the alphabet.
+LONG_WAITING_FILES = (
+    "test_slurm_e2e.py", "test_slurm_versions.py", "test_quickstart_cluster.py", "test_slurm_replay.py",
+    "test_site_install.py", "test_slurm_jobcomp_reload.py",
+)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    rank = {name: index for index, name in enumerate(LONG_WAITING_FILES)}
+    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # stable: the rest as collected
+
+
 def pytest_sessionstart(session: pytest.Session) -> None:
     """The one set-up step of the README's test command: the Debian packages the servers need,
-    installed before any test is collected (tests/system_packages.py says when and why)."""
+    installed before any test is collected (tests/system_packages.py says when and why); by the
+    controlling process only, not again by each pytest-xdist worker."""
+    if hasattr(session.config, "workerinput"):
+        return
     reporter = session.config.pluginmanager.get_plugin("terminalreporter")
 
     def say(line: str) -> None:

@@ -10,6 +10,7 @@ are skipped — or fail, when ``HPCPREDICT_REQUIRE_SERVERS=1`` (CI).
 
 from __future__ import annotations
 
+import fcntl
 import os
 import random
 import re
@@ -97,14 +98,19 @@ def wait_for(condition: Callable[[], object], timeout_s: float, what: str,
 
 
 def ensure_munge() -> None:
-    if subprocess.run(["pgrep", "-x", "munged"], capture_output=True).returncode == 0:
-        return
-    for directory in ("/run/munge", "/var/log/munge", "/var/lib/munge"):
-        os.makedirs(directory, exist_ok=True)
-        shutil.chown(directory, "munge", "munge")
-    if not os.path.exists("/etc/munge/munge.key"):
-        subprocess.run(["runuser", "-u", "munge", "--", "/usr/sbin/mungekey", "--create"], check=True)
-    subprocess.run(["runuser", "-u", "munge", "--", "/usr/sbin/munged"], check=True)
+    """munged running, started once however many test processes start clusters at the same time
+    (the suite runs in several pytest-xdist workers: the second munged would fail on the first's
+    socket)."""
+    with (Path(tempfile.gettempdir()) / "hpcpredict-munge.lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if subprocess.run(["pgrep", "-x", "munged"], capture_output=True).returncode == 0:
+            return
+        for directory in ("/run/munge", "/var/log/munge", "/var/lib/munge"):
+            os.makedirs(directory, exist_ok=True)
+            shutil.chown(directory, "munge", "munge")
+        if not os.path.exists("/etc/munge/munge.key"):
+            subprocess.run(["runuser", "-u", "munge", "--", "/usr/sbin/mungekey", "--create"], check=True)
+        subprocess.run(["runuser", "-u", "munge", "--", "/usr/sbin/munged"], check=True)
 
 
 class SlurmCluster:

@@ -1,6 +1,6 @@
 """The Debian packages the test suite's servers need, installed in one visible step (issue 28, item 11).
 
-The README's test command (``pip install -e '.[test]' && python -m pytest``) runs on a fresh
+The README's test command (``pip install -e '.[test]' && python -m pytest -n 4 ...``) runs on a fresh
 machine: as root with apt-get, the missing packages below are installed once, in one
 ``apt-get install``, when the session starts (tests/conftest.py, ``pytest_sessionstart``), before
 any test is collected, and the run says so. Never from inside a fixture: a fixture that installed
