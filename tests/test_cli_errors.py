@@ -94,7 +94,8 @@ def test_bad_loss_names_the_option(runner: CliRunner, sample_log: Path) -> None:
     assert "'--loss'" in message
 
 
-@pytest.mark.parametrize("content", [b"", gzip.compress(b"; MaxProcs: 4\n" + b"1 0 0 5 1 -1 -1 1 10 -1 1 1 1 -1 1 -1 -1 -1\n" * 500)[:60]])
+@pytest.mark.parametrize("content", [b"", gzip.compress(b"; MaxProcs: 4\n" + b"1 0 0 5 1 -1 -1 1 10 -1 1 1 1 -1 1 -1 -1 -1\n" * 500, mtime=0)[:60]],
+                         ids=["empty", "truncated gzip"])
 def test_lenient_not_suggested_for_whole_file_faults(runner: CliRunner, tmp_path: Path, content: bytes) -> None:
     log = tmp_path / "log.swf.gz"
     log.write_bytes(content)
