@@ -6,12 +6,11 @@ when jobs ended before their requests or predictions).
 
     python benchmarks/tail_slide.py ../shared/swf/KTH-SP2-1996-2.swf.gz --replicas 10
 
-A second table splits the tail's mean wait into its parts (`wait_parts`): until the job is the
-head of the queue (every job submitted before it has started), from then to the start first
-promised to it, and the slide, split in two: the part the jobs already running when it became
-the head explain (its earliest start had no job been started after that moment: those running
-jobs' real ends, as it needs processors), and the rest, which the jobs started in front of it
-while it was the head (the backfilled ones) explain.
+A second table splits the tail's mean wait into three parts that add up (`wait_parts`): until
+the job is the head of the queue (every job submitted before it has started); from then until the
+jobs already running at that moment have freed the processors it needs (their real ends: its
+earliest start had no job been started after it became the head); and the rest, the delay the
+jobs started in front of it while it was the head (the backfilled ones) caused.
 
 Replicas are those of the campaigns (`sim.shaking.replica`, default shake and seed).
 """
@@ -63,7 +62,7 @@ def main() -> None:
                 float(np.median(requested_s[tail])) / 3600, float(reserved[tail].mean()),
                 float(slide_s[tail].mean()) / 3600, float(wait_s[tail].mean()) / 3600,
             ))
-            parts[name].append(wait_parts(submit_s, procs, columns["run_s"], start_s, promised_s,
+            parts[name].append(wait_parts(submit_s, procs, columns["run_s"], start_s,
                                           log.machine_procs, order, np.flatnonzero(tail & reserved)))
     print(f"{log.name}: {len(log.jobs):,} jobs, {log.machine_procs:,} processors, "
           f"median job {float(np.median(log.jobs.columns['procs'])):.0f} processors; "
@@ -77,43 +76,38 @@ def main() -> None:
             cells.append(f"{statistics.fmean(column):.2f} ({min(column):.2f}-{max(column):.2f})")
         print(f"| {name} | " + " | ".join(cells) + " |")
     print()
-    print("| configuration | tail jobs with a promise: until head h | head to promise h "
-          "| slide the running jobs explain h | slide the backfilled jobs explain h | mean wait h |")
-    print("|---|---|---|---|---|---|")
+    print("| configuration | tail jobs with a promise: until head h | running jobs' hold h "
+          "| backfilled jobs' delay h | mean wait h |")
+    print("|---|---|---|---|---|")
     for name, values in parts.items():
         cells = [f"{statistics.fmean(column):.2f} ({min(column):.2f}-{max(column):.2f})" for column in zip(*values)]
         print(f"| {name} | " + " | ".join(cells) + " |")
 
 
 def wait_parts(submit_s: np.ndarray, procs: np.ndarray, run_s: np.ndarray, start_s: np.ndarray,
-               promised_s: np.ndarray, machine_procs: int, order: np.ndarray,
-               jobs: np.ndarray) -> tuple[float, ...]:
-    """Mean hours, over `jobs`, of: submission to head, head to first promise, the slide the jobs
-    running at the head moment explain, the rest of the slide, and the whole wait."""
+               machine_procs: int, order: np.ndarray, jobs: np.ndarray) -> tuple[float, ...]:
+    """Mean hours, over `jobs`, of: submission to head, head to the moment the jobs running then
+    have freed the job's processors, the rest of its wait (the backfilled jobs' delay), the whole
+    wait."""
     end_s = start_s + np.maximum(run_s, 0)
     rank = np.empty_like(order)
     rank[order] = np.arange(len(order))
     started_before = np.maximum.accumulate(start_s[order])  # max start among the first k+1 in FCFS order
-    sums = np.zeros(5)
+    sums = np.zeros(4)
     for job in jobs:
         k = rank[job]
         head_s = max(int(submit_s[job]), int(started_before[k - 1]) if k else int(submit_s[job]))
         running = (start_s <= head_s) & (end_s > head_s)
         running[job] = False
-        ends = np.sort(end_s[running])
-        held = procs[running][np.argsort(end_s[running], kind="stable")]
+        by_end = np.argsort(end_s[running], kind="stable")
+        ends, held = end_s[running][by_end], procs[running][by_end]
         free_after = machine_procs - held.sum() + np.cumsum(held)  # free processors after each end
         if machine_procs - held.sum() >= procs[job]:
-            running_s = head_s
+            freed_s = head_s
         else:
-            running_s = int(ends[np.searchsorted(free_after, procs[job])])
-        promised = int(promised_s[job])
-        explained = max(0, running_s - promised)
-        slide = int(start_s[job]) - promised
-        sums += (head_s - submit_s[job], promised - head_s, explained, slide - explained,
-                 start_s[job] - submit_s[job])
+            freed_s = int(ends[np.searchsorted(free_after, procs[job])])
+        sums += (head_s - submit_s[job], freed_s - head_s, start_s[job] - freed_s, start_s[job] - submit_s[job])
     return tuple(float(value) / 3600 / max(len(jobs), 1) for value in sums)
-
 
 if __name__ == "__main__":
     main()
