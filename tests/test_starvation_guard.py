@@ -554,3 +554,38 @@ def test_predict_eval_runs_every_predictor_under_the_guard_it_names(options, gua
     learned = json.loads(runner.invoke(main, ["simulate", str(sample), "--no-baseline", "--format",
                                               "json", *options]).output)["runs"][0]["metrics"]
     assert payload["predictors"]["learned(eloss)"]["ave_bsld"] == pytest.approx(learned["ave_bsld"])
+
+
+@pytest.mark.parametrize("value", [1, 0.5, -3, float("inf"), float("nan"), True])
+def test_every_door_refuses_the_same_expansion_factors(value: float, tmp_path: Path) -> None:
+    """The simulator's runs, `tune --xfactors` and the daemon's configuration accept the same
+    expansion factors (`starvation.is_expansion_factor`: finite, above 1), each saying so in its
+    own words."""
+    from hpcpredict.daemon.config import ConfigError, load_config
+    from hpcpredict.sim.tune import parse_xfactors
+
+    assert not starvation.is_expansion_factor(value)
+    with pytest.raises(ValueError, match="expansion factor must be a finite number > 1"):
+        RunSpec("easy-sjbf", "learned", "incremental", starvation_guard_s=86_400, guard_rule="xfactor",
+                guard_xfactor=value)
+    if not isinstance(value, bool):
+        with pytest.raises(ValueError, match="--xfactors takes numbers above 1"):
+            parse_xfactors(str(value))
+    toml = tmp_path / "daemon.toml"
+    toml.write_text(f"[daemon]\nstarvation_guard_xfactor = {str(value).lower()}\n")
+    with pytest.raises(ConfigError, match="starvation_guard_xfactor: expected a number above 1"):
+        load_config(toml)
+
+
+@pytest.mark.parametrize("value", [1.5, 5, 9.0])
+def test_every_door_takes_an_expansion_factor_above_one(value: float, tmp_path: Path) -> None:
+    from hpcpredict.daemon.config import load_config
+    from hpcpredict.sim.tune import parse_xfactors
+
+    assert starvation.is_expansion_factor(value)
+    assert RunSpec("easy-sjbf", "learned", "incremental", starvation_guard_s=86_400, guard_rule="xfactor",
+                   guard_xfactor=value).guard_xfactor == value
+    assert parse_xfactors(str(value)) == (float(value),)
+    toml = tmp_path / "daemon.toml"
+    toml.write_text(f"[daemon]\nstarvation_guard_xfactor = {value}\n")
+    assert load_config(toml).starvation_guard_xfactor == value

@@ -77,6 +77,14 @@ def recent_guard_wait_s(recent_waits_s: Sequence[int], multiple: float, cap_s: i
     return int(min(cap_s, max(RECENT_FLOOR_S, round(multiple * quantile))))
 
 
+def is_expansion_factor(value: object) -> bool:
+    """Whether `value` can be the "xfactor" rule's threshold: a finite number above 1 (a factor of
+    1 is reached at submission, the guard always on; an infinite one is never reached). One test
+    for the simulator's runs, `tune`'s grid and the daemon's configuration, which each say it in
+    their own words."""
+    return not isinstance(value, bool) and isinstance(value, (int, float)) and 1 < value < math.inf
+
+
 def xfactor_guard_wait_s(requested_s: np.ndarray, xfactor: float, cap_s: int) -> np.ndarray:
     """How long each job waits before the "xfactor" rule's guard protects it: until its expansion
     factor by its request, (wait + request) / request, reaches `xfactor`, i.e. `xfactor` - 1 times

@@ -40,7 +40,6 @@ than continue a model under constants it was not trained with.
 from __future__ import annotations
 
 import dataclasses
-import math
 import os
 import tomllib
 from dataclasses import dataclass, field
@@ -51,7 +50,7 @@ from hpcpredict.daemon.paths import default_db_url, state_dir
 from hpcpredict.daemon.readiness import DEFAULT_MIN_TRAINED_JOBS
 from hpcpredict.corrections import CORRECTION_NAMES, make_correction
 from hpcpredict.corrections.policies import CorrectionPolicy
-from hpcpredict.corrections.starvation import DEFAULT_STARVATION_GUARD_S, parse_starvation_guard
+from hpcpredict.corrections.starvation import DEFAULT_STARVATION_GUARD_S, is_expansion_factor, parse_starvation_guard
 from hpcpredict.corrections.survival import DEFAULT_SURVIVAL_QUANTILE
 from hpcpredict.learn.defaults import (
     DEFAULT_CALIBRATION_ALPHA,
@@ -301,7 +300,7 @@ def _check_xfactor(xfactor: object, guard_s: int | None) -> None:
     and only with a guard: its duration is the rule's cap, and "off" means no guard at all."""
     if xfactor is None:
         return
-    if isinstance(xfactor, bool) or not isinstance(xfactor, (int, float)) or not 1 < xfactor < math.inf:
+    if not is_expansion_factor(xfactor):
         raise ConfigError(f"starvation_guard_xfactor: expected a number above 1 such as 5 (the "
                           f"expansion factor, (wait + request) / request, that turns the guard on), "
                           f"got {xfactor!r}")

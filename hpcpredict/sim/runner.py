@@ -28,7 +28,7 @@ from hpcpredict.learn.defaults import (
     NegativeRule,
 )
 from hpcpredict.learn.losses import parse_loss
-from hpcpredict.corrections.starvation import STARVATION_RULES, STARVATION_SCOPES
+from hpcpredict.corrections.starvation import STARVATION_RULES, STARVATION_SCOPES, is_expansion_factor
 from hpcpredict.sim.backfill_orders import BACKFILL_ORDERS
 from hpcpredict.sim.replica_stats import PairedDifference, mean_ci, paired_difference
 from hpcpredict.sim.shaking import DEFAULT_SEED, DEFAULT_SHAKE_S, replica
@@ -171,9 +171,8 @@ class RunSpec:
             raise ValueError("guard_recent_multiple is the \"recent\" guard rule's setting; "
                              f"the rule is {self.guard_rule!r}")
         if self.guard_rule == "xfactor":
-            if isinstance(self.guard_xfactor, bool) or not isinstance(self.guard_xfactor, (int, float)) \
-                    or not self.guard_xfactor > 1:
-                raise ValueError(f"the xfactor rule's expansion factor must be a number > 1, got "
+            if not is_expansion_factor(self.guard_xfactor):
+                raise ValueError(f"the xfactor rule's expansion factor must be a finite number > 1, got "
                                  f"{self.guard_xfactor!r}")
         elif self.guard_xfactor is not None:
             raise ValueError("guard_xfactor is the \"xfactor\" guard rule's setting; "

@@ -38,7 +38,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
-from hpcpredict.corrections.starvation import DEFAULT_STARVATION_GUARD_S, parse_starvation_guard
+from hpcpredict.corrections.starvation import DEFAULT_STARVATION_GUARD_S, is_expansion_factor, parse_starvation_guard
 from hpcpredict.sim.campaign import Cell, LogEntry
 from hpcpredict.sim.replica_stats import Estimate, PairedDifference, mean_ci, paired_difference
 from hpcpredict.sim.runner import RunSpec
@@ -126,7 +126,7 @@ def parse_xfactors(text: str) -> tuple[float, ...]:
             factor = float(item)
         except ValueError:
             raise ValueError(f"--xfactors takes numbers above 1 such as 3,5 (or none), got {item!r}") from None
-        if not factor > 1:
+        if not is_expansion_factor(factor):
             raise ValueError(f"--xfactors takes numbers above 1 such as 3,5 (or none), got {item!r}")
         factors.add(factor)
     if not factors:
