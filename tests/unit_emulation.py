@@ -15,9 +15,10 @@ and does what each directive does, by other means, inside a `SiteNamespace` (tes
 | ``ProtectHome=yes`` | /home, /root and /run/user made empty and inaccessible (tmpfs, mode 000) |
 | ``NoNewPrivileges=yes`` | ``setpriv --no-new-privs`` |
 | ``CapabilityBoundingSet=`` (empty) | ``setpriv --bounding-set -all --inh-caps -all`` |
-| ``ExecStart=``, ``KillSignal=``, ``TimeoutStopSec=`` | the command, started as above (``systemctl`` returns once it runs, as with ``Type=exec``); stopped with that signal, waited that long |
+| ``ExecStart=``, ``KillSignal=``, ``TimeoutStopSec=`` | the command, started as above; stopped with that signal, waited that long |
+| ``Type=notify``, ``NotifyAccess=main``, ``TimeoutStartSec=`` | ``$NOTIFY_SOCKET`` names an abstract datagram socket a listener holds in the namespace, and `start` returns once READY=1 arrives, as ``systemctl start`` does (failing if the command exits first or TimeoutStartSec= passes); what the daemon said is kept (`notifications`) |
 
-Not emulated, and why (`NOT_EMULATED`): supervision and ordering (``Type=``, ``Restart=``,
+Not emulated, and why (`NOT_EMULATED`): supervision and ordering (``Restart=``,
 ``RestartSec=``, ``Before=``...), and the kernel-level sandboxing (seccomp, namespaces, device and
 kernel protections), which only forbid what the daemon never does; ``systemd-analyze verify``
 checks their syntax (tests/test_deploy.py). A directive in neither list stops the test: a change
@@ -26,16 +27,19 @@ to the unit must be reflected here.
 
 from __future__ import annotations
 
+import os
 import pwd
+import queue
 import shlex
 import signal
 import subprocess
+import threading
+import time
 from dataclasses import dataclass, field
 
 from site_install import SiteNamespace
 
 NOT_EMULATED = {
-    "Type": "supervision: the command is started directly",
     "Restart": "supervision: a failure fails the test instead",
     "RestartSec": "supervision",
     "PrivateDevices": "kernel sandboxing: the daemon opens no device",
@@ -50,8 +54,17 @@ EMULATED = {
     "User", "Group", "Environment", "UMask", "LimitNOFILE", "RuntimeDirectory", "RuntimeDirectoryMode",
     "StateDirectory", "StateDirectoryMode", "CacheDirectory", "CacheDirectoryMode", "ProtectSystem",
     "ReadWritePaths", "PrivateTmp", "ProtectHome", "NoNewPrivileges", "CapabilityBoundingSet",
-    "ExecStart", "KillSignal", "TimeoutStopSec",
+    "ExecStart", "KillSignal", "TimeoutStopSec", "Type", "NotifyAccess", "TimeoutStartSec",
 }
+# Holds the notify socket in the namespace and prints each datagram on a line ("|" for newlines).
+NOTIFY_LISTENER = (
+    "import socket, sys\n"
+    "channel = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)\n"
+    "channel.bind('\\0' + sys.argv[1])\n"
+    "print('listening', flush=True)\n"
+    "while True:\n"
+    "    print(channel.recv(65536).decode(errors='replace').replace('\\n', '|'), flush=True)\n"
+)
 DIRECTORY_ROOTS = {"RuntimeDirectory": "/run", "StateDirectory": "/var/lib", "CacheDirectory": "/var/cache"}
 DIRECTORY_VARIABLES = {"RuntimeDirectory": "RUNTIME_DIRECTORY", "StateDirectory": "STATE_DIRECTORY",
                        "CacheDirectory": "CACHE_DIRECTORY"}
@@ -108,6 +121,8 @@ class EmulatedUnit:
         self.log_path = site.scratch.parent / f"{site.scratch.name}-unit.log"
         self.unit: Unit | None = None
         self.nofile: int | None = None
+        self.listener: subprocess.Popen | None = None
+        self.notifications: list[str] = []  # what the daemon told systemd, one datagram each
 
     def read(self) -> Unit:
         """The unit file as installed in the namespace (the quick start copies deploy/'s)."""
@@ -128,6 +143,12 @@ class EmulatedUnit:
             "HOME": account.pw_dir, "USER": user, "LOGNAME": user, "SHELL": account.pw_shell, "LANG": "C.UTF-8",
             **{DIRECTORY_VARIABLES[key]: path for key, path in directories.items()},
         }
+        if unit.one("Type", "simple") not in ("notify", "exec", "simple"):
+            raise UnknownDirective(f"Type={unit.one('Type')}: only notify, exec and simple are emulated")
+        if unit.one("Type", "simple") == "notify":
+            if unit.one("NotifyAccess", "main") != "main":
+                raise UnknownDirective(f"NotifyAccess={unit.one('NotifyAccess')}: only main is emulated")
+            environment["NOTIFY_SOCKET"] = "@" + self._listen()
         for value in unit.service.get("Environment", []):
             for assignment in shlex.split(value):
                 name, _, setting = assignment.partition("=")
@@ -146,6 +167,38 @@ class EmulatedUnit:
         self.process = subprocess.Popen(
             self.site.enter(["unshare", "--mount", "--propagation", "private", "sh", "-c", script]),
             stdout=log, stderr=subprocess.STDOUT, env={"PATH": "/usr/sbin:/usr/bin:/sbin:/bin"})
+        if unit.one("Type", "simple") == "notify":
+            self._wait_ready(float(unit.one("TimeoutStartSec", "90")))
+
+    def _listen(self) -> str:
+        """A listener on a fresh abstract socket in the namespace (the daemon's network namespace:
+        abstract sockets are per network namespace, not per mount namespace); its name."""
+        name = f"hpcpredict-notify-{os.getpid()}-{id(self)}"
+        self.notifications = []
+        self.listener = subprocess.Popen(self.site.enter(["/usr/bin/python3", "-c", NOTIFY_LISTENER, name]),
+                                         stdout=subprocess.PIPE, text=True)
+        assert self.listener.stdout.readline().strip() == "listening"
+        self._received: queue.Queue[str] = queue.Queue()
+
+        def pump() -> None:
+            for line in self.listener.stdout:
+                self._received.put(line.rstrip("\n").replace("|", "\n"))
+
+        threading.Thread(target=pump, daemon=True).start()
+        return name
+
+    def _wait_ready(self, timeout_s: float) -> None:
+        """`systemctl start` of a Type=notify unit: until READY=1 (or the command's exit)."""
+        deadline = time.monotonic() + timeout_s
+        while "READY=1" not in [line for message in self.notifications for line in message.split("\n")]:
+            if self.process.poll() is not None:
+                raise AssertionError(f"the daemon exited ({self.process.returncode}) before READY=1:\n{self.log()}")
+            if time.monotonic() > deadline:
+                raise AssertionError(f"no READY=1 within TimeoutStartSec={timeout_s:g}:\n{self.log()}")
+            try:
+                self.notifications.append(self._received.get(timeout=0.2))
+            except queue.Empty:
+                pass
 
     def _nofile(self, asked: str) -> int | None:
         """LimitNOFILE=, or this machine's hard cap where even root may not go above it (a
@@ -208,8 +261,21 @@ class EmulatedUnit:
                 self.process.wait(10)
         for name in unit.words("RuntimeDirectory"):
             self.site.shell(f"umount /run/{name} 2>/dev/null || true; rm -rf /run/{name}")
+        if self.listener is not None:
+            self._drain_notifications()
+            self.listener.kill()
+            self.listener.wait(10)
+            self.listener = None
         status, self.process = self.process.returncode, None
         return status
+
+    def _drain_notifications(self) -> None:
+        deadline = time.monotonic() + 2  # the last datagram (STOPPING=1) may still be in the pipe
+        while time.monotonic() < deadline and not any("STOPPING=1" in m for m in self.notifications):
+            try:
+                self.notifications.append(self._received.get(timeout=0.2))
+            except queue.Empty:
+                pass
 
     def log(self) -> str:
         return self.log_path.read_text(errors="replace")[-5000:] if self.log_path.exists() else ""

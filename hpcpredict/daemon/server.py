@@ -42,6 +42,7 @@ from hpcpredict.daemon.service import PredictionService
 from hpcpredict.daemon.socket_server import SocketServer, start_socket
 from hpcpredict.daemon.spool import SPOOL_CHUNK_LINES, SpoolIngestion
 from hpcpredict.daemon.writer import DEFAULT_MAX_BACKLOG, StoreWriter, WriterBusyError, WriterStoppedError
+from hpcpredict.daemon.systemd_notify import notify
 from hpcpredict.job_events import JobEvent
 from hpcpredict.jobs import JobRequest
 
@@ -178,8 +179,11 @@ class Daemon:
                 self.integrity_watch = IntegrityWatch(self.service, self.integrity_interval_s)
                 self.integrity_watch.start()
             self.ready.set()
+            notify("READY=1", f"STATUS=serving on {path} (model: {self.service.model_updates} updates)")
             await self._stop.wait()
         finally:
+            if self.ready.is_set():
+                notify("STOPPING=1")
             if self.watcher is not None:  # its calls need the loop: stop it from a thread
                 await asyncio.get_running_loop().run_in_executor(None, self.watcher.stop)
             if self.integrity_watch is not None:
