@@ -295,7 +295,10 @@ def test_jobs_without_a_time_limit_pass_untouched(cluster: SlurmCluster, daemon:
         wait_for(lambda: any("has no time limit: not recorded" in line for line in mentions()), 60,
                  f"the watcher's word on job {job_id}")
     except AssertionError as error:
-        raise AssertionError(f"{error}\nserve.log:\n{daemon.log()}") from None
+        daemon.process.send_signal(signal.SIGUSR1)  # every thread's stack to serve.log: where is the watcher?
+        time.sleep(2)
+        log = (cluster.dir / "serve.log").read_text(errors="replace")[-20_000:]
+        raise AssertionError(f"{error}\nserve.log, with the daemon's threads' stacks:\n{log}") from None
     time.sleep(5)
     assert not any("ERROR" in line for line in mentions()), mentions()
     assert sum("has no time limit: not recorded" in line for line in mentions()) == 1, mentions()

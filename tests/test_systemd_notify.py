@@ -1,6 +1,7 @@
 """`Type=notify` (deploy/hpcpredict.service): the daemon tells systemd READY=1 once it answers on its
 socket, and STOPPING=1 when it stops; sd_notify's protocol spoken to a real datagram socket, as
-systemd listens on one (hpcpredict/daemon/systemd_notify.py)."""
+systemd listens on one (hpcpredict/daemon/systemd_notify.py). And ``kill -USR1``, which an admin
+(or a test) sends to a daemon that seems stuck: every thread's stack in its log, the daemon going on."""
 
 from __future__ import annotations
 
@@ -45,7 +46,7 @@ def test_an_unreachable_socket_is_logged_not_fatal(tmp_path: Path, caplog: pytes
     assert "cannot tell systemd READY=1" in caplog.text
 
 
-def test_serve_says_ready_once_it_answers_and_stopping_when_it_stops(tmp_path: Path) -> None:
+def test_serve_says_ready_once_it_answers_dumps_its_stacks_on_usr1_and_says_stopping(tmp_path: Path) -> None:
     notify_path = str(tmp_path / "notify")
     daemon_socket = str(tmp_path / "d.sock")
     with listening(notify_path) as channel, (tmp_path / "daemon.log").open("ab") as log:
@@ -68,6 +69,16 @@ def test_serve_says_ready_once_it_answers_and_stopping_when_it_stops(tmp_path: P
             ready = messages[0].split("\n")
             assert ready[0] == "READY=1" and ready[1].startswith(f"STATUS=serving on {daemon_socket}"), ready
             with DaemonClient(daemon_socket, timeout_s=5) as client:  # ready means answering, now
+                client.request("PING")
+            # kill -USR1: every thread's stack to the log, and the daemon goes on
+            process.send_signal(signal.SIGUSR1)
+            deadline = time.monotonic() + 30
+            while "Current thread" not in (tmp_path / "daemon.log").read_text(errors="replace"):
+                assert time.monotonic() < deadline, (tmp_path / "daemon.log").read_text(errors="replace")
+                time.sleep(0.1)
+            dump = (tmp_path / "daemon.log").read_text(errors="replace")
+            assert "hpcpredict/daemon/writer.py" in dump and "asyncio" in dump, dump
+            with DaemonClient(daemon_socket, timeout_s=5) as client:
                 client.request("PING")
             process.send_signal(signal.SIGTERM)
             assert process.wait(60) == 0

@@ -6,9 +6,11 @@ the learner constants `serve` will run it with, or the daemon refuses the checkp
 
 from __future__ import annotations
 
+import faulthandler
 import functools
 import logging
 import os
+import signal
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -233,6 +235,9 @@ def serve(
 
     logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     logging.getLogger("alembic").setLevel(max(logging.WARNING, logging.getLogger().level))
+    # `kill -USR1 <pid>`: every thread's stack to the log (stderr), the daemon going on: what a
+    # daemon that seems stuck is doing, without stopping it (docs/admin-guide.md, troubleshooting).
+    faulthandler.register(signal.SIGUSR1, all_threads=True)
     try:
         mode = None if socket_mode is None else parse_mode(socket_mode, where="--socket-mode")
     except ConfigError as error:

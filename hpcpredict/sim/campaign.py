@@ -393,7 +393,7 @@ def execute(
         return
     if executor == "local":
         workers = jobs or os.cpu_count() or 1
-        with ProcessPoolExecutor(max_workers=workers) as pool:
+        with ProcessPoolExecutor(max_workers=workers, initializer=quiet_on_interrupt) as pool:
             _drain(pending, lambda cell: pool.submit(run_cell, cell), _wait_local, 2 * workers,
                    on_result)
         return
@@ -414,6 +414,19 @@ def execute(
         n_workers=workers, threads_per_worker=1, processes=True, dashboard_address=None
     ) as cluster, Client(cluster) as client:
         _drain(pending, submit(client), _wait_dask, 2 * workers, on_result)
+
+
+def quiet_on_interrupt() -> None:
+    """A local worker's Ctrl-C (the terminal signals the whole process group): exit, not a
+    KeyboardInterrupt whose traceback multiprocessing prints when the signal finds the worker
+    waiting for its next cell. The campaign's own process says what was stored and how to resume
+    (cli/campaign.py); a run in flight is lost either way and computed again on resume."""
+    import signal
+
+    def exit_quietly(signum: int, frame: object) -> None:
+        raise SystemExit(128 + signum)
+
+    signal.signal(signal.SIGINT, exit_quietly)
 
 
 def _wait_local(futures: list[Future[CellResult]]) -> Iterable[Future[CellResult]]:
