@@ -6,11 +6,13 @@ the learner constants `serve` will run it with, or the daemon refuses the checkp
 
 from __future__ import annotations
 
+import contextlib
 import faulthandler
 import functools
 import logging
 import os
 import signal
+import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -237,7 +239,11 @@ def serve(
     logging.getLogger("alembic").setLevel(max(logging.WARNING, logging.getLogger().level))
     # `kill -USR1 <pid>`: every thread's stack to the log (stderr), the daemon going on: what a
     # daemon that seems stuck is doing, without stopping it (docs/admin-guide.md, troubleshooting).
-    faulthandler.register(signal.SIGUSR1, all_threads=True)
+    # The process's own stderr (fd 2: the journal under systemd), where the log goes too; none
+    # (stderr closed), no dump: never a reason not to serve.
+    if sys.__stderr__ is not None:
+        with contextlib.suppress(OSError, ValueError):
+            faulthandler.register(signal.SIGUSR1, file=sys.__stderr__, all_threads=True)
     try:
         mode = None if socket_mode is None else parse_mode(socket_mode, where="--socket-mode")
     except ConfigError as error:
