@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import logging
+import threading
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -497,3 +498,41 @@ def test_the_daemon_gives_its_watcher_the_xfactor_and_shows_it(
     assert guard["waited_s"] >= 700, guard
     assert guard == {"after_s": DAY, "xfactor": 2.0, "active": True, "job_id": 7,
                      "waited_s": guard["waited_s"], "threshold_s": TEN_MINUTES}
+
+
+def test_a_stuck_store_writer_costs_the_watcher_no_correction(
+    service: PredictionService, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """server.py's wiring with the writer held (a task that never ends): the watcher's report of a
+    running job it has never seen waits `WATCHER_RECORD_S`, fails, is logged and counted, and the
+    job's limit is raised in SLURM all the same; freed, the writer records the queued events and
+    the next look sends nothing twice. A watcher blocked on the writer would let SLURM kill the
+    job at its lowered limit."""
+    from hpcpredict.daemon import server
+
+    monkeypatch.setattr(server, "WATCHER_RECORD_S", 0.5)
+    now = int(time.time())  # the daemon's watcher reads the real clock
+    slurm = ScriptedSlurm()
+    slurm.name = "scripted"  # type: ignore[attr-defined]
+    # running for 500 s under a lowered 600 s limit (request 1 h): due for a correction
+    slurm.jobs_by_id[1] = Job(1, state="RUNNING", submit_s=now - 900, start_s=now - 500)
+    monkeypatch.setattr(adapter, "select_backend", lambda name: slurm)
+    config = DaemonConfig(db=service.store.url, socket=str(tmp_path / "d.sock"), http="", slurm=True,
+                          slurm_interval_s=3600, correction_margin_s=120)
+    daemon = Daemon(config, service)
+    daemon.writer.start()
+    held = threading.Event()
+    daemon.writer.submit(held.wait)  # the writer is stuck until the test sets it
+    daemon._start_watcher()
+    try:
+        deadline = time.monotonic() + 30
+        while not slurm.limit_updates and time.monotonic() < deadline:
+            time.sleep(0.05)
+        report = daemon.watcher.report
+        assert slurm.limit_updates and slurm.limit_updates[0][0] == 1, report
+        assert report.errors >= 1 and "has not recorded" in report.last_error, report
+    finally:
+        held.set()
+        daemon.watcher.stop()
+        daemon.writer.stop()
+    assert service.job_status(1) is not None  # the queued events were recorded once freed

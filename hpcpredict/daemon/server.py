@@ -43,7 +43,7 @@ from hpcpredict.daemon.socket_server import SocketServer, start_socket
 from hpcpredict.daemon.spool import SPOOL_CHUNK_LINES, SpoolIngestion
 from hpcpredict.daemon.writer import DEFAULT_MAX_BACKLOG, StoreWriter, WriterBusyError, WriterStoppedError
 from hpcpredict.daemon.systemd_notify import notify
-from hpcpredict.job_events import JobEvent
+from hpcpredict.job_events import JobEvent, Submitted
 from hpcpredict.jobs import JobRequest
 
 if TYPE_CHECKING:
@@ -56,6 +56,10 @@ SPOOL_BUSY_RETRY_S = 0.5  # the writer's backlog is full: the spool waits, live 
 GIL_SWITCH_INTERVAL_S = 0.0005  # Daemon.run says why
 WARM_UP_AT_S = 1_700_000_000  # any time: the made-up job of Daemon._warm_up
 WATCHER_WAIT_S = 30.0  # how long the SLURM watcher waits for room in the writer's backlog
+# ... and for its event to be recorded: past that the event stays queued (recorded when the writer
+# gets to it), the watcher logs an error and goes on to the other jobs, and sends it again at the
+# next poll (the service takes a resent event once): a stuck writer must not stop the corrections.
+WATCHER_RECORD_S = 60.0
 _T = TypeVar("_T")
 
 
@@ -221,7 +225,14 @@ class Daemon:
             """The typed event, as it is, to the service on the writer (the watcher's thread
             waits for the writer, never the loop), held to the protocol's limits first."""
             check_event(event)
-            return self.writer.submit(lambda: self.service.record(event), wait_s=WATCHER_WAIT_S).result()
+            future = self.writer.submit(lambda: self.service.record(event), wait_s=WATCHER_WAIT_S)
+            try:
+                return future.result(WATCHER_RECORD_S)
+            except concurrent.futures.TimeoutError:
+                job_id = event.request.job_id if isinstance(event, Submitted) else event.job_id
+                raise DaemonError(f"the store writer has not recorded {type(event).__name__} of job "
+                                  f"{job_id} in {WATCHER_RECORD_S:g} s: it stays queued, and the "
+                                  "watcher sends it again at its next look") from None
 
         backend = select_backend(self.config.slurm_backend)
         self.watcher = SlurmWatcher(

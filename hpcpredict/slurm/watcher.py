@@ -147,13 +147,12 @@ class SlurmWatcher:
         seen = set()
         for job in jobs:
             seen.add(job.job_id)
-            try:
-                self._report(job)
-                self._guard(job, now_s)
-                if job.state == "RUNNING":
-                    self._correct(job, now_s)
-            except Exception as error:  # noqa: BLE001 - one job must not stop the others
-                self._failed(f"job {job.job_id}: {error}")
+            # Reporting and correcting apart: a report that fails (the store writer stuck or
+            # busy) must not cost the job its correction, nor one job's failure the others'.
+            self._step(job, self._report, job)
+            self._step(job, self._guard, job, now_s)
+            if job.state == "RUNNING":
+                self._step(job, self._correct, job, now_s)
         for gone in set(self._stages) - seen:  # SLURM forgot it (MinJobAge): so can we
             del self._stages[gone]
         return self.report
@@ -244,6 +243,12 @@ class SlurmWatcher:
         self.report.corrected_jobs.append(job.job_id)
         logger.info("job %d: time limit %d -> %d s (elapsed %d s)", job.job_id, job.time_limit_s,
                     limit_s, now_s - job.start_s)
+
+    def _step(self, job: SlurmJob, action: Callable[..., None], *arguments: object) -> None:
+        try:
+            action(*arguments)
+        except Exception as error:  # noqa: BLE001 - logged and counted; the poll goes on
+            self._failed(f"job {job.job_id}: {error}")
 
     def _failed(self, message: str) -> None:
         self.report.errors += 1
