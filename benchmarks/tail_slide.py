@@ -49,6 +49,8 @@ def main() -> None:
         columns = workload.jobs.columns
         submit_s, procs, requested_s = columns["submit_s"], columns["procs"], columns["requested_s"]
         order = np.argsort(submit_s, kind="stable")  # FCFS order: the head is the first waiting
+        rank = np.empty_like(order)  # each job's place in it
+        rank[order] = np.arange(len(order))
         for name, spec in CONFIGURATIONS.items():
             result = run(workload, spec)
             start_s = np.array(result.start_s)
@@ -63,7 +65,7 @@ def main() -> None:
                 float(slide_s[tail].mean()) / 3600, float(wait_s[tail].mean()) / 3600,
             ))
             parts[name].append(wait_parts(submit_s, procs, columns["run_s"], start_s,
-                                          log.machine_procs, order, np.flatnonzero(tail & reserved)))
+                                          log.machine_procs, order, rank, np.flatnonzero(tail & reserved)))
     print(f"{log.name}: {len(log.jobs):,} jobs, {log.machine_procs:,} processors, "
           f"median job {float(np.median(log.jobs.columns['procs'])):.0f} processors; "
           f"{args.replicas} replicas, means over them (min-max)")
@@ -85,13 +87,12 @@ def main() -> None:
 
 
 def wait_parts(submit_s: np.ndarray, procs: np.ndarray, run_s: np.ndarray, start_s: np.ndarray,
-               machine_procs: int, order: np.ndarray, jobs: np.ndarray) -> tuple[float, ...]:
+               machine_procs: int, order: np.ndarray, rank: np.ndarray,
+               jobs: np.ndarray) -> tuple[float, ...]:
     """Mean hours, over `jobs`, of: submission to head, head to the moment the jobs running then
     have freed the job's processors, the rest of its wait (the backfilled jobs' delay), the whole
     wait."""
     end_s = start_s + np.maximum(run_s, 0)
-    rank = np.empty_like(order)
-    rank[order] = np.arange(len(order))
     started_before = np.maximum.accumulate(start_s[order])  # max start among the first k+1 in FCFS order
     sums = np.zeros(4)
     for job in jobs:
@@ -108,6 +109,7 @@ def wait_parts(submit_s: np.ndarray, procs: np.ndarray, run_s: np.ndarray, start
             freed_s = int(ends[np.searchsorted(free_after, procs[job])])
         sums += (head_s - submit_s[job], freed_s - head_s, start_s[job] - freed_s, start_s[job] - submit_s[job])
     return tuple(float(value) / 3600 / max(len(jobs), 1) for value in sums)
+
 
 if __name__ == "__main__":
     main()

@@ -111,9 +111,9 @@ class Controller:
             elif action == ["disable", "--now", "hpcpredict"]:
                 status = self.unit.stop()
                 assert status == 0, f"the daemon stopped with {status}:\n{self.unit.log()}"
-                said_to_systemd = [line for message in self.unit.notifications for line in message.split("\n")]
-                assert said_to_systemd[0] == "READY=1" and said_to_systemd[-1] == "STOPPING=1", said_to_systemd
-                assert said_to_systemd[1].startswith("STATUS=serving on /run/hpcpredict/"), said_to_systemd
+                said = self.unit.notifications
+                assert said[0] == "READY=1" and said[-1] == "STOPPING=1", said
+                assert said[1].startswith("STATUS=serving on /run/hpcpredict/"), said
             elif action == ["restart", "slurmctld"]:
                 self.cluster.restart_controller()
             else:

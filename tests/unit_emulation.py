@@ -16,7 +16,7 @@ and does what each directive does, by other means, inside a `SiteNamespace` (tes
 | ``NoNewPrivileges=yes`` | ``setpriv --no-new-privs`` |
 | ``CapabilityBoundingSet=`` (empty) | ``setpriv --bounding-set -all --inh-caps -all`` |
 | ``ExecStart=``, ``KillSignal=``, ``TimeoutStopSec=`` | the command, started as above; stopped with that signal, waited that long |
-| ``Type=notify``, ``NotifyAccess=main``, ``TimeoutStartSec=`` | ``$NOTIFY_SOCKET`` names an abstract datagram socket a listener holds in the namespace, and `start` returns once READY=1 arrives, as ``systemctl start`` does (failing if the command exits first or TimeoutStartSec= passes); what the daemon said is kept (`notifications`) |
+| ``Type=notify``, ``NotifyAccess=main``, ``TimeoutStartSec=`` | ``$NOTIFY_SOCKET`` names an abstract datagram socket a listener holds in the namespace, and `start` returns once READY=1 arrives, as ``systemctl start`` does (failing if the command exits first or TimeoutStartSec= passes); what the daemon said is kept (`notifications`, one assignment each) |
 
 Not emulated, and why (`NOT_EMULATED`): supervision and ordering (``Restart=``,
 ``RestartSec=``, ``Before=``...), and the kernel-level sandboxing (seccomp, namespaces, device and
@@ -56,14 +56,14 @@ EMULATED = {
     "ReadWritePaths", "PrivateTmp", "ProtectHome", "NoNewPrivileges", "CapabilityBoundingSet",
     "ExecStart", "KillSignal", "TimeoutStopSec", "Type", "NotifyAccess", "TimeoutStartSec",
 }
-# Holds the notify socket in the namespace and prints each datagram on a line ("|" for newlines).
+# Holds the notify socket in the namespace and prints each assignment a datagram carries on a line.
 NOTIFY_LISTENER = (
     "import socket, sys\n"
     "channel = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)\n"
     "channel.bind('\\0' + sys.argv[1])\n"
     "print('listening', flush=True)\n"
     "while True:\n"
-    "    print(channel.recv(65536).decode(errors='replace').replace('\\n', '|'), flush=True)\n"
+    "    print(channel.recv(65536).decode(errors='replace'), flush=True)\n"
 )
 DIRECTORY_ROOTS = {"RuntimeDirectory": "/run", "StateDirectory": "/var/lib", "CacheDirectory": "/var/cache"}
 DIRECTORY_VARIABLES = {"RuntimeDirectory": "RUNTIME_DIRECTORY", "StateDirectory": "STATE_DIRECTORY",
@@ -122,7 +122,7 @@ class EmulatedUnit:
         self.unit: Unit | None = None
         self.nofile: int | None = None
         self.listener: subprocess.Popen | None = None
-        self.notifications: list[str] = []  # what the daemon told systemd, one datagram each
+        self.notifications: list[str] = []  # what the daemon told systemd, one assignment each
 
     def read(self) -> Unit:
         """The unit file as installed in the namespace (the quick start copies deploy/'s)."""
@@ -143,9 +143,10 @@ class EmulatedUnit:
             "HOME": account.pw_dir, "USER": user, "LOGNAME": user, "SHELL": account.pw_shell, "LANG": "C.UTF-8",
             **{DIRECTORY_VARIABLES[key]: path for key, path in directories.items()},
         }
-        if unit.one("Type", "simple") not in ("notify", "exec", "simple"):
-            raise UnknownDirective(f"Type={unit.one('Type')}: only notify, exec and simple are emulated")
-        if unit.one("Type", "simple") == "notify":
+        service_type = unit.one("Type", "simple")
+        if service_type not in ("notify", "exec", "simple"):
+            raise UnknownDirective(f"Type={service_type}: only notify, exec and simple are emulated")
+        if service_type == "notify":
             if unit.one("NotifyAccess", "main") != "main":
                 raise UnknownDirective(f"NotifyAccess={unit.one('NotifyAccess')}: only main is emulated")
             environment["NOTIFY_SOCKET"] = "@" + self._listen()
@@ -167,8 +168,9 @@ class EmulatedUnit:
         self.process = subprocess.Popen(
             self.site.enter(["unshare", "--mount", "--propagation", "private", "sh", "-c", script]),
             stdout=log, stderr=subprocess.STDOUT, env={"PATH": "/usr/sbin:/usr/bin:/sbin:/bin"})
-        if unit.one("Type", "simple") == "notify":
-            self._wait_ready(float(unit.one("TimeoutStartSec", "90")))
+        if service_type == "notify" and not self._wait_for("READY=1", float(unit.one("TimeoutStartSec", "90"))):
+            raise AssertionError(f"the daemon exited ({self.process.poll()}) or stayed silent for "
+                                 f"TimeoutStartSec= without READY=1:\n{self.log()}")
 
     def _listen(self) -> str:
         """A listener on a fresh abstract socket in the namespace (the daemon's network namespace:
@@ -182,23 +184,25 @@ class EmulatedUnit:
 
         def pump() -> None:
             for line in self.listener.stdout:
-                self._received.put(line.rstrip("\n").replace("|", "\n"))
+                self._received.put(line.rstrip("\n"))
 
         threading.Thread(target=pump, daemon=True).start()
         return name
 
-    def _wait_ready(self, timeout_s: float) -> None:
-        """`systemctl start` of a Type=notify unit: until READY=1 (or the command's exit)."""
+    def _wait_for(self, assignment: str, timeout_s: float, *, give_up_at_exit: bool = True) -> bool:
+        """Collect what the daemon says until `assignment` (True), or `timeout_s` or, with
+        `give_up_at_exit`, the command's exit without it (False): `systemctl start` waits so for
+        READY=1."""
         deadline = time.monotonic() + timeout_s
-        while "READY=1" not in [line for message in self.notifications for line in message.split("\n")]:
-            if self.process.poll() is not None:
-                raise AssertionError(f"the daemon exited ({self.process.returncode}) before READY=1:\n{self.log()}")
+        while assignment not in self.notifications:
             if time.monotonic() > deadline:
-                raise AssertionError(f"no READY=1 within TimeoutStartSec={timeout_s:g}:\n{self.log()}")
+                return False
             try:
                 self.notifications.append(self._received.get(timeout=0.2))
             except queue.Empty:
-                pass
+                if give_up_at_exit and self.process.poll() is not None and self._received.empty():
+                    return False
+        return True
 
     def _nofile(self, asked: str) -> int | None:
         """LimitNOFILE=, or this machine's hard cap where even root may not go above it (a
@@ -262,20 +266,12 @@ class EmulatedUnit:
         for name in unit.words("RuntimeDirectory"):
             self.site.shell(f"umount /run/{name} 2>/dev/null || true; rm -rf /run/{name}")
         if self.listener is not None:
-            self._drain_notifications()
+            self._wait_for("STOPPING=1", 2, give_up_at_exit=False)  # the last one may be in the pipe
             self.listener.kill()
             self.listener.wait(10)
             self.listener = None
         status, self.process = self.process.returncode, None
         return status
-
-    def _drain_notifications(self) -> None:
-        deadline = time.monotonic() + 2  # the last datagram (STOPPING=1) may still be in the pipe
-        while time.monotonic() < deadline and not any("STOPPING=1" in m for m in self.notifications):
-            try:
-                self.notifications.append(self._received.get(timeout=0.2))
-            except queue.Empty:
-                pass
 
     def log(self) -> str:
         return self.log_path.read_text(errors="replace")[-5000:] if self.log_path.exists() else ""

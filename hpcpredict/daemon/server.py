@@ -43,7 +43,7 @@ from hpcpredict.daemon.socket_server import SocketServer, start_socket
 from hpcpredict.daemon.spool import SPOOL_CHUNK_LINES, SpoolIngestion
 from hpcpredict.daemon.writer import DEFAULT_MAX_BACKLOG, StoreWriter, WriterBusyError, WriterStoppedError
 from hpcpredict.daemon.systemd_notify import notify
-from hpcpredict.job_events import JobEvent, Submitted
+from hpcpredict.job_events import JobEvent
 from hpcpredict.jobs import JobRequest
 
 if TYPE_CHECKING:
@@ -228,11 +228,10 @@ class Daemon:
             future = self.writer.submit(lambda: self.service.record(event), wait_s=WATCHER_WAIT_S)
             try:
                 return future.result(WATCHER_RECORD_S)
-            except concurrent.futures.TimeoutError:
-                job_id = event.request.job_id if isinstance(event, Submitted) else event.job_id
-                raise DaemonError(f"the store writer has not recorded {type(event).__name__} of job "
-                                  f"{job_id} in {WATCHER_RECORD_S:g} s: it stays queued, and the "
-                                  "watcher sends it again at its next look") from None
+            except concurrent.futures.TimeoutError:  # the watcher's log line names the job
+                raise DaemonError(f"the store writer has not recorded {type(event).__name__} in "
+                                  f"{WATCHER_RECORD_S:g} s: it stays queued, and the watcher sends "
+                                  "it again at its next look") from None
 
         backend = select_backend(self.config.slurm_backend)
         self.watcher = SlurmWatcher(

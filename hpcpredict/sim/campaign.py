@@ -57,6 +57,7 @@ import hashlib
 import itertools
 import json
 import os
+import signal
 import tomllib
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
@@ -421,7 +422,6 @@ def quiet_on_interrupt() -> None:
     KeyboardInterrupt whose traceback multiprocessing prints when the signal finds the worker
     waiting for its next cell. The campaign's own process says what was stored and how to resume
     (cli/campaign.py); a run in flight is lost either way and computed again on resume."""
-    import signal
 
     def exit_quietly(signum: int, frame: object) -> None:
         raise SystemExit(128 + signum)
