@@ -13,7 +13,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from hpcpredict.corrections import CORRECTIONS, make_correction
+from hpcpredict.corrections import CORRECTION_NAMES, CORRECTIONS, make_correction
+from hpcpredict.corrections.survival import RuntimeHistory, SurvivalCorrection
 from hpcpredict.jobs import Job, JobRequest
 from hpcpredict.learn.predictor import LearnedPredictor
 from hpcpredict.predictors import Ave2Predictor
@@ -35,21 +36,24 @@ def predictor_named(name: str, jobs: list[Job]):
 
 
 def both_loops(jobs, machine, scheduler, predictor_of, correction, progress_every=5000):
-    """(result, predictor, progress reports) of the compiled loop, then of the Python loop."""
+    """(result, predictor, progress reports, correction) of the compiled loop, then of the Python
+    loop (SURVIVAL: a fresh policy, with its own history, for each); `correction` a name or a
+    function that makes the policy."""
     outcomes = []
     for compiled in (True, False):
         predictor = predictor_of()
+        policy = make_correction(correction) if isinstance(correction, str) else correction()
         reports: list[int] = []
-        simulation = Simulation(jobs, machine, scheduler, predictor, CORRECTIONS[correction],
-                                compiled=compiled)
+        simulation = Simulation(jobs, machine, scheduler, predictor, policy, compiled=compiled)
         assert simulation.compiled_loop_covers()
         result = simulation.run(progress=reports.append, progress_every=progress_every)
-        outcomes.append((result, predictor, reports))
+        outcomes.append((result, predictor, reports, policy))
     return outcomes
 
 
 def assert_same(compiled, python) -> None:
-    (fast, fast_predictor, fast_reports), (slow, slow_predictor, slow_reports) = compiled, python
+    (fast, fast_predictor, fast_reports, fast_policy), (slow, slow_predictor, slow_reports, slow_policy) = (
+        compiled, python)
     for column in COLUMNS:
         assert getattr(fast, column) == getattr(slow, column), column
     assert fast_reports == slow_reports
@@ -62,6 +66,12 @@ def assert_same(compiled, python) -> None:
         assert len(fast_predictor.features.users) == len(slow_predictor.features.users)
     if isinstance(fast_predictor, Ave2Predictor):
         assert fast_predictor._last_two_s == slow_predictor._last_two_s
+    if isinstance(fast_policy, SurvivalCorrection):
+        assert (fast_policy.estimated, fast_policy.fallbacks) == (slow_policy.estimated, slow_policy.fallbacks)
+        assert list(fast_policy.history._ended.items()) == list(slow_policy.history._ended.items())
+        assert fast_policy.history._running == slow_policy.history._running == {}
+        for name, value in slow_policy.to_state().items():
+            assert np.array_equal(fast_policy.to_state()[name], value), name
 
 
 GUARDS = st.sampled_from([None, ("wait", 0), ("wait", 60), ("wait", 200), ("promise", 100),
@@ -71,7 +81,7 @@ GUARDS = st.sampled_from([None, ("wait", 0), ("wait", 60), ("wait", 200), ("prom
 @settings(max_examples=300, deadline=None)
 @given(workloads(), st.sampled_from(sorted(SCHEDULERS)),
        st.sampled_from(["requested", "clairvoyant", "ave2", "learned"]),
-       st.sampled_from(sorted(CORRECTIONS)), GUARDS)
+       st.sampled_from(sorted(CORRECTION_NAMES)), GUARDS)
 def test_the_compiled_loop_replays_what_the_python_loop_replays(workload, scheduler, predictor,
                                                                 correction, guard):
     """Every covered configuration on random workloads, the guard firing often (thresholds of
@@ -86,6 +96,26 @@ def test_the_compiled_loop_replays_what_the_python_loop_replays(workload, schedu
     with mock.patch.object(compiled_replay, "_FIRST_POOL_ROWS", 1):
         outcomes = both_loops(jobs, machine, policy, lambda: predictor_named(predictor, jobs),
                               correction, progress_every=3)
+    assert_same(*outcomes)
+
+
+@settings(max_examples=200, deadline=None)
+@given(workloads(), st.sampled_from(["easy", "easy-sjbf"]),
+       st.sampled_from(["requested", "ave2", "learned"]), st.integers(1, 4), st.integers(1, 3),
+       st.sampled_from([0.2, 0.5, 0.9]))
+def test_survival_with_a_short_window_replays_alike(workload, scheduler, predictor, window,
+                                                    min_history, quantile):
+    """SURVIVAL's history at its edges: a window of a few runtimes (the ring wraps at nearly
+    every end), estimates from the first ended jobs, and the running jobs' lower bounds, which
+    the default window and min_history seldom reach on small workloads."""
+    machine, jobs = workload
+
+    def policy() -> SurvivalCorrection:
+        return SurvivalCorrection(quantile=quantile, min_history=min_history,
+                                  history=RuntimeHistory(window=window))
+
+    outcomes = both_loops(jobs, machine, SCHEDULERS[scheduler],
+                          lambda: predictor_named(predictor, jobs), policy, progress_every=4)
     assert_same(*outcomes)
 
 
@@ -109,7 +139,7 @@ def test_a_learner_trained_before_the_replay_goes_on_from_its_state():
 @pytest.mark.parametrize("change", [
     {"exhaustive": True},
     {"decide_on_correction": True},
-    {"correction": "survival"},
+    {"correction": "survival with a history"},
     {"predictor": lambda: LearnedPredictor(feature_scaling="robust")},
     {"predictor": lambda: LearnedPredictor(censor_at_limit=True)},
     {"predictor": lambda: LearnedPredictor(per_user_experts=True)},
@@ -126,8 +156,13 @@ def test_what_the_compiled_loop_does_not_model_replays_in_the_python_loop(change
         jobs = [Job(dataclasses.replace(job.request, job_id=1 + job.job_id % 5), job.run_s) for job in jobs]
     scheduler = dataclasses.replace(SCHEDULERS["easy-sjbf"], **change.get("scheduler", {}))
     predictor = change.get("predictor", LearnedPredictor)()
+    if change.get("correction") == "survival with a history":  # the daemon's, restored
+        correction = make_correction("survival")
+        correction.job_ended(JobRequest(99, 0, 1, 300, 1), 120, 120)
+    else:
+        correction = make_correction("incremental")
     simulation = Simulation(
-        jobs, 4, scheduler, predictor, make_correction(change.get("correction", "incremental")),
+        jobs, 4, scheduler, predictor, correction,
         exhaustive=change.get("exhaustive", False),
         decide_on_correction=change.get("decide_on_correction", False))
     assert not simulation.compiled_loop_covers()
@@ -144,6 +179,7 @@ REAL_CONFIGURATIONS = [
     RunSpec("easy-sjbf", "ave2", "incremental"),
     RunSpec("easy-sjbf", "clairvoyant", "requested"),
     RunSpec("easy", "ave2", "doubling", starvation_guard_s=3600, guard_rule="promise"),
+    RunSpec("easy-sjbf", "learned", "survival", starvation_guard_s=86_400),
 ]
 
 
@@ -167,12 +203,13 @@ def test_the_compiled_loop_replays_kth_sp2_as_the_python_loop(kth, spec):
 @pytest.mark.slow
 @pytest.mark.parametrize("log, procs", [("SDSC-BLUE-2000-4.1-cln.swf.gz", None),
                                         ("CEA-Curie-2011-2.1-cln.swf.gz", 80_640)])
-def test_the_compiled_loop_replays_the_large_logs_as_the_python_loop(log, procs):
-    """The default on the first 25,000 jobs of the two large logs (CEA-Curie's time zone makes
-    the time-of-day features read local time)."""
+@pytest.mark.parametrize("correction", ["incremental", "survival"])
+def test_the_compiled_loop_replays_the_large_logs_as_the_python_loop(log, procs, correction):
+    """The default, and with SURVIVAL (tune's other correction), on the first 25,000 jobs of the
+    two large logs (CEA-Curie's time zone makes the time-of-day features read local time)."""
     workload = load_workload(shared_log(log), machine_procs=procs)
     workload = dataclasses.replace(workload, jobs=workload.jobs[:25_000])
     spec = REAL_CONFIGURATIONS[0]
     scheduler = dataclasses.replace(SCHEDULERS["easy-sjbf"], starvation_guard_s=86_400)
     assert_same(*both_loops(list(workload.jobs), workload.machine_procs, scheduler,
-                            lambda: build_predictor(spec, workload), "incremental"))
+                            lambda: build_predictor(spec, workload), correction))

@@ -57,29 +57,14 @@ def conditional_quantile_s(
     """
     if not 0.0 < quantile < 1.0:
         raise ValueError(f"the quantile must be in (0, 1), got {quantile!r}")
-    events = sorted(t for t in runtimes_s if t > elapsed_s)
-    if not events:
-        return None
-    censored = sorted(c for c in censored_s if c > elapsed_s)
-    target = 1.0 - quantile
-    survival = 1.0
-    at_risk = len(events) + len(censored)
-    censored_before = 0  # censored observations < the current event time: no longer at risk
-    position = 0
-    while position < len(events):
-        time_s = events[position]
-        while censored_before < len(censored) and censored[censored_before] < time_s:
-            censored_before += 1
-            at_risk -= 1
-        ends = 1
-        while position + ends < len(events) and events[position + ends] == time_s:
-            ends += 1
-        survival *= 1.0 - ends / at_risk
-        if survival <= target + 1e-12:
-            return int(time_s)
-        at_risk -= ends
-        position += ends
-    return None
+    import numpy as np  # here: the command line imports this module for its names
+
+    from hpcpredict.corrections.survival_kernel import NOT_ESTIMABLE, conditional_quantile
+
+    events = np.fromiter(runtimes_s, dtype=np.int64)
+    bounds = np.fromiter(censored_s, dtype=np.int64)
+    answer = conditional_quantile(events, len(events), bounds, len(bounds), int(elapsed_s), float(quantile))
+    return None if answer == NOT_ESTIMABLE else int(answer)
 
 
 class RuntimeHistory:

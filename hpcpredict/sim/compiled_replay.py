@@ -6,18 +6,21 @@ What the loop models: FCFS, EASY and EASY-SJBF; the starvation guard off, or on 
 "wait", "xfactor" or "promise" rule over the whole machine (no estimate stage, no aged-first
 order); the requested, clairvoyant, AVE2 and learned predictors, the learned one with its
 default options (raw features, no censoring, no per-user experts, no calibration) and no job
-pending from before; the requested-time, incremental and doubling corrections; decisions at
+pending from before; the requested-time, incremental and doubling corrections, and SURVIVAL
+with an empty history (`corrections.survival`: its Kaplan-Meier kernel is the one both loops
+call); decisions at
 submissions and terminations only, the O(1) path for lone submissions on; job ids unique (the
 Python objects key their state by job id). Anything else replays in the Python loop, which
 stays the reference for every option (tests/test_replay_kernel.py holds the two equal).
 
 The predictor's learned state is the one the Python loop would leave: the kernel updates the
 learner's own arrays in place (NAG's table, the per-user features), and t, N and AVE2's
-histories are written back.
+histories are written back, as are SURVIVAL's history and counts.
 """
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
@@ -31,6 +34,7 @@ from hpcpredict.corrections.policies import (
     RequestedTimeCorrection,
 )
 from hpcpredict.corrections.policies import CorrectionPolicy
+from hpcpredict.corrections.survival import SurvivalCorrection
 from hpcpredict.predictors import Ave2Predictor, ClairvoyantPredictor, Predictor, RequestedPredictor
 from hpcpredict.feature_kernels import SLOT_COLUMNS
 from hpcpredict.sim import replay_kernel as K
@@ -44,7 +48,7 @@ if TYPE_CHECKING:
 
 _ORDERS = {None: NO_BACKFILLING, "fcfs": SUBMISSION_ORDER, "shortest_prediction": SHORTEST_FIRST}
 _CORRECTIONS = {RequestedTimeCorrection: K.TO_REQUEST, IncrementalCorrection: K.INCREMENTAL,
-                DoublingCorrection: K.DOUBLING}
+                DoublingCorrection: K.DOUBLING, SurvivalCorrection: K.SURVIVAL}
 _FIRST_POOL_ROWS = 1024  # the learner's pending rows at first; doubled when a submission finds none
 
 
@@ -83,6 +87,9 @@ def covered(
         return False
     if type(correction) not in _CORRECTIONS or predictor_kind(predictor) is None:
         return False
+    if isinstance(correction, SurvivalCorrection) and (
+            correction.history._ended or correction.history._running):
+        return False  # a history from before (the daemon's): the kernel starts from none
     return len(np.unique(job_ids)) == len(job_ids)
 
 
@@ -192,6 +199,46 @@ class _PredictorArrays:
                     histories[user_id] = (last, None if previous < 0 else previous)
 
 
+@dataclass
+class _SurvivalArrays:
+    """SURVIVAL's history as `replay_kernel` holds it (its HISTORY_* layout); one row and no
+    window when the correction is another."""
+
+    history: np.ndarray
+    links: np.ndarray
+    links_first: np.ndarray
+    min_history: int = 1
+    quantile: float = 0.5
+
+    @classmethod
+    def of(cls, correction: CorrectionPolicy, users: int, jobs: int) -> _SurvivalArrays:
+        if not isinstance(correction, SurvivalCorrection):
+            return cls(np.zeros((1, K.HISTORY_RUNS + 1), dtype=np.int64),
+                       np.full((2, 1), -1, dtype=np.int64), np.full(1, -1, dtype=np.int64))
+        return cls(np.zeros((users, K.HISTORY_RUNS + correction.history.window), dtype=np.int64),
+                   np.full((2, max(jobs, 1)), -1, dtype=np.int64), np.full(users, -1, dtype=np.int64),
+                   correction.min_history, correction.quantile)
+
+    def write_back(self, correction: CorrectionPolicy, distinct_users: np.ndarray,
+                   state: np.ndarray) -> None:
+        """Leave in the correction what the Python loop's would hold: its counts, and each user's
+        last runtimes, oldest first, the users in the order of their first end (every job has
+        ended: nobody runs)."""
+        if not isinstance(correction, SurvivalCorrection):
+            return
+        correction.estimated += int(state[K.ESTIMATED_AT])
+        correction.fallbacks += int(state[K.FALLBACKS_AT])
+        history = correction.history
+        window = history.window
+        ended = np.flatnonzero(self.history[:, K.HISTORY_COUNT] > 0)
+        for row in ended[np.argsort(self.history[ended, K.HISTORY_FIRST_END], kind="stable")].tolist():
+            count, place = int(self.history[row, K.HISTORY_COUNT]), int(self.history[row, K.HISTORY_NEXT])
+            runs = self.history[row, K.HISTORY_RUNS:].tolist()
+            in_order = runs[:count] if count < window else runs[place:] + runs[:place]
+            history._ended[int(distinct_users[row])] = deque(((run_s, False) for run_s in in_order),
+                                                             maxlen=window)
+
+
 def replay(
     machine: Machine, scheduler: Scheduler, predictor: Predictor, correction: CorrectionPolicy,
     progress: Callable[[int], None] | None, progress_every: int,
@@ -231,6 +278,9 @@ def replay(
     config[K.ABS_NEGATIVE_AT] = arrays.abs_negative
     config[K.PINS_AT] = scheduler.guard_pins_running
     config[K.OUTLIER_AFTER_AT] = arrays.outlier_after
+    survival = _SurvivalArrays.of(correction, len(distinct_users), count)
+    config[K.SURVIVAL_MIN_AT] = survival.min_history
+    history_row = user_row.astype(int64)
     steps_s = np.array(INCREMENTAL_STEPS_S, dtype=int64)
     profile = machine.profile
     by_request = machine.by_request if machine.by_request is not None else profile
@@ -245,6 +295,7 @@ def replay(
             pool_of, free_rows, arrays.last_two,
             start_s, prediction_s, initial_s, corrections, backfilled, first_reserved_s,
             heap, unpinned, unpinned_at, state, arrays.n_sum, config, steps_s, stop_at,
+            history_row, survival.history, survival.links, survival.links_first, survival.quantile,
         )
         if status == K.DONE:
             break
@@ -265,6 +316,7 @@ def replay(
     if int(state[K.FINISHED_AT]) != count:
         raise AssertionError(f"{count - int(state[K.FINISHED_AT])} jobs never finished")
     arrays.write_back(predictor, kind, distinct_users, int(state[K.STEPS_AT]))
+    survival.write_back(correction, distinct_users, state)
     return ReplayColumns(
         start_s=start_s.tolist(),
         initial_prediction_s=initial_s.tolist(),

@@ -30,6 +30,7 @@ from __future__ import annotations
 import numpy as np
 
 from hpcpredict.compiled import compiled
+from hpcpredict.corrections.survival_kernel import NOT_ESTIMABLE, conditional_quantile
 from hpcpredict.feature_kernels import learn_and_end, start_running, submit_and_score
 from hpcpredict.learn.nag_kernels import W_ROW
 from hpcpredict.sim.backfill_kernel import (
@@ -64,22 +65,32 @@ from hpcpredict.sim.profile_kernel import (
 # Predictors (`config[PREDICTOR_AT]`).
 REQUESTED, CLAIRVOYANT, AVE2, LEARNED = range(4)
 # Corrections (`config[CORRECTION_AT]`).
-TO_REQUEST, INCREMENTAL, DOUBLING = range(3)
+TO_REQUEST, INCREMENTAL, DOUBLING, SURVIVAL = range(4)
 # `config`: predictor, correction, backfilling order (backfill_kernel's), guard on, its
 # "promise" rule, negative outputs as |f| (the learner's rule, else 1 s), a guarded decision
-# pins the running jobs, the learner's outlier check from this many steps on.
+# pins the running jobs, the learner's outlier check from this many steps on, SURVIVAL's
+# min_history.
 (PREDICTOR_AT, CORRECTION_AT, ORDER_AT, GUARD_AT, PROMISE_AT, ABS_NEGATIVE_AT, PINS_AT,
- OUTLIER_AFTER_AT) = range(8)
-CONFIG_SIZE = 8
+ OUTLIER_AFTER_AT, SURVIVAL_MIN_AT) = range(9)
+CONFIG_SIZE = 9
+# SURVIVAL's history (`survival.RuntimeHistory`), a row per user (`history_row[job]`): how many
+# ended runtimes it holds, where the next goes, when its first one ended (jobs finished then:
+# the Python history's order of users), and the last `window` runtimes, a ring from
+# HISTORY_RUNS on. The user's running jobs are a list through `links` (next, previous; -1:
+# none) from `links_first[row]`.
+HISTORY_COUNT, HISTORY_NEXT, HISTORY_FIRST_END, HISTORY_RUNS = range(4)
+LINK_NEXT, LINK_PREVIOUS = range(2)
 # `state`: the next submission, jobs finished, the next start sequence, the heap's size, the
 # waiting queue's candidates (how many, how many of them in key order), how many wait, its head
 # cursor; the reservation (1 if any, head, shadow time, extra, guard stage) and whether
 # corrections moved the plan since; NAG's t; how many unpinned; free pool rows; after an error
-# stop, the job and the value at fault.
+# stop, the job and the value at fault; SURVIVAL's corrections by its estimate and by its
+# INCREMENTAL fallback.
 (NEXT_SUBMISSION_AT, FINISHED_AT, SEQUENCE_AT, HEAP_SIZE_AT, CANDIDATES_AT, SORTED_AT,
  WAITING_AT, HEAD_AT, RESERVED_AT, RESERVED_HEAD_AT, SHADOW_AT, EXTRA_AT, STAGE_AT,
- PLAN_MOVED_AT, STEPS_AT, UNPINNED_AT, FREE_ROWS_AT, ERROR_JOB_AT, ERROR_VALUE_AT) = range(19)
-STATE_SIZE = 19
+ PLAN_MOVED_AT, STEPS_AT, UNPINNED_AT, FREE_ROWS_AT, ERROR_JOB_AT, ERROR_VALUE_AT,
+ ESTIMATED_AT, FALLBACKS_AT) = range(21)
+STATE_SIZE = 21
 # Why `replay` returned.
 DONE, PAUSED, POOL_FULL, BAD_CORRECTION, NOT_RUNNING, NEVER_FITS = range(6)
 # The heap's rows.
@@ -175,6 +186,72 @@ def _corrected_s(
 
 
 @compiled
+def _survival_s(
+    history: np.ndarray, links: np.ndarray, links_first: np.ndarray, row: int,
+    start_s: np.ndarray, at_s: int, requested_s: int, initial_s: int, done: int, elapsed_s: int,
+    steps_s: np.ndarray, min_history: int, quantile: float,
+) -> tuple[int, bool]:  # pragma: no cover - compiled
+    """`SurvivalCorrection.corrected_prediction_s` at `at_s` for a job of the user in `row`,
+    and whether the estimate (not the INCREMENTAL fallback) answered."""
+    count = history[row, HISTORY_COUNT]
+    if count >= min_history:
+        running = 0
+        job = links_first[row]
+        while job >= 0:
+            running += 1
+            job = links[LINK_NEXT, job]
+        elapsed = np.empty(running, dtype=np.int64)
+        job = links_first[row]
+        for k in range(running):
+            elapsed[k] = max(0, at_s - start_s[job])
+            job = links[LINK_NEXT, job]
+        estimate = conditional_quantile(history[row, HISTORY_RUNS:], count, elapsed, running,
+                                        elapsed_s, quantile)
+        if estimate != NOT_ESTIMABLE:
+            return min(max(estimate, elapsed_s + 1), requested_s), True
+    for position in range(done, len(steps_s)):  # `survival.incremental_above_s`
+        limit_s = initial_s + steps_s[position]
+        if limit_s > elapsed_s:
+            return min(limit_s, requested_s), False
+    return requested_s, False
+
+
+@compiled
+def _running_add(links: np.ndarray, links_first: np.ndarray, row: int, job: int) -> None:  # pragma: no cover - compiled
+    """SURVIVAL's history hears a job start (`RuntimeHistory.job_started`)."""
+    first = links_first[row]
+    links[LINK_NEXT, job] = first
+    links[LINK_PREVIOUS, job] = -1
+    if first >= 0:
+        links[LINK_PREVIOUS, first] = job
+    links_first[row] = job
+
+
+@compiled
+def _history_ended(
+    history: np.ndarray, links: np.ndarray, links_first: np.ndarray, row: int, job: int,
+    run_s: int, finished: int,
+) -> None:  # pragma: no cover - compiled
+    """SURVIVAL's history hears a job end (`RuntimeHistory.job_ended`): out of the running, its
+    runtime in the ring (the oldest dropped when full)."""
+    following, previous = links[LINK_NEXT, job], links[LINK_PREVIOUS, job]
+    if previous >= 0:
+        links[LINK_NEXT, previous] = following
+    else:
+        links_first[row] = following
+    if following >= 0:
+        links[LINK_PREVIOUS, following] = previous
+    window = history.shape[1] - HISTORY_RUNS
+    if history[row, HISTORY_COUNT] == 0:
+        history[row, HISTORY_FIRST_END] = finished
+    place = history[row, HISTORY_NEXT]
+    history[row, HISTORY_RUNS + place] = max(0, run_s)
+    history[row, HISTORY_NEXT] = place + 1 if place + 1 < window else 0
+    if history[row, HISTORY_COUNT] < window:
+        history[row, HISTORY_COUNT] += 1
+
+
+@compiled
 def replay(
     submit_s: np.ndarray, run_s: np.ndarray, procs: np.ndarray, requested_s: np.ndarray,
     user_row: np.ndarray, local_s: np.ndarray, oracle_s: np.ndarray,
@@ -185,6 +262,8 @@ def replay(
     backfilled: np.ndarray, first_reserved_s: np.ndarray,
     heap: np.ndarray, unpinned: np.ndarray, unpinned_at: np.ndarray,
     state: np.ndarray, n_sum: np.ndarray, config: np.ndarray, steps_s: np.ndarray, stop_at: int,
+    history_row: np.ndarray, history: np.ndarray, links: np.ndarray, links_first: np.ndarray,
+    quantile: float,
 ) -> int:  # pragma: no cover - compiled
     """Replay from the event `state` points at until every job has ended (DONE) or a stop
     (module doc); `Simulation._run`'s loop and handlers, with the same names where they fit.
@@ -196,11 +275,13 @@ def replay(
     running profile again as `by_request` when the guard is off). The learner (LEARNED): its
     NAG table and step constants, the outlier factor, the per-user features `users`, and the
     pool's `slots`; AVE2: each user's last two runtimes in `last_two` (-1: none). `steps_s`:
-    INCREMENTAL's steps."""
+    INCREMENTAL's steps. SURVIVAL: its history (`history_row`, `history`, `links`,
+    `links_first`: above) and quantile."""
     count = len(submit_s)
     predictor, correction, order = config[PREDICTOR_AT], config[CORRECTION_AT], config[ORDER_AT]
     guard, promise, abs_negative = config[GUARD_AT] != 0, config[PROMISE_AT] != 0, config[ABS_NEGATIVE_AT] != 0
     pins, outlier_after = config[PINS_AT] != 0, config[OUTLIER_AFTER_AT]
+    survival, min_history = correction == SURVIVAL, config[SURVIVAL_MIN_AT]
     guard_profile = by_request if guard else profile
     by_key = order == SHORTEST_FIRST
     weights = nag[W_ROW]
@@ -237,8 +318,15 @@ def replay(
                 done, at_s = corrections[job], end_s
                 while True:
                     elapsed = at_s - job_start_s
-                    new_prediction = _corrected_s(correction, steps_s, job_requested_s,
-                                                  initial_s[job], done, elapsed)
+                    if survival:
+                        new_prediction, estimated = _survival_s(
+                            history, links, links_first, history_row[job], start_s, at_s,
+                            job_requested_s, initial_s[job], done, elapsed, steps_s,
+                            min_history, quantile)
+                        state[ESTIMATED_AT if estimated else FALLBACKS_AT] += 1
+                    else:
+                        new_prediction = _corrected_s(correction, steps_s, job_requested_s,
+                                                      initial_s[job], done, elapsed)
                     if not elapsed < new_prediction <= job_requested_s:
                         state[ERROR_JOB_AT] = job
                         state[ERROR_VALUE_AT] = new_prediction
@@ -324,6 +412,8 @@ def replay(
                                 _start(index, True, now_s, run_s, procs, user_row, predictor,
                                        users, slots, pool_of, start_s, backfilled, heap,
                                        unpinned, unpinned_at, state, guard)
+                                if survival:
+                                    _running_add(links, links_first, history_row[index], index)
                                 state[EXTRA_AT] = extra
                         _remember(state, first_reserved_s, unpinned, unpinned_at, profile,
                                   start_s, prediction_s, requested_s, pins)
@@ -348,6 +438,9 @@ def replay(
                 user = user_row[job]
                 last_two[user, 1] = last_two[user, 0]
                 last_two[user, 0] = job_run_s
+            if survival:
+                _history_ended(history, links, links_first, history_row[job], job, job_run_s,
+                               state[FINISHED_AT])
             if guard:
                 place = unpinned_at[job]
                 if place >= 0:
@@ -380,9 +473,12 @@ def replay(
                 state[SORTED_AT] = kept if by_key else 0
             started_jobs = queue[STARTED_ROW]
             for position in range(started_count):
-                _start(started_jobs[position], position >= from_head, now_s, run_s, procs,
+                job = started_jobs[position]
+                _start(job, position >= from_head, now_s, run_s, procs,
                        user_row, predictor, users, slots, pool_of, start_s, backfilled, heap,
                        unpinned, unpinned_at, state, guard)
+                if survival:
+                    _running_add(links, links_first, history_row[job], job)
             if reserved and shadow_s == NEVER:
                 state[ERROR_JOB_AT] = head
                 return NEVER_FITS
