@@ -431,3 +431,24 @@ def test_hpcpredict_serve_refuses_a_damaged_sqlite_file(short_dir: Path) -> None
     assert "restore it from a backup" in result.stderr
     assert "Traceback" not in result.stderr and len(result.stderr.strip().splitlines()) == 1
     assert database.read_bytes() == damaged
+
+
+@pytest.mark.parametrize("correction, warmed", [("survival", True), ("incremental", False)])
+def test_the_warm_up_loads_survivals_kernel_when_the_daemon_corrects_by_it(
+        short_dir: Path, correction: str, warmed: bool) -> None:
+    """With `correction = "survival"` the Kaplan-Meier kernel is loaded before the socket opens,
+    not under numba's lock at the watcher's first correction."""
+    from unittest import mock
+
+    config = DaemonConfig(db=f"sqlite:///{short_dir / 'warm.db'}", socket=str(short_dir / "w.sock"),
+                          correction=correction, survival_quantile=0.9)
+    store = Store(config.db)
+    try:
+        daemon = Daemon(config, PredictionService.open(store, config.predictor_factory))
+        with mock.patch("hpcpredict.corrections.survival.conditional_quantile_s") as kernel:
+            daemon._warm_up()
+    finally:
+        store.close()
+    assert kernel.called == warmed
+    if warmed:
+        assert kernel.call_args.args[-1] == 0.9

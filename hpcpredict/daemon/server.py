@@ -213,6 +213,12 @@ class Daemon:
         scratch.predict(job, job.submit_s)
         scratch.job_started(job, job.submit_s + 1)
         scratch.job_ended(job, 600, job.submit_s + 601, killed_at_limit=False)
+        if self.config.correction == "survival":
+            # SURVIVAL's Kaplan-Meier kernel too: loaded (or, with no cache folder, compiled) now
+            # rather than under numba's lock at the watcher's first correction.
+            from hpcpredict.corrections.survival import conditional_quantile_s
+
+            conditional_quantile_s([600, 1200], [900], 300, self.config.survival_quantile)
 
     def _start_watcher(self) -> None:
         """With ``slurm = true``: the SLURM watcher and corrector, in its own thread."""
