@@ -34,6 +34,10 @@ select plugin's coarsening of far running-job ends (`bf_window_linear`) and the 
 duration, lock yields and `batch_sched_delay` are not modelled; the periodic main pass
 (`sched_interval`) is not either, since in FIFO order it starts nothing the event passes would not.
 
+The backfill pass itself, three quarters of a replay's time in Python, runs compiled
+(`slurm_backfill_kernel.backfill_pass`); the events, the guard, the corrections and the starts
+stay here.
+
 Invariants (checked as the simulation runs and by tests/test_slurm_backfill.py): no start ever
 over-allocates the machine (`RunningProfile.add` checks it), every job starts at or after its
 submission, and with exact runtimes, `bf_resolution=1`, `bf_interval=1` and no test limit no job
@@ -43,18 +47,20 @@ starts after the first start it was promised (conservative backfilling).
 from __future__ import annotations
 
 import time
-from bisect import bisect_left
 from collections.abc import Sequence
 from dataclasses import dataclass
 from heapq import heappop, heappush
 from itertools import count as counter
+
+import numpy as np
 
 from hpcpredict.instants import Instant
 from hpcpredict.jobs import Job
 from hpcpredict.predictors import Predictor, clip_prediction
 from hpcpredict.corrections.policies import CorrectionPolicy
 from hpcpredict.corrections.starvation import xfactor_guard_wait_s
-from hpcpredict.sim.profile import RunningProfile
+from hpcpredict.sim.profile import RunningProfile, never_fits
+from hpcpredict.sim.slurm_backfill_kernel import NEVER_FITS, backfill_pass as planned_pass
 from hpcpredict.sim.simulation import ProgressCallback, SimulationResult, job_columns
 from hpcpredict.sim.slurm_params import NAME, SlurmParams, SlurmParamsError  # re-exported
 
@@ -64,94 +70,6 @@ PREDICTION_OVER, SUBMISSION, TERMINATION, BACKFILL = (
     int(Instant.PREDICTION_OVER), int(Instant.SUBMISSION), int(Instant.TERMINATION),
     int(Instant.BACKFILL_PASS),
 )
-
-
-class _FreeProfile:
-    """Free processors over time as the backfill pass plans: a step function.
-
-    `times[i]` starts a segment on which `free[i]` processors are free; the last segment lasts for
-    ever. Built at each pass from the running jobs (processors back at start + time limit), then
-    lowered by each reservation and each job the pass starts.
-    """
-
-    __slots__ = ("times", "free")
-
-    def __init__(self, now_s: int, free_now: int, running_ends: Sequence[tuple[int, int]]) -> None:
-        self.times = [now_s]
-        self.free = [free_now]
-        for end_s, procs in running_ends:  # ascending ends; ends <= now are already in free_now
-            if end_s <= now_s:
-                continue
-            if end_s != self.times[-1]:
-                self.times.append(end_s)
-                self.free.append(self.free[-1])
-            self.free[-1] += procs
-
-    def _split(self, at_s: int) -> int:
-        """Index of the segment starting at `at_s`, creating it if needed."""
-        position = bisect_left(self.times, at_s)
-        if position < len(self.times) and self.times[position] == at_s:
-            return position
-        self.times.insert(position, at_s)
-        self.free.insert(position, self.free[position - 1])
-        return position
-
-    def take(self, start_s: int, end_s: int, procs: int) -> None:
-        """Hold `procs` processors over [start_s, end_s)."""
-        if end_s <= start_s:
-            return
-        first = self._split(start_s)
-        last = self._split(end_s)
-        for position in range(first, last):
-            self.free[position] -= procs
-
-    def fits(self, start_s: int, end_s: int, procs: int) -> bool:
-        """Are `procs` processors free over [start_s, end_s], both ends included?
-
-        Included end: backfill.c tests the slots whose begin_time <= the job's end, so a
-        reservation beginning exactly when the job would end blocks it."""
-        position = bisect_left(self.times, start_s)
-        if position == len(self.times) or self.times[position] != start_s:
-            position -= 1
-        times, free = self.times, self.free
-        while position < len(times) and times[position] <= end_s:
-            if free[position] < procs:
-                return False
-            position += 1
-        return True
-
-    def earliest_future_start(self, now_s: int, procs: int, limit_s: int, resolution_s: int) -> int:
-        """Earliest start after `now_s` with `procs` free until the end rounded up to the
-        resolution (a reservation's extent, backfill.c `_set_slot_time`). Candidate starts are the
-        segment starts: free processors only ever grow at one of them.
-
-        One pass: when the extent from candidate i meets a segment k that is too full, every
-        candidate up to k has k in its extent too (their starts are no later than k's, their
-        ends no earlier than i's), so the next candidate worth testing is k + 1. Each segment is
-        read about once per call, instead of once per candidate whose extent covers it.
-        """
-        times, free = self.times, self.free
-        count = len(times)
-        position = 1
-        while position < count:
-            if free[position] < procs:
-                position += 1
-                continue
-            start_s = times[position]
-            end_s = _round_up(start_s + limit_s, resolution_s)
-            covered = position + 1
-            while covered < count and times[covered] <= end_s:
-                if free[covered] < procs:
-                    break
-                covered += 1
-            else:
-                return start_s
-            position = covered + 1
-        raise AssertionError(f"a job of {procs} processors never fits")  # the last segment is empty
-
-
-def _round_up(value_s: int, resolution_s: int) -> int:
-    return -(-value_s // resolution_s) * resolution_s
 
 
 @dataclass(frozen=True)
@@ -216,11 +134,16 @@ def simulate_slurm(
     requests, submit_s, run_s, procs, requested_s = job_columns(jobs, machine_procs)
 
     start_s = [-1] * count
-    prediction_s = [0] * count
+    # Arrays the compiled backfill pass reads (limits, widths) and writes (first reservations).
+    prediction_s = np.zeros(count, dtype=np.int64)
+    requested_array = np.asarray(requested_s, dtype=np.int64)
+    procs_array = np.asarray(procs, dtype=np.int64)
+    first_reserved_start_s = np.full(count, -1, dtype=np.int64)
+    started = np.zeros(params.bf_max_job_test, dtype=np.int64)
+    jumped = np.zeros(params.bf_max_job_test, dtype=np.bool_)
     initial_prediction_s = [0] * count
     corrections = [0] * count
     backfilled = [False] * count
-    first_reserved_start_s = [-1] * count
 
     sequence = counter(count)
     events: list[tuple[int, int, int, int]] = [
@@ -255,10 +178,6 @@ def simulate_slurm(
         heappush(events, (now_s + run_s[index], TERMINATION, next(sequence), index))
         plan_correction(index)
 
-    def limit_s(job: int) -> int:
-        """The time limit a pending job has in SLURM."""
-        return requested_s[job] if guarded else prediction_s[job]
-
     def check_guard() -> None:
         """The live guard's test (pending jobs in submission order: the first waited longest),
         and what it does when it holds: running jobs back to their requests, for good."""
@@ -277,7 +196,7 @@ def simulate_slurm(
     def plan_correction(index: int) -> None:
         """The next correction, if the job is still running when it falls due and its limit is
         below its request (the corrector never raises a limit above the request)."""
-        due_s = max(0, prediction_s[index] - correction_lead_s)
+        due_s = max(0, int(prediction_s[index]) - correction_lead_s)
         if due_s < run_s[index] and prediction_s[index] < requested_s[index]:
             heappush(events, (start_s[index] + due_s, PREDICTION_OVER, next(sequence), index))
 
@@ -290,24 +209,18 @@ def simulate_slurm(
             start(job, False)
 
     def backfill_pass() -> None:
-        plan = _FreeProfile(now_s, profile.free_now(now_s), profile.ends())
-        window_end_s = now_s + params.bf_window_s
+        """The compiled pass plans; the jobs it starts are started here, in its order (starting
+        a job changes nothing the pass reads: the plan is its own, the limits fixed)."""
         order = scheduler.order(now_s, pending, submit_s, procs, machine_procs)
-        left_waiting = False
-        for job in order[: params.bf_max_job_test]:
-            limit, need = limit_s(job), procs[job]
-            if plan.fits(now_s, now_s + limit, need):
-                start(job, left_waiting)
-                plan.take(now_s, now_s + limit, need)
-                continue
-            left_waiting = True
-            begin_s = plan.earliest_future_start(now_s, need, limit, params.bf_resolution_s)
-            if begin_s > window_end_s:
-                continue  # beyond the window: no reservation ("too far in the future")
-            end_s = min(_round_up(begin_s + limit, params.bf_resolution_s), window_end_s)
-            plan.take(begin_s, end_s, need)
-            if first_reserved_start_s[job] < 0:
-                first_reserved_start_s[job] = begin_s
+        tested = np.array(order[: params.bf_max_job_test], dtype=np.int64)
+        starting = planned_pass(
+            profile.table, now_s, tested, requested_array if guarded else prediction_s,
+            procs_array, params.bf_window_s, params.bf_resolution_s, first_reserved_start_s,
+            started, jumped)
+        if starting == NEVER_FITS:
+            raise never_fits(procs[int(started[0])], machine_procs)
+        for job, jumped_one in zip(started[:starting].tolist(), jumped[:starting].tolist()):
+            start(job, jumped_one)
 
     def note_change() -> None:
         nonlocal changed, pass_scheduled
@@ -315,7 +228,7 @@ def simulate_slurm(
         if not pass_scheduled:
             # The backfill thread wakes every bf_interval; its phase is that of the log's clock.
             # A pass due at this very instant still runs (it comes after the instant's events).
-            pass_s = _round_up(now_s, params.bf_interval_s)
+            pass_s = -(-now_s // params.bf_interval_s) * params.bf_interval_s  # rounded up
             heappush(events, (pass_s, BACKFILL, next(sequence), -1))
             pass_scheduled = True
 
@@ -341,7 +254,7 @@ def simulate_slurm(
             note_change()
         elif kind == PREDICTION_OVER:
             check_guard()
-            limit = prediction_s[index]  # asked as at the limit (== the elapsed time without lead)
+            limit = int(prediction_s[index])  # asked as at the limit (== the elapsed time without lead)
             if limit >= requested_s[index]:
                 continue  # given its request by the guard since this correction was planned
             new_prediction = correction.corrected_prediction_s(
@@ -378,10 +291,10 @@ def simulate_slurm(
         correction=correction.name,
         start_s=start_s,
         initial_prediction_s=initial_prediction_s,
-        final_prediction_s=prediction_s,
+        final_prediction_s=prediction_s.tolist(),
         corrections=corrections,
         backfilled=backfilled,
-        first_reserved_start_s=first_reserved_start_s,
+        first_reserved_start_s=first_reserved_start_s.tolist(),
         wall_time_s=time.perf_counter() - wall_start,
         settings={"slurm_params": params.to_text(), "correction_lead_s": correction_lead_s,
                   "starvation_guard_s": guard_s},
