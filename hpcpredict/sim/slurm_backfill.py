@@ -60,7 +60,7 @@ from hpcpredict.predictors import Predictor, clip_prediction
 from hpcpredict.corrections.policies import CorrectionPolicy
 from hpcpredict.corrections.starvation import xfactor_guard_wait_s
 from hpcpredict.sim.profile import RunningProfile, never_fits
-from hpcpredict.sim.slurm_backfill_kernel import NEVER_FITS, backfill_pass as planned_pass
+from hpcpredict.sim.slurm_backfill_kernel import NEVER_FITS, backfill_pass as planned_pass, priority_order
 from hpcpredict.sim.simulation import ProgressCallback, SimulationResult, job_columns
 from hpcpredict.sim.slurm_params import NAME, SlurmParams, SlurmParamsError  # re-exported
 
@@ -83,19 +83,20 @@ class SlurmBackfill:
     starvation_guard_s: int | None = None
     guard_xfactor: float | None = None
 
-    def order(self, now_s: int, pending: list[int], submit_s: list[int], procs: list[int],
+    def order(self, now_s: int, pending: list[int], submit_s: np.ndarray, procs: np.ndarray,
               machine_procs: int) -> list[int]:
-        """Pending jobs by decreasing priority, ties by submission (job index)."""
+        """Pending jobs (in submission order) by decreasing priority, ties by submission: the
+        multifactor priority is PriorityWeightAge x the age (capped at PriorityMaxAge, as a
+        share of it) + PriorityWeightJobSize x the share of the machine the job asks for (or
+        its complement with PriorityFavorSmall), computed and sorted compiled
+        (`slurm_backfill_kernel.priority_order`: a pass sorts every pending job)."""
         p = self.params
         if not p.multifactor:
             return pending  # FIFO: kept in submission order
-        def priority(job: int) -> float:
-            age = min(now_s - submit_s[job], p.priority_max_age_s) / p.priority_max_age_s
-            size = procs[job] / machine_procs
-            if p.priority_favor_small:
-                size = 1.0 - size
-            return p.priority_weight_age * age + p.priority_weight_job_size * size
-        return sorted(pending, key=lambda job: (-priority(job), job))
+        return priority_order(
+            np.array(pending, dtype=np.int64), now_s, submit_s, procs, machine_procs,
+            p.priority_weight_age, p.priority_weight_job_size, p.priority_max_age_s,
+            p.priority_favor_small).tolist()
 
 
 def simulate_slurm(
@@ -138,6 +139,7 @@ def simulate_slurm(
     prediction_s = np.zeros(count, dtype=np.int64)
     requested_array = np.asarray(requested_s, dtype=np.int64)
     procs_array = np.asarray(procs, dtype=np.int64)
+    submit_array = np.asarray(submit_s, dtype=np.int64)
     first_reserved_start_s = np.full(count, -1, dtype=np.int64)
     started = np.zeros(params.bf_max_job_test, dtype=np.int64)
     jumped = np.zeros(params.bf_max_job_test, dtype=np.bool_)
@@ -202,7 +204,7 @@ def simulate_slurm(
 
     def main_pass() -> None:
         free = profile.free_now(now_s)
-        for job in scheduler.order(now_s, pending, submit_s, procs, machine_procs)[:]:
+        for job in scheduler.order(now_s, pending, submit_array, procs_array, machine_procs)[:]:
             if procs[job] > free:
                 return
             free -= procs[job]
@@ -211,7 +213,7 @@ def simulate_slurm(
     def backfill_pass() -> None:
         """The compiled pass plans; the jobs it starts are started here, in its order (starting
         a job changes nothing the pass reads: the plan is its own, the limits fixed)."""
-        order = scheduler.order(now_s, pending, submit_s, procs, machine_procs)
+        order = scheduler.order(now_s, pending, submit_array, procs_array, machine_procs)
         tested = np.array(order[: params.bf_max_job_test], dtype=np.int64)
         starting = planned_pass(
             profile.table, now_s, tested, requested_array if guarded else prediction_s,

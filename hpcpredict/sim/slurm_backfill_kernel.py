@@ -150,3 +150,22 @@ def backfill_pass(
         if first_reserved_s[job] < 0:
             first_reserved_s[job] = begin_s
     return starting
+
+
+@compiled
+def priority_order(
+    pending: np.ndarray, now_s: int, submit_s: np.ndarray, procs: np.ndarray, machine_procs: int,
+    weight_age: int, weight_job_size: int, max_age_s: int, favor_small: bool,
+) -> np.ndarray:  # pragma: no cover - compiled
+    """`pending` (in submission order) by decreasing multifactor priority, ties in submission
+    order: the age factor capped at `max_age_s`, the size factor the share of the machine (its
+    complement with `favor_small`), as `SlurmBackfill.order` says."""
+    priority = np.empty(len(pending), dtype=np.float64)
+    for k in range(len(pending)):
+        job = pending[k]
+        age = min(now_s - submit_s[job], max_age_s) / max_age_s
+        size = procs[job] / machine_procs
+        if favor_small:
+            size = 1.0 - size
+        priority[k] = -(weight_age * age + weight_job_size * size)
+    return pending[np.argsort(priority, kind="mergesort")]  # stable: ties stay in order
