@@ -14,6 +14,18 @@ NOT_ESTIMABLE = -1
 
 
 @compiled
+def _sorted_beyond(values: np.ndarray, count: int, threshold: int) -> np.ndarray:  # pragma: no cover - compiled
+    """The first `count` of `values` that are above `threshold`, sorted."""
+    beyond = np.empty(count, dtype=np.int64)
+    kept = 0
+    for k in range(count):
+        if values[k] > threshold:
+            beyond[kept] = values[k]
+            kept += 1
+    return np.sort(beyond[:kept])
+
+
+@compiled
 def conditional_quantile(
     runtimes_s: np.ndarray, runtime_count: int, censored_s: np.ndarray, censored_count: int,
     elapsed_s: int, quantile: float,
@@ -21,22 +33,12 @@ def conditional_quantile(
     """The `quantile` of T given T > `elapsed_s` from the first `runtime_count` runtimes (events)
     and `censored_count` lower bounds, any order; NOT_ESTIMABLE when the conditional survival
     never falls to 1 - quantile (`survival.conditional_quantile_s` says how)."""
-    events = np.empty(runtime_count, dtype=np.int64)
-    count = 0
-    for k in range(runtime_count):
-        if runtimes_s[k] > elapsed_s:
-            events[count] = runtimes_s[k]
-            count += 1
+    events = _sorted_beyond(runtimes_s, runtime_count, elapsed_s)
+    count = len(events)
     if count == 0:
         return NOT_ESTIMABLE
-    events = np.sort(events[:count])
-    bounds = np.empty(censored_count, dtype=np.int64)
-    bound_count = 0
-    for k in range(censored_count):
-        if censored_s[k] > elapsed_s:
-            bounds[bound_count] = censored_s[k]
-            bound_count += 1
-    bounds = np.sort(bounds[:bound_count])
+    bounds = _sorted_beyond(censored_s, censored_count, elapsed_s)
+    bound_count = len(bounds)
     target = 1.0 - quantile
     survival = 1.0
     at_risk = count + bound_count
