@@ -100,6 +100,11 @@ class RuntimeHistory:
                 ended = self._ended[request.user_id] = deque(maxlen=self.window)
             ended.append((max(0, int(run_s)), bool(censored)))
 
+    def is_empty(self) -> bool:
+        """Nothing heard yet: no ended runtime, no running job."""
+        with self._lock:
+            return not self._ended and not self._running
+
     def observations(self, user_id: int, now_s: int | None) -> tuple[list[int], list[int]]:
         """(runtimes, lower bounds) of the user: the ended jobs' runtimes, and the censored ends
         with the running jobs' elapsed times at `now_s` (none when `now_s` is None)."""

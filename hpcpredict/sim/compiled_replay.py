@@ -20,7 +20,6 @@ histories are written back, as are SURVIVAL's history and counts.
 
 from __future__ import annotations
 
-from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
@@ -87,8 +86,7 @@ def covered(
         return False
     if type(correction) not in _CORRECTIONS or predictor_kind(predictor) is None:
         return False
-    if isinstance(correction, SurvivalCorrection) and (
-            correction.history._ended or correction.history._running):
+    if isinstance(correction, SurvivalCorrection) and not correction.history.is_empty():
         return False  # a history from before (the daemon's): the kernel starts from none
     return len(np.unique(job_ids)) == len(job_ids)
 
@@ -223,20 +221,20 @@ class _SurvivalArrays:
                    state: np.ndarray) -> None:
         """Leave in the correction what the Python loop's would hold: its counts, and each user's
         last runtimes, oldest first, the users in the order of their first end (every job has
-        ended: nobody runs)."""
+        ended: nobody runs), through the history's own `load_state`."""
         if not isinstance(correction, SurvivalCorrection):
             return
         correction.estimated += int(state[K.ESTIMATED_AT])
         correction.fallbacks += int(state[K.FALLBACKS_AT])
-        history = correction.history
-        window = history.window
+        window = correction.history.window
         ended = np.flatnonzero(self.history[:, K.HISTORY_COUNT] > 0)
+        rows = []
         for row in ended[np.argsort(self.history[ended, K.HISTORY_FIRST_END], kind="stable")].tolist():
             count, place = int(self.history[row, K.HISTORY_COUNT]), int(self.history[row, K.HISTORY_NEXT])
             runs = self.history[row, K.HISTORY_RUNS:].tolist()
             in_order = runs[:count] if count < window else runs[place:] + runs[:place]
-            history._ended[int(distinct_users[row])] = deque(((run_s, False) for run_s in in_order),
-                                                             maxlen=window)
+            rows.extend((int(distinct_users[row]), run_s, 0) for run_s in in_order)
+        correction.load_state({"ended": np.array(rows, dtype=np.int64).reshape(-1, 3)})
 
 
 def replay(
