@@ -178,6 +178,8 @@ class SurvivalCorrection:
         self, requested_s: int, initial_prediction_s: int, corrections_done: int, elapsed_s: int,
         *, user_id: int | None = None, now_s: int | None = None,
     ) -> int:
+        from hpcpredict.corrections.survival_kernel import NOT_ESTIMABLE
+
         estimate = None
         if user_id is not None:
             ended, running = self.history.observations(user_id, now_s)
@@ -185,9 +187,10 @@ class SurvivalCorrection:
                 estimate = conditional_quantile_s(ended, running, elapsed_s, self.quantile)
         if estimate is None:
             self.fallbacks += 1
-            return incremental_above_s(requested_s, initial_prediction_s, corrections_done, elapsed_s)
-        self.estimated += 1
-        return min(max(estimate, elapsed_s + 1), requested_s)
+        else:
+            self.estimated += 1
+        return _limit_s(NOT_ESTIMABLE if estimate is None else estimate,
+                        requested_s, initial_prediction_s, corrections_done, elapsed_s)
 
 
 def incremental_above_s(
@@ -195,9 +198,19 @@ def incremental_above_s(
 ) -> int:
     """INCREMENTAL's first limit from the `corrections_done`-th step on that is above the elapsed
     time (after survival estimates the job may already be past the next fixed step); the request
-    when none is."""
-    for step_s in INCREMENTAL_STEPS_S[corrections_done:]:
-        limit_s = initial_prediction_s + step_s
-        if limit_s > elapsed_s:
-            return min(limit_s, requested_s)
-    return requested_s
+    when none is: SURVIVAL's answer without an estimate."""
+    from hpcpredict.corrections.survival_kernel import NOT_ESTIMABLE
+
+    return _limit_s(NOT_ESTIMABLE, requested_s, initial_prediction_s, corrections_done, elapsed_s)
+
+
+def _limit_s(estimate_s: int, requested_s: int, initial_prediction_s: int, corrections_done: int,
+             elapsed_s: int) -> int:
+    """`survival_kernel.survival_limit` (the compiled loop's too) on INCREMENTAL's steps."""
+    import numpy as np  # here: the command line imports this module for its names
+
+    from hpcpredict.corrections.survival_kernel import survival_limit
+
+    return int(survival_limit(int(estimate_s), int(requested_s), int(initial_prediction_s),
+                              int(corrections_done), int(elapsed_s),
+                              np.array(INCREMENTAL_STEPS_S, dtype=np.int64)))

@@ -1,7 +1,9 @@
-"""Kaplan-Meier's conditional quantile of a user's runtime, compiled: the one implementation
-SURVIVAL has. `survival.conditional_quantile_s` (the daemon's corrector and the simulator's Python
-loop) calls it on lists; the compiled replay loop (`sim.replay_kernel`) on its own arrays, so a
-`tune` grid's SURVIVAL replays run as fast as its INCREMENTAL ones and correct exactly alike.
+"""SURVIVAL's decision, compiled: the one implementation it has. Kaplan-Meier's conditional
+quantile of a user's runtime, and the limit it gives a job (clamped to the elapsed time and the
+request, INCREMENTAL's next step above the elapsed time when there is no estimate).
+`survival.SurvivalCorrection` (the daemon's corrector and the simulator's Python loop) calls both
+on lists; the compiled replay loop (`sim.replay_kernel`) on its own arrays, so a `tune` grid's
+SURVIVAL replays run as fast as its INCREMENTAL ones and correct exactly alike.
 """
 
 from __future__ import annotations
@@ -58,3 +60,20 @@ def conditional_quantile(
         at_risk -= ends
         position += ends
     return NOT_ESTIMABLE
+
+
+@compiled
+def survival_limit(
+    estimate_s: int, requested_s: int, initial_s: int, done: int, elapsed_s: int, steps_s: np.ndarray,
+) -> int:  # pragma: no cover - compiled
+    """The limit SURVIVAL gives a job that has run `elapsed_s`: the estimate (`conditional_quantile`)
+    kept above the elapsed time and within the request; without one (NOT_ESTIMABLE), INCREMENTAL's
+    first limit from the `done`-th of its `steps_s` on that is above the elapsed time (after
+    estimates the job may already be past the next fixed step), or the request when none is."""
+    if estimate_s != NOT_ESTIMABLE:
+        return min(max(estimate_s, elapsed_s + 1), requested_s)
+    for position in range(done, len(steps_s)):
+        limit_s = initial_s + steps_s[position]
+        if limit_s > elapsed_s:
+            return min(limit_s, requested_s)
+    return requested_s

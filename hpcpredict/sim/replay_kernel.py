@@ -30,7 +30,7 @@ from __future__ import annotations
 import numpy as np
 
 from hpcpredict.compiled import compiled
-from hpcpredict.corrections.survival_kernel import NOT_ESTIMABLE, conditional_quantile
+from hpcpredict.corrections.survival_kernel import NOT_ESTIMABLE, conditional_quantile, survival_limit
 from hpcpredict.feature_kernels import learn_and_end, start_running, submit_and_score
 from hpcpredict.learn.nag_kernels import W_ROW
 from hpcpredict.sim.backfill_kernel import (
@@ -207,13 +207,10 @@ def _survival_s(
             job = links[LINK_NEXT, job]
         estimate = conditional_quantile(history[row, HISTORY_RUNS:], count, elapsed, running,
                                         elapsed_s, quantile)
-        if estimate != NOT_ESTIMABLE:
-            return min(max(estimate, elapsed_s + 1), requested_s), True
-    for position in range(done, len(steps_s)):  # `survival.incremental_above_s`
-        limit_s = initial_s + steps_s[position]
-        if limit_s > elapsed_s:
-            return min(limit_s, requested_s), False
-    return requested_s, False
+    else:
+        estimate = NOT_ESTIMABLE
+    return (survival_limit(estimate, requested_s, initial_s, done, elapsed_s, steps_s),
+            estimate != NOT_ESTIMABLE)
 
 
 @compiled
