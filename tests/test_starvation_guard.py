@@ -340,6 +340,10 @@ def test_the_estimate_stage_backfills_on_estimates_and_the_guard_still_bounds_th
     assert requests.start_s[1] == 1_000 and not in_front_after_300(requests)
     assert in_front_after_300(estimates)
     assert 1_000 < estimates.start_s[1] <= 2_000 + 900
+    # every job started on its 360 s estimate runs 900 s, 540 s beyond it: each outlives it
+    # unless the guard falls due first (then it is planned to its request: not counted)
+    assert 0 < estimates.estimates_outlived <= estimates.estimated_starts
+    assert estimates.estimate_overrun_s == 540 * estimates.estimates_outlived
     assert unguarded.start_s[1] > 4_000  # without the guard the estimates would starve it
 
 
@@ -589,3 +593,97 @@ def test_every_door_takes_an_expansion_factor_above_one(value: float, tmp_path: 
     toml = tmp_path / "daemon.toml"
     toml.write_text(f"[daemon]\nstarvation_guard_xfactor = {value}\n")
     assert load_config(toml).starvation_guard_xfactor == value
+
+
+def test_the_evidence_is_the_users_last_runs_when_they_say_tiny() -> None:
+    assert starvation.evidence_estimate_s(100, 3_000, [5] * 4, 900) == 3_000  # too few runs
+    assert starvation.evidence_estimate_s(100, 3_000, [5, 5, 5, 5, 6], 900) == 100  # prediction above
+    assert starvation.evidence_estimate_s(1, 3_000, [5, 5, 5, 5, 6], 900) == 12  # 2x the longest
+    assert starvation.evidence_estimate_s(1, 3_000, [500, 5, 5, 5, 5, 6], 900) == 12  # the last 5
+    assert starvation.evidence_estimate_s(1, 3_000, [5, 5, 5, 5, 451], 900) == 3_000  # 902 > 900
+    assert starvation.evidence_estimate_s(1, 10, [5, 5, 5, 5, 6], 900) == 10  # within the request
+    assert starvation.evidence_estimate_s(0, 3_000, [0] * 5, 900) == 1
+
+
+def evidence(name: str, guard_s: int, tiny_s: int, cap_s: int, rule: str = "wait",
+             factor: float | None = None):
+    return dataclasses.replace(SCHEDULERS[name], starvation_guard_s=guard_s, guard_rule=rule,
+                               guard_xfactor=factor, guard_evidence_s=tiny_s, guard_evidence_cap_s=cap_s)
+
+
+# A 10-processor machine. Job 0 (user 1, 6 procs) runs 1000 s of a 3000 s request; job 1 (user
+# 2) needs all 10 and is the head from t=1, protected from t=301 (a 300 s guard). User 3's first
+# five jobs (4 procs, 5 s of 3000 s) run before that (Tenfold predicts them 1 s); from t=400 a
+# burst of 21 more of them, and of 21 like them from user 4, who has no history.
+BURST = ([make_job(1, 0, 6, 1000, 3000, user_id=1), make_job(2, 1, 10, 100, 100, user_id=2)]
+         + [make_job(3 + k, 2 + k, 4, 5, 3000, user_id=3) for k in range(5)]
+         + [make_job(8 + 2 * k + user - 3, 400 + 10 * k + 5 * (user - 3), 4, 5, 3000, user_id=user)
+            for k in range(21) for user in (3, 4)])
+USER_3_BURST, USER_4_BURST = range(7, 49, 2), range(8, 49, 2)
+
+
+@pytest.mark.parametrize("scheduler", ["easy", "easy-sjbf"])
+def test_the_evidence_lets_a_users_tiny_jobs_through_in_front_of_a_protected_head(scheduler: str) -> None:
+    """Under the guard every burst job is judged on its 3000 s request and waits for the head
+    (started at 1000 s, when job 0 ends); with the evidence, user 3's last five 5 s runs vouch
+    for its burst (judged on 10 s, each starts at its submission), user 4's does not (no
+    history), and the head starts when it did."""
+    plain = simulate(BURST, 10, guarded(scheduler, 300), Tenfold(BURST), CORRECTIONS["incremental"])
+    vouched = simulate(BURST, 10, evidence(scheduler, 300, 900, 5_000), Tenfold(BURST),
+                       CORRECTIONS["incremental"])
+    assert plain.start_s[1] == vouched.start_s[1] == 1_000
+    assert all(plain.start_s[index] >= 1_100 for index in range(7, 49))
+    assert [vouched.start_s[index] for index in USER_3_BURST] == [400 + 10 * k for k in range(21)]
+    assert all(vouched.start_s[index] >= 1_100 for index in USER_4_BURST)
+    nothing_tiny = simulate(BURST, 10, evidence(scheduler, 300, 1, 5_000), Tenfold(BURST),
+                            CORRECTIONS["incremental"])
+    assert nothing_tiny.start_s == plain.start_s
+
+
+@pytest.mark.parametrize("scheduler", ["easy", "easy-sjbf"])
+def test_from_the_cap_on_the_evidence_gives_way_to_requests(scheduler: str) -> None:
+    """With the cap at 300 s too, the guard is due when the evidence would start: no stage."""
+    plain = simulate(BURST, 10, guarded(scheduler, 300), Tenfold(BURST), CORRECTIONS["incremental"])
+    capped = simulate(BURST, 10, evidence(scheduler, 300, 900, 300), Tenfold(BURST),
+                      CORRECTIONS["incremental"])
+    assert capped.start_s == plain.start_s
+
+
+
+# A 12-processor machine: job 0 (6 procs) runs 1000 s of 3000 s, job 1 (10 procs) is the head
+# from t=1, protected from t=301; the 2 processors beside it at its shadow time are its extra.
+# From t=400 user 5, new, submits five 2-processor jobs (5 s of 3000 s: they fit in the extra
+# processors, one at a time, ending at 405, 410, ..., 425) and, at 405, a 4-processor one like
+# them that does not fit there: no evidence when it is submitted, its user's fifth end at 425.
+EARLY_BURST = ([make_job(1, 0, 6, 1000, 3000, user_id=1), make_job(2, 1, 10, 100, 100, user_id=2)]
+               + [make_job(3 + k, 400 + k, 2, 5, 3000, user_id=5) for k in range(5)]
+               + [make_job(8, 405, 4, 5, 3000, user_id=5)])
+
+
+@pytest.mark.parametrize("scheduler", ["easy", "easy-sjbf"])
+def test_a_waiting_jobs_estimate_follows_its_users_ends(scheduler: str) -> None:
+    """The 4-processor job waits for the head under the guard (it starts at 1100, when the head
+    ends); with the evidence it starts at 425, when its user's fifth end vouches for it
+    (`Simulation._hear_evidence` rewrites the estimates of the user's waiting jobs)."""
+    plain = simulate(EARLY_BURST, 12, guarded(scheduler, 300), Tenfold(EARLY_BURST),
+                     CORRECTIONS["incremental"])
+    vouched = simulate(EARLY_BURST, 12, evidence(scheduler, 300, 900, 5_000), Tenfold(EARLY_BURST),
+                       CORRECTIONS["incremental"])
+    assert plain.start_s[2:7] == vouched.start_s[2:7] == [400, 405, 410, 415, 420]
+    assert plain.start_s[1] == vouched.start_s[1] == 1_000
+    assert plain.start_s[7] == 1_100
+    assert vouched.start_s[7] == 425
+    assert (plain.estimated_starts, vouched.estimated_starts, vouched.estimates_outlived) == (0, 1, 0)
+
+
+@settings(max_examples=100, deadline=None)
+@given(workloads(), st.sampled_from(["easy", "easy-sjbf"]), st.sampled_from(PREDICTORS),
+       st.sampled_from(sorted(CORRECTIONS)), st.integers(0, 2_000), st.integers(0, 2_000),
+       st.integers(1, 300), st.sampled_from([None, 2.0, 5.0]))
+def test_schedules_with_the_evidence_keep_the_invariants_and_the_fast_path_is_exact(
+    workload, scheduler, predictor, correction, guard_s, beyond_s, tiny_s, factor
+) -> None:
+    machine, jobs = workload
+    policy = evidence(scheduler, guard_s, tiny_s, guard_s + beyond_s,
+                      "wait" if factor is None else "xfactor", factor)
+    assert_fast_path_exact_and_sound(jobs, machine, policy, predictor, correction)

@@ -116,6 +116,35 @@ def guard_estimate_s(prediction_s: int, requested_s: int, multiple: float) -> in
     return min(requested_s, max(prediction_s, math.ceil(multiple * prediction_s)))
 
 
+# The guard's evidence option (simulator only, issue 30): how many of a user's last runtimes are
+# the evidence, and the multiple of their longest a candidate is judged on.
+EVIDENCE_RUNS = 5
+EVIDENCE_MULTIPLE = 2
+
+
+def evidence_estimate_s(prediction_s: int, requested_s: int, recent_runs_s: Sequence[int],
+                        tiny_s: int) -> int:
+    """The guard's evidence option (simulator only, issue 30): what a candidate in front of a
+    protected head is judged on. Its request, unless its user's last EVIDENCE_RUNS runtimes say
+    the job is tiny: EVIDENCE_MULTIPLE times the longest of them is at most `tiny_s`; then that
+    (never below its prediction, never above its request).
+
+    Why: on CEA-Curie, AVEbsld under any guard that fires more often than the 24 h one is carried
+    by bursts of thousands of 5-second jobs that ask for a day (docs/results.md, "A threshold
+    relative to the job's request"); judged on their requests they wait out the protected head.
+    A user whose last jobs all ran seconds is a safe bet for seconds, and if one runs longer the
+    head loses at most what it overran (it is planned to its request from then on); a multiple of
+    the model's prediction is not such a bet (the estimate stage's jobs outlive 4x theirs often
+    enough to starve a head)."""
+    if len(recent_runs_s) < EVIDENCE_RUNS:
+        return requested_s
+    count = len(recent_runs_s)
+    envelope_s = EVIDENCE_MULTIPLE * max(recent_runs_s[k] for k in range(count - EVIDENCE_RUNS, count))
+    if envelope_s > tiny_s:
+        return requested_s
+    return min(requested_s, max(prediction_s, envelope_s, 1))
+
+
 _DURATION = re.compile(r"(\d+)\s*(s|m|h|d)?")
 _UNIT_S = {None: 1, "s": 1, "m": 60, "h": 3600, "d": 86_400}
 

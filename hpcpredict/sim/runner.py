@@ -78,6 +78,12 @@ class RunSpec:
     # are judged on this multiple of their prediction (within the request); None: no such stage.
     guard_estimate_multiple: float | None = None
     guard_estimate_after_s: int | None = None
+    # The guard's evidence option (schedulers.Scheduler.guard_evidence_s): once the guard's rule
+    # is due, until the head has waited guard_evidence_cap_s, candidates whose user's last
+    # runtimes say they are tiny (a few times the longest <= guard_evidence_s) are judged on
+    # that, the others on their requests; from the cap on, the guard as usual. None: off.
+    guard_evidence_s: int | None = None
+    guard_evidence_cap_s: int | None = None
     # What a due guard protects: "machine" (every running job pinned to its request, the
     # daemon's) or "head" (the aged head's reservation only; schedulers.Scheduler says how).
     guard_scope: str = "machine"
@@ -195,6 +201,25 @@ class RunSpec:
                                  f"not {SLURM_BACKFILL}")
         elif self.guard_estimate_after_s is not None:
             raise ValueError("guard_estimate_after_s needs guard_estimate_multiple")
+        if self.guard_evidence_s is not None or self.guard_evidence_cap_s is not None:
+            for option in ("guard_evidence_s", "guard_evidence_cap_s"):
+                value = getattr(self, option)
+                if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                    raise ValueError(f"{option} must be a whole number of seconds >= 1, got {value!r}")
+            if self.starvation_guard_s is None:
+                raise ValueError("the guard's evidence option needs a starvation guard")
+            if self.guard_rule not in ("wait", "xfactor") or self.guard_scope != "machine":
+                raise ValueError("the guard's evidence option follows the \"wait\" or \"xfactor\" "
+                                 "rule over the whole machine")
+            if self.guard_estimate_multiple is not None:
+                raise ValueError("the guard's estimate is a multiple of the prediction or the "
+                                 "evidence, not both")
+            if self.guard_evidence_cap_s < self.starvation_guard_s:
+                raise ValueError(f"the evidence option's cap ({self.guard_evidence_cap_s} s) is "
+                                 f"at least the guard's ({self.starvation_guard_s} s)")
+            if self.scheduler == SLURM_BACKFILL:
+                raise ValueError(f"the guard's evidence option is modelled for the EASY schedulers "
+                                 f"only, not {SLURM_BACKFILL}")
         if self.aged_first_s is not None:
             if isinstance(self.aged_first_s, bool) or not isinstance(self.aged_first_s, int) \
                     or self.aged_first_s < 0:
@@ -249,6 +274,9 @@ class RunSpec:
         estimate = ("" if self.guard_estimate_multiple is None
                     else f", {self.guard_estimate_multiple:g}x prediction in front after "
                          f"{(self.guard_estimate_after_s or 0) / 3600:g} h")
+        if self.guard_evidence_s is not None:
+            estimate = (f", tiny on evidence (<= {self.guard_evidence_s / 60:g} min) until "
+                        f"{(self.guard_evidence_cap_s or 0) / 3600:g} h")
         return f" + guard {rule}{self.starvation_guard_s / 3600:g} h{scope}{estimate}{aged}"
 
     @property
@@ -284,6 +312,9 @@ class RunSpec:
             settings.pop("guard_estimate_after_s")
         else:
             settings["guard_estimate_multiple"] = float(self.guard_estimate_multiple)
+        if self.guard_evidence_s is None:  # off: absent, keys stay valid
+            settings.pop("guard_evidence_s")
+            settings.pop("guard_evidence_cap_s")
         if self.aged_first_s is None:  # off: absent, keys stay valid
             settings.pop("aged_first_s")
         if not self.slurm_params:  # defaults or another scheduler: absent, older keys stay valid
@@ -383,7 +414,9 @@ def run(
                                         guard_xfactor=(None if spec.guard_xfactor is None
                                                        else float(spec.guard_xfactor)),
                                         guard_estimate_multiple=spec.guard_estimate_multiple,
-                                        guard_estimate_after_s=spec.guard_estimate_after_s)
+                                        guard_estimate_after_s=spec.guard_estimate_after_s,
+                                        guard_evidence_s=spec.guard_evidence_s,
+                                        guard_evidence_cap_s=spec.guard_evidence_cap_s)
     if spec.aged_first_s is not None:
         scheduler = dataclasses.replace(scheduler, aged_first_s=spec.aged_first_s)
     result = simulate(

@@ -136,9 +136,9 @@ class WaitingQueue:
         job (earlier under the "promise" rule: `Scheduler.schedule`)."""
         self.guard_due_s[:] = self._submits() + wait_s
 
-    def set_estimate_wait(self, wait_s: int) -> None:
-        """The guard's estimate stage falls due once a job has waited `wait_s` (the estimates
-        themselves are written at each submission, from the prediction: `Simulation`)."""
+    def set_estimate_wait(self, wait_s: int | np.ndarray) -> None:
+        """The guard's estimate stage falls due once a job has waited `wait_s`, one for all or
+        one per job (the estimates themselves are written by `Simulation`)."""
         self.estimate_due_s[:] = self._submits() + wait_s
 
     def _submits(self) -> np.ndarray:
@@ -332,6 +332,14 @@ class Scheduler:
     # guard_estimate_s`). The guard itself, once due, is unchanged: plain EASY's rule.
     guard_estimate_multiple: float | None = None
     guard_estimate_after_s: int | None = None
+    # The guard's evidence option (simulator only, issue 30; None: off): once the guard's rule
+    # is due for a head, and until it has waited `guard_evidence_cap_s`, the head is in the
+    # estimate stage above with each candidate's estimate from its user's last runtimes
+    # (`corrections.starvation.evidence_estimate_s`: a few times the longest, when that is at
+    # most `guard_evidence_s`; else the request); from the cap on, plain EASY's rule (GUARDED).
+    # The rule's due times become the stage's (`Simulation`), the cap the guard's.
+    guard_evidence_s: int | None = None
+    guard_evidence_cap_s: int | None = None
     # What a due guard protects (`GUARD_SCOPES`): "machine", the running jobs are pinned to
     # their requests for good; "head", only the aged head's reservation (the class docstring).
     guard_scope: str = "machine"
@@ -349,6 +357,10 @@ class Scheduler:
             raise ValueError(f"unknown guard scope {self.guard_scope!r}; one of {', '.join(GUARD_SCOPES)}")
         if (self.guard_rule == "xfactor") != (self.guard_xfactor is not None):
             raise ValueError("the \"xfactor\" guard rule and its expansion factor go together")
+        if (self.guard_evidence_s is None) != (self.guard_evidence_cap_s is None):
+            raise ValueError("the guard's evidence option and its cap go together")
+        if self.guard_evidence_s is not None and self.guard_estimate_multiple is not None:
+            raise ValueError("the guard's estimate is a multiple of the prediction or the evidence, not both")
 
     @property
     def guard_pins_running(self) -> bool:
@@ -361,7 +373,8 @@ class Scheduler:
 
     @property
     def has_estimate_stage(self) -> bool:
-        return self.starvation_guard_s is not None and self.guard_estimate_multiple is not None
+        return self.starvation_guard_s is not None and (
+            self.guard_estimate_multiple is not None or self.guard_evidence_s is not None)
 
     def guard_stage(self, now_s: int, waiting: WaitingQueue, head: int) -> int:
         """The guard stage `head` is in at `now_s` (backfill_kernel's UNGUARDED, GUARDED,
@@ -370,7 +383,7 @@ class Scheduler:
             return UNGUARDED
         if now_s >= waiting._guard_due_view[head]:
             return GUARDED
-        if self.guard_estimate_multiple is not None and now_s >= waiting.estimate_due_s[head]:
+        if self.has_estimate_stage and now_s >= waiting.estimate_due_s[head]:
             return ESTIMATED
         return UNGUARDED
 

@@ -21,6 +21,7 @@ measures the alternative.
 from __future__ import annotations
 
 import time
+from collections import defaultdict, deque
 from collections.abc import Callable, Sequence
 from typing import Any
 from dataclasses import dataclass, field
@@ -36,7 +37,8 @@ from hpcpredict.jobs import Job, JobRequest
 from hpcpredict.predictors import Predictor, clip_prediction
 from hpcpredict.corrections.policies import CorrectionPolicy
 from hpcpredict.corrections.starvation import (
-    RECENT_EVERY_S, RECENT_WINDOW_S, guard_estimate_s, recent_guard_wait_s, xfactor_guard_wait_s,
+    EVIDENCE_RUNS, RECENT_EVERY_S, RECENT_WINDOW_S, evidence_estimate_s, guard_estimate_s,
+    recent_guard_wait_s, xfactor_guard_wait_s,
 )
 from hpcpredict.sim.profile import RunningProfile
 from hpcpredict.sim.backfill_kernel import ESTIMATED, GUARDED
@@ -63,6 +65,12 @@ class SimulationResult:
     first_reserved_start_s: list[int]  # shadow time first promised as head of the queue, or -1
     wall_time_s: float = 0.0
     settings: dict[str, object] = field(default_factory=dict)
+    # The guard's estimate stage (its multiple or its evidence): the jobs started in front of a
+    # head on an estimate below their request, how many outlived it (each moved that head's
+    # start), and by how much in all (their runtimes beyond their estimates).
+    estimated_starts: int = 0
+    estimates_outlived: int = 0
+    estimate_overrun_s: int = 0
 
     def wait_s(self, index: int) -> int:
         return self.start_s[index] - self.jobs[index].submit_s
@@ -137,10 +145,15 @@ class Simulation:
             self.submit_s,
         )
         if scheduler.starvation_guard_s is not None:
-            self.waiting.set_guard_wait(
+            rule_wait_s = (
                 scheduler.starvation_guard_s if scheduler.guard_rule != "xfactor"
                 else xfactor_guard_wait_s(self.waiting.requested_s, scheduler.guard_xfactor,
                                           scheduler.starvation_guard_s))
+            if scheduler.guard_evidence_cap_s is None:
+                self.waiting.set_guard_wait(rule_wait_s)
+            else:  # the evidence option: the rule starts its estimate stage, the cap the guard
+                self.waiting.set_estimate_wait(rule_wait_s)
+                self.waiting.set_guard_wait(scheduler.guard_evidence_cap_s)
         # The "recent" rule (`corrections.starvation.recent_guard_wait_s`): the wait after which
         # the guard is due now, recomputed every RECENT_EVERY_S from the waits of the jobs
         # started in the last RECENT_WINDOW_S (`started_order`, in start order, from
@@ -162,7 +175,13 @@ class Simulation:
         if self.estimate_multiple is not None:
             assert scheduler.guard_estimate_after_s is not None
             self.waiting.set_estimate_wait(scheduler.guard_estimate_after_s)
+        # The guard's evidence option (`Scheduler.guard_evidence_s`, None: off): each user's last
+        # runtimes, and the user's waiting jobs, whose estimates each of its ends rewrites.
+        self.evidence_tiny_s = scheduler.guard_evidence_s if scheduler.has_estimate_stage else None
+        self.recent_runs_s: dict[int, deque[int]] = defaultdict(lambda: deque(maxlen=EVIDENCE_RUNS))
+        self.waiting_of_user: dict[int, set[int]] = defaultdict(set)
         self.just_started: list[tuple[int, bool]] = []
+        self.estimated_starts = self.estimates_outlived = self.estimate_overrun_s = 0
         self.estimate_end_s: dict[int, int] = {}
         self.outliving: list[tuple[int, int]] = []
         self.profile = RunningProfile(machine_procs)
@@ -277,6 +296,9 @@ class Simulation:
             wall_time_s=time.perf_counter() - wall_start,
             settings={"decide_on_correction": self.decide_on_correction,
                       "exhaustive": self.exhaustive},
+            estimated_starts=self.estimated_starts,
+            estimates_outlived=self.estimates_outlived,
+            estimate_overrun_s=self.estimate_overrun_s,
         )
 
     @cached_property
@@ -315,6 +337,12 @@ class Simulation:
         if self.estimate_multiple is not None:
             waiting._estimate_view[index] = guard_estimate_s(
                 predicted, self.requested_s[index], self.estimate_multiple
+            )
+        elif self.evidence_tiny_s is not None:
+            user_id = self.requests[index].user_id
+            self.waiting_of_user[user_id].add(index)
+            waiting._estimate_view[index] = evidence_estimate_s(
+                predicted, self.requested_s[index], self.recent_runs_s[user_id], self.evidence_tiny_s
             )
         waiting.add(index, predicted)
         scheduler = self.scheduler
@@ -360,6 +388,8 @@ class Simulation:
         self.predictor.job_ended(request, run_s, now_s)
         if self.correction_hears_jobs:
             self.correction.job_ended(request, run_s, now_s)
+        if self.evidence_tiny_s is not None:
+            self._hear_evidence(request.user_id, run_s)
         start_s = self.start_s[index]
         guard_end_s = start_s + self.requested_s[index]
         if self.by_request is not None:
@@ -373,6 +403,17 @@ class Simulation:
             now_s, self.waiting, self.profile, self._start, self.by_request,
             (index, start_s + self.prediction_s[index], guard_end_s),
         ))
+
+    def _hear_evidence(self, user_id: int, run_s: int) -> None:
+        """The guard's evidence option: a job of the user ended; the estimates of the user's
+        waiting jobs follow its last runtimes (a burst's first jobs vouch for the rest)."""
+        recent = self.recent_runs_s[user_id]
+        recent.append(run_s)
+        estimates, tiny_s = self.waiting._estimate_view, self.evidence_tiny_s
+        assert tiny_s is not None
+        for index in self.waiting_of_user.get(user_id, ()):
+            estimates[index] = evidence_estimate_s(
+                self.prediction_s[index], self.requested_s[index], recent, tiny_s)
 
     def _follow_recent_waits(self, now_s: int) -> None:
         """The "recent" rule's update, as a daemon's timer would take it: the threshold from the
@@ -407,6 +448,7 @@ class Simulation:
                 continue
             end_s = self.start_s[index] + estimate_s
             self.estimate_end_s[index] = end_s
+            self.estimated_starts += 1
             # (a job ending at its estimate too: at that instant, before its own termination,
             # another may be decided, and the guard's profile must not count it as ended while
             # the running profile does not: every entry a decision reads ends later than now)
@@ -423,6 +465,10 @@ class Simulation:
             end_s, index = heappop(outliving)
             if planned.get(index) == end_s:  # (not planned to its request already)
                 self._plan_to_request(index, end_s)
+                overrun_s = self.run_s[index] - (end_s - self.start_s[index])
+                if overrun_s > 0:  # (not one that ends at its estimate, at this instant)
+                    self.estimates_outlived += 1
+                    self.estimate_overrun_s += overrun_s
                 del planned[index]
                 self.plan_moved = True  # a reservation on the guard's profile is stale
 
@@ -548,8 +594,10 @@ class Simulation:
             self.unpinned_running.add(index)
             if self.guard_wait_s is not None:
                 self.started_order.append(index)
-            if self.estimate_multiple is not None:
+            if self.scheduler.has_estimate_stage:
                 self.just_started.append((index, was_backfilled))
+            if self.evidence_tiny_s is not None:
+                self.waiting_of_user[request.user_id].discard(index)
         self.predictor.job_started(request, now_s)
         if self.correction_hears_jobs:
             self.correction.job_started(request, now_s)
