@@ -81,6 +81,11 @@ GROUPS: dict[str, Group] = {
          "tests/test_starvation_guard.py", "tests/test_simulation.py", "tests/test_censoring.py",
          "tests/test_slurm_corrector.py"),
     ),
+    "survival_kernel": Group(
+        ("hpcpredict/corrections/survival_kernel.py",),
+        ("tests/test_survival.py", "tests/test_corrections_boundaries.py"),
+        compiled=True,
+    ),
     "features": Group(
         ("hpcpredict/features.py",),
         ("tests/test_features.py", "tests/test_features_edges.py", "tests/test_learned_predictor.py",
