@@ -687,3 +687,31 @@ def test_schedules_with_the_evidence_keep_the_invariants_and_the_fast_path_is_ex
     policy = evidence(scheduler, guard_s, tiny_s, guard_s + beyond_s,
                       "wait" if factor is None else "xfactor", factor)
     assert_fast_path_exact_and_sound(jobs, machine, policy, predictor, correction)
+
+
+@pytest.mark.parametrize(("settings", "message"), [
+    ({"guard_evidence_s": 900}, "guard_evidence_cap_s must be"),
+    ({"guard_evidence_s": 900, "guard_evidence_cap_s": 3_600}, "is at least the guard's"),
+    ({"guard_evidence_s": 0, "guard_evidence_cap_s": 172_800}, "guard_evidence_s must be"),
+    ({"guard_evidence_s": 900, "guard_evidence_cap_s": 172_800, "guard_rule": "promise"},
+     "follows the \"wait\" or \"xfactor\" rule"),
+    ({"guard_evidence_s": 900, "guard_evidence_cap_s": 172_800, "guard_scope": "head"},
+     "over the whole machine"),
+    ({"guard_evidence_s": 900, "guard_evidence_cap_s": 172_800, "guard_estimate_multiple": 4.0,
+      "guard_estimate_after_s": 3_600}, "not both"),
+    ({"guard_evidence_s": 900, "guard_evidence_cap_s": 172_800, "scheduler": "slurm-backfill"},
+     "EASY schedulers only"),
+])
+def test_the_evidence_options_refuse_what_they_cannot_mean(settings, message) -> None:
+    with pytest.raises(ValueError, match=message):
+        RunSpec(**{"starvation_guard_s": 86_400, **settings})
+    with pytest.raises(ValueError, match="needs a starvation guard"):
+        RunSpec(starvation_guard_s=None, guard_evidence_s=900, guard_evidence_cap_s=172_800)
+
+
+def test_the_evidence_option_is_named_and_keyed_only_when_on() -> None:
+    plain, vouched = RunSpec(starvation_guard_s=86_400), RunSpec(
+        starvation_guard_s=86_400, guard_evidence_s=900, guard_evidence_cap_s=172_800)
+    assert "guard_evidence_s" not in plain.to_dict()
+    assert vouched.to_dict()["guard_evidence_cap_s"] == 172_800
+    assert vouched.guard_label == " + guard 24 h, tiny on evidence (<= 15 min) until 48 h"
