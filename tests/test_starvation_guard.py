@@ -715,3 +715,35 @@ def test_the_evidence_option_is_named_and_keyed_only_when_on() -> None:
     assert "guard_evidence_s" not in plain.to_dict()
     assert vouched.to_dict()["guard_evidence_cap_s"] == 172_800
     assert vouched.guard_label == " + guard 24 h, tiny on evidence (<= 15 min) until 48 h"
+
+
+@pytest.mark.parametrize(("scheduler", "predictor", "guard_s"), [
+    ("easy", "ave2", None), ("easy-sjbf", "ave2", None), ("easy", "clairvoyant", None),
+    ("easy", "requested", None), ("slurm-backfill", "requested", None), ("fcfs", "learned", None),
+    ("easy", "learned", DEFAULT_STARVATION_GUARD_S), ("slurm-backfill", "ave2", DEFAULT_STARVATION_GUARD_S),
+])
+def test_the_default_guard_is_off_where_the_name_means_unbounded_or_nothing_is_lowered(
+    scheduler: str, predictor: str, guard_s: int | None,
+) -> None:
+    """Published EASY schedulers (requests, AVE2, clairvoyant) replay unbounded, as published;
+    requests are never lowered, so no guard has anything to act on, under any scheduler; FCFS
+    has no backfilling; the learned model, and any lowered limit under the SLURM model, are
+    bounded as the daemon runs them."""
+    assert starvation.default_starvation_guard_s(scheduler, predictor) == guard_s
+
+
+def test_the_live_guard_waits_as_long_as_the_simulated_one_job_by_job() -> None:
+    requested = [1, 60, 599, 3_600, 21_601, 86_400]
+    for factor in (1.5, 5.0):
+        together = xfactor_guard_wait_s(requested, factor, 86_400)
+        assert [starvation.xfactor_guard_wait_one_s(request, factor, 86_400)
+                for request in requested] == together.tolist()
+    assert starvation.xfactor_guard_wait_one_s(3_600, 5.0, 86_400) == 4 * 3_600
+    assert starvation.xfactor_guard_wait_one_s(86_400, 5.0, 86_400) == 86_400  # the cap
+    assert starvation.xfactor_guard_wait_one_s(601, 1.5, 86_400) == 301  # rounded up
+    assert isinstance(starvation.xfactor_guard_wait_one_s(601, 1.5, 86_400), int)
+
+
+def test_twice_the_users_longest_run_at_the_bound_is_still_tiny() -> None:
+    assert starvation.evidence_estimate_s(1, 3_000, [5, 5, 5, 5, 450], 900) == 900
+    assert starvation.evidence_estimate_s(1, 3_000, [5, 5, 5, 5, 451], 900) == 3_000

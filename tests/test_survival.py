@@ -250,3 +250,17 @@ def test_the_campaign_files_of_ideas_2_and_5_load_and_reuse_the_headline_runs() 
     assert RunSpec(survival_quantile=0.9).to_dict() == RunSpec().to_dict()
     assert RunSpec(correction="survival").to_dict() != RunSpec(correction="survival", survival_quantile=0.9).to_dict()
     assert RunSpec(correction="survival", survival_quantile=0.9).label.endswith("survival(q=0.9)")
+
+
+def test_a_history_is_empty_until_it_hears_a_start_or_an_end_and_again_once_emptied() -> None:
+    history = RuntimeHistory()
+    assert history.is_empty()
+    history.job_started(JobRequest(1, 0, 1, 100, 7), 0)
+    assert not history.is_empty()
+    history.job_ended(JobRequest(1, 0, 1, 100, 7), 50, 50)
+    assert not history.is_empty()  # the runtime is heard: not empty, though nothing runs
+    history.load_state({})
+    assert history.is_empty()
+    only_running = RuntimeHistory()
+    only_running.load_state({"running": np.array([[7, 1, 0]], dtype=np.int64)})
+    assert not only_running.is_empty()
