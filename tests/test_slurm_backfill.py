@@ -94,6 +94,17 @@ def test_slurm_reserves_for_every_tested_job_where_easy_protects_only_the_head()
     assert slurm.first_reserved_start_s == [-1, 100, 150, 160]
 
 
+def test_bf_job_part_count_reserve_1_reserves_for_the_first_job_only_as_easy_does():
+    # Only B, the first tested job that cannot start, is reserved: D (1 proc, 200 s) uses B's
+    # spare processor at once and delays C, exactly as under EASY (the test above); with 2,
+    # C is reserved too and D waits, as with every job reserved (0, the default).
+    one = run(EVERY_JOB, SlurmParams(bf_interval_s=1, bf_resolution_s=1, bf_job_part_count_reserve=1))
+    assert one.start_s == [0, 100, 203, 3]
+    assert one.first_reserved_start_s[:2] == [-1, 100] and one.first_reserved_start_s[3] == -1
+    two = run(EVERY_JOB, SlurmParams(bf_interval_s=1, bf_resolution_s=1, bf_job_part_count_reserve=2))
+    assert two.start_s == run(EVERY_JOB, EXACT).start_s == [0, 100, 150, 160]
+
+
 def test_bf_max_job_test_limits_the_jobs_planned():
     # E (1 proc, 20 s) fits in the hole before B, but with bf_max_job_test=1 the passes test only
     # the first pending job: E waits for the main scheduler, behind everyone.
@@ -161,6 +172,7 @@ def slurm_params(draw):
         bf_max_job_test=draw(st.sampled_from([1, 3, 500])),
         bf_window_min=draw(st.sampled_from([1, 5, 1440])),
         bf_resolution_s=draw(st.sampled_from([1, 60])),
+        bf_job_part_count_reserve=draw(st.sampled_from([0, 0, 1, 2])),
         priority_weight_job_size=draw(st.sampled_from([0, 1000])),
         priority_favor_small=draw(st.booleans()),
     )
@@ -211,7 +223,10 @@ def test_params_parse_validate_and_print_canonically():
     assert (params.bf_window_min, params.bf_interval_s, params.priority_favor_small) == (2880, 10, True)
     assert params.to_text() == "bf_interval=10,bf_window=2880,PriorityFavorSmall=YES"
     assert SlurmParams.parse("bf_interval=30").to_text() == ""  # the default is not spelt out
+    assert SlurmParams.parse("bf_job_part_count_reserve=0").to_text() == ""
+    assert SlurmParams.parse("bf_job_part_count_reserve=1").bf_job_part_count_reserve == 1
     for bad in ("bf_interval=0", "bf_window=43201", "bf_foo=1", "bf_interval", "bf_interval=1e3",
+                "bf_job_part_count_reserve=-1", "bf_job_part_count_reserve=100001",
                 "PriorityFavorSmall=maybe", "bf_interval=-5"):
         with pytest.raises(SlurmParamsError):
             SlurmParams.parse(bad)

@@ -110,3 +110,9 @@ def test_a_real_slurmctld_runs_with_the_recommended_file() -> None:
         assert job_id > 0
     finally:
         slurm.cleanup()
+
+
+def test_bf_job_part_count_reserve_is_read_from_the_scheduler_parameters() -> None:
+    conf = read_slurm_conf_text("SchedulerParameters=bf_job_part_count_reserve=1,bf_continue\n")
+    assert conf.params == SlurmParams(bf_job_part_count_reserve=1)
+    assert conf.not_modelled == ["SchedulerParameters bf_continue"]

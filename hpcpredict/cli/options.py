@@ -238,7 +238,7 @@ _slurm_params_option = click.option(
     metavar="NAME=VALUE,...",
     help="slurm-backfill's slurm.conf settings, by their slurm.conf names: bf_interval (s, "
     "default 30), bf_max_job_test (500), bf_window (min, 1440), bf_resolution (s, 60), "
-    "PriorityWeightAge, PriorityWeightJobSize (0: first in, first out), PriorityMaxAge (s), "
+    "bf_job_part_count_reserve (0: a reservation for every job tested), PriorityWeightAge, PriorityWeightJobSize (0: first in, first out), PriorityMaxAge (s), "
     "PriorityFavorSmall (YES/NO). Example: bf_interval=10,bf_window=2880.",
 )
 _slurm_conf_option = click.option(

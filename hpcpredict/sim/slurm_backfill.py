@@ -218,7 +218,7 @@ def simulate_slurm(
         starting = planned_pass(
             profile.table, now_s, tested, requested_array if guarded else prediction_s,
             procs_array, params.bf_window_s, params.bf_resolution_s, first_reserved_start_s,
-            started, jumped)
+            started, jumped, params.bf_job_part_count_reserve)
         if starting == NEVER_FITS:
             raise never_fits(procs[int(started[0])], machine_procs)
         for job, jumped_one in zip(started[:starting].tolist(), jumped[:starting].tolist()):

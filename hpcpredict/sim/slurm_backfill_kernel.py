@@ -103,14 +103,15 @@ def _earliest_future_start(times: np.ndarray, free: np.ndarray, count: int, proc
 def backfill_pass(
     table: np.ndarray, now_s: int, order: np.ndarray, limit_s: np.ndarray, procs: np.ndarray,
     window_s: int, resolution_s: int, first_reserved_s: np.ndarray, started: np.ndarray,
-    jumped: np.ndarray,
+    jumped: np.ndarray, reserve_count: int,
 ) -> int:  # pragma: no cover - compiled
     """One backfill pass at `now_s` over the pending jobs `order` (priority order, those to
     test): each that fits now from now to now + its limit starts (into `started`, with
     `jumped`: some job before it was left waiting); each other whose earliest start is within
     `window_s` holds its processors from then to its rounded-up end, cut at the window's end,
-    and its first such start is noted in `first_reserved_s`. Returns how many start, or
-    NEVER_FITS (the job at fault in `started[0]`)."""
+    and its first such start is noted in `first_reserved_s`; with `reserve_count` > 0
+    (bf_job_part_count_reserve) only the first that many do, the others hold nothing. Returns
+    how many start, or NEVER_FITS (the job at fault in `started[0]`)."""
     size = table[META_ROW, SIZE]
     capacity = 1 + size + 2 * len(order)
     times = np.empty(capacity, dtype=np.int64)
@@ -130,6 +131,7 @@ def backfill_pass(
     window_end_s = now_s + window_s
     left_waiting = False
     starting = 0
+    reserved = 0
     for job in order:
         limit, need = limit_s[job], procs[job]
         if _fits(times, free, count, now_s, now_s + limit, need):
@@ -139,6 +141,8 @@ def backfill_pass(
             count = _take(times, free, count, now_s, now_s + limit, need)
             continue
         left_waiting = True
+        if reserve_count > 0 and reserved >= reserve_count:
+            continue  # no reservation left for it: it only starts when it fits around them
         begin_s = _earliest_future_start(times, free, count, need, limit, resolution_s)
         if begin_s == NEVER_FITS:
             started[0] = job
@@ -147,6 +151,7 @@ def backfill_pass(
             continue  # beyond the window: no reservation ("too far in the future")
         end_s = min(_round_up(begin_s + limit, resolution_s), window_end_s)
         count = _take(times, free, count, begin_s, end_s, need)
+        reserved += 1
         if first_reserved_s[job] < 0:
             first_reserved_s[job] = begin_s
     return starting

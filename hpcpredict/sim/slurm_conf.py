@@ -28,7 +28,8 @@ from pathlib import Path
 from hpcpredict.sim.slurm_params import SlurmParams, SlurmParamsError
 
 # SchedulerParameters the model reads (slurm.conf names, as --slurm-params takes them).
-_BACKFILL_PARAMETERS = ("bf_interval", "bf_max_job_test", "bf_window", "bf_resolution")
+_BACKFILL_PARAMETERS = ("bf_interval", "bf_max_job_test", "bf_window", "bf_resolution",
+                        "bf_job_part_count_reserve")
 # Priority weights that change the order in ways the model does not represent.
 _UNMODELLED_WEIGHTS = (
     "PriorityWeightAssoc", "PriorityWeightFairshare", "PriorityWeightPartition",

@@ -17,6 +17,7 @@ _SLURM_NAMES = {
     "bf_max_job_test": "bf_max_job_test",
     "bf_window": "bf_window_min",
     "bf_resolution": "bf_resolution_s",
+    "bf_job_part_count_reserve": "bf_job_part_count_reserve",
     "PriorityWeightAge": "priority_weight_age",
     "PriorityWeightJobSize": "priority_weight_job_size",
     "PriorityMaxAge": "priority_max_age_s",
@@ -27,6 +28,7 @@ _LIMITS = {  # slurm.conf(5) minimum and maximum of each numeric setting
     "bf_max_job_test": (1, 1_000_000),
     "bf_window_min": (1, 43200),
     "bf_resolution_s": (1, 3600),
+    "bf_job_part_count_reserve": (0, 100_000),
     "priority_weight_age": (0, 2**32 - 1),
     "priority_weight_job_size": (0, 2**32 - 1),
     "priority_max_age_s": (1, 10 * 365 * 86400),
@@ -45,6 +47,10 @@ class SlurmParams:
     bf_max_job_test: int = 500  # SchedulerParameters=bf_max_job_test (jobs)
     bf_window_min: int = 1440  # SchedulerParameters=bf_window (minutes)
     bf_resolution_s: int = 60  # SchedulerParameters=bf_resolution (seconds)
+    # SchedulerParameters=bf_job_part_count_reserve: reservations for the first N of the jobs
+    # tested that cannot start (0: every one, SLURM's default); the later ones start if they fit
+    # around those reservations, and hold nothing when they do not.
+    bf_job_part_count_reserve: int = 0
     priority_weight_age: int = 0  # PriorityWeightAge (multifactor)
     priority_weight_job_size: int = 0  # PriorityWeightJobSize (multifactor)
     priority_max_age_s: int = 7 * 86400  # PriorityMaxAge (7-0, seconds here)
