@@ -11,6 +11,11 @@ so the COUNT slices with the highest plain AVEbsld are chosen among those whose 
 ends within --max-minutes. The choice reads record mode only, never lowering's effect, so it does
 not favour slices where lowering helps. Prints one line per chosen slice: skip, span, the model's
 plain AVEbsld and its replay length.
+
+With --versus NAME=VALUE,... (slurm.conf settings, as --slurm-params), the slices are ranked instead
+by how much those settings change the model's plain AVEbsld: the slices on which a real slurmctld
+can tell whether the model reads the settings as SLURM does (replay each twice, with and without
+them: benchmarks/slurm_replay.py --scheduler-parameters).
 """
 
 from __future__ import annotations
@@ -30,7 +35,7 @@ from hpcpredict.swf import MISSING, SwfRecord, write_swf  # noqa: E402
 from hpcpredict.workload import load_workload  # noqa: E402
 
 
-def modelled(planned, nodes: int, folder: Path) -> tuple[float, float]:
+def modelled(planned, nodes: int, folder: Path, slurm_params: str = "") -> tuple[float, float]:
     """(plain slurm-backfill AVEbsld, seconds from the first submission to the last end)."""
     records = [
         SwfRecord(job_id=k + 1, submit_s=round(job.offset_s), wait_s=0, run_s=job.sleep_s, allocated_procs=job.procs,
@@ -42,7 +47,8 @@ def modelled(planned, nodes: int, folder: Path) -> tuple[float, float]:
     ]
     path = folder / "slice.swf"
     write_swf(path, ["; Version: 2.2", f"; MaxProcs: {nodes}"], records)
-    result = run(load_workload(path), RunSpec("slurm-backfill", "requested", "incremental"))
+    result = run(load_workload(path), RunSpec("slurm-backfill", "requested", "incremental",
+                                              slurm_params=slurm_params))
     end_s = max(start + job.run_s for start, job in zip(result.start_s, result.jobs))
     return compute_metrics(result).ave_bsld, end_s
 
@@ -56,6 +62,8 @@ def main() -> None:
     parser.add_argument("--train-jobs", type=int, default=300)
     parser.add_argument("--count", type=int, default=10)
     parser.add_argument("--max-minutes", type=float, default=40.0)
+    parser.add_argument("--versus", default="", metavar="NAME=VALUE,...",
+                        help="rank by how much these slurm.conf settings change the model's AVEbsld")
     args = parser.parse_args()
     workload = load_workload(args.log)
     scaling = Scaling(args.speedup, workload.machine_procs, args.nodes)
@@ -67,14 +75,17 @@ def main() -> None:
             except ReplayError:
                 break
             ave_bsld, length_s = modelled(planned, args.nodes, Path(folder))
-            if length_s <= 60 * args.max_minutes:
-                candidates.append((ave_bsld, skip, planned[-1].offset_s, length_s))
+            if length_s > 60 * args.max_minutes:
+                continue
+            versus = modelled(planned, args.nodes, Path(folder), args.versus)[0] if args.versus else ave_bsld
+            rank = abs(versus - ave_bsld) if args.versus else ave_bsld
+            candidates.append((rank, skip, planned[-1].offset_s, length_s, ave_bsld, versus))
     chosen = sorted(sorted(candidates, reverse=True)[: args.count], key=lambda item: item[1])
     print(f"{len(candidates)} slices of {args.jobs} jobs end within {args.max_minutes:g} min in the model; chosen:")
-    for ave_bsld, skip, span_s, length_s in chosen:
+    for _, skip, span_s, length_s, ave_bsld, versus in chosen:
         print(f"skip {skip}: submissions over {span_s / 60:.1f} min, modelled replay {length_s / 60:.1f} min, "
-              f"plain AVEbsld {ave_bsld:.2f}")
-    print("skips:", " ".join(str(skip) for _, skip, _, _ in chosen))
+              f"plain AVEbsld {ave_bsld:.2f}" + (f", with {args.versus} {versus:.2f}" if args.versus else ""))
+    print("skips:", " ".join(str(skip) for _, skip, *_ in chosen))
 
 
 if __name__ == "__main__":

@@ -285,3 +285,43 @@ def test_regression_guard_record_and_lower_replays_give_the_documented_numbers(s
     assert measured == pytest.approx(PAIRS[skip], abs=0.005)
     assert measured[:2] == pytest.approx((ave_bsld_of_swf(record), ave_bsld_of_swf(lower)), abs=1e-9)
     assert runs[0]["slurm"]["jobs"] == runs[1]["slurm"]["jobs"] == 120
+
+
+def test_an_account_made_by_a_replay_started_alongside_is_reused_not_an_error(monkeypatch) -> None:
+    """Two replays of the same slice on two clusters at once (with and without a setting): both
+    look, both find no account, one useradd wins; the other's fails with "already exists", and
+    that is the account it wanted. A useradd that fails for another reason still stops it."""
+    import grp
+    import pwd
+
+    from hpcpredict.slurm import replay as replay_module
+
+    accounts: dict[int, str] = {}
+    monkeypatch.setattr(os, "geteuid", lambda: 0)
+    monkeypatch.setattr(grp, "getgrnam", lambda name: type("Group", (), {"gr_gid": 1001})())
+
+    def getpwuid(uid: int):
+        if uid not in accounts:
+            raise KeyError(uid)
+        return type("Account", (), {"pw_name": accounts[uid]})()
+
+    def useradd_loses_the_race(command: list[str]) -> None:
+        uid, name = int(command[command.index("--uid") + 1]), command[-1]
+        accounts[uid] = name  # the other replay made it first
+        raise ReplayError(f"useradd: user '{name}' already exists")
+
+    monkeypatch.setattr(pwd, "getpwuid", getpwuid)
+    monkeypatch.setattr(replay_module, "_run_checked", useradd_loses_the_race)
+    job = ReplayJob(log_job_id=1, offset_s=0.0, procs=1, sleep_s=1, time_limit_min=1,
+                    scaled_request_s=60, log_user_id=70)
+    assert replay_module.ensure_log_users([job]) == (1001, [])
+    assert accounts == {replay_uid(70): "hpr70"}
+
+    def useradd_fails(command: list[str]) -> None:
+        raise ReplayError("useradd: cannot lock /etc/passwd")
+
+    monkeypatch.setattr(replay_module, "_run_checked", useradd_fails)
+    other = ReplayJob(log_job_id=2, offset_s=0.0, procs=1, sleep_s=1, time_limit_min=1,
+                      scaled_request_s=60, log_user_id=71)
+    with pytest.raises(ReplayError, match="cannot lock"):
+        replay_module.ensure_log_users([other])

@@ -162,10 +162,26 @@ def ensure_log_users(planned: Sequence[ReplayJob]) -> tuple[int, list[str]]:
         except KeyError:
             pass
         name = f"{USER_PREFIX}{uid - USER_UID_BASE}"
-        _run_checked(["useradd", "--no-create-home", "--home-dir", "/nonexistent", "--shell",
-                      "/usr/sbin/nologin", "--uid", str(uid), "--gid", str(gid), "--no-user-group", name])
+        try:
+            _run_checked(["useradd", "--no-create-home", "--home-dir", "/nonexistent", "--shell",
+                          "/usr/sbin/nologin", "--uid", str(uid), "--gid", str(gid), "--no-user-group", name])
+        except ReplayError:
+            # Two replays of the same users started together (on two clusters, with and without
+            # a setting): the other one made the account between the look and useradd.
+            if _account_name(uid) != name:
+                raise
+            continue
         created.append(name)
     return gid, created
+
+
+def _account_name(uid: int) -> str | None:
+    import pwd
+
+    try:
+        return pwd.getpwuid(uid).pw_name
+    except KeyError:
+        return None
 
 
 def as_log_users(planned: Sequence[ReplayJob], gid: int) -> list[ReplayJob]:
