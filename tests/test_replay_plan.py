@@ -287,6 +287,35 @@ def test_regression_guard_record_and_lower_replays_give_the_documented_numbers(s
     assert runs[0]["slurm"]["jobs"] == runs[1]["slurm"]["jobs"] == 120
 
 
+# docs/slurm-replay.md §5: two KTH-SP2 slices replayed in record mode on the real SLURM with
+# Slurm's default reservations and with SchedulerParameters=bf_job_part_count_reserve=1, at once.
+RESERVE = {  # (slice, reserve): (SLURM, model) AVEbsld, the model with the same setting
+    (14340, 0): (3.33, 3.06), (14340, 1): (2.21, 2.01),
+    (17340, 0): (4.27, 3.14), (17340, 1): (4.42, 4.48),
+}
+
+
+@pytest.mark.parametrize(("skip", "reserve"), sorted(RESERVE))
+def test_regression_guard_replays_with_one_reservation_give_the_documented_numbers(skip: int, reserve: int):
+    """The SLURM side recomputed from the recorded logs; the model side, with the setting the
+    replay ran with, pinned (the code's own output, a regression guard). What it shows, in the
+    docs: on slice 14340 the setting lowers SLURM's AVEbsld by a third and the model's alike."""
+    import json
+
+    from click.testing import CliRunner
+
+    from hpcpredict.cli import main
+
+    record = RECORDED.parent / f"KTH-SP2-{skip}-120-k60-record-reserve{reserve}.swf"
+    options = ["--slurm-params", "bf_job_part_count_reserve=1"] if reserve else []
+    result = CliRunner().invoke(main, ["replay-compare", str(record), *options, "--format", "json"])
+    assert result.exit_code == 0, result.output
+    run = json.loads(result.output)
+    assert (run["slurm"]["ave_bsld"], run["simulated"]["ave_bsld"]) == pytest.approx(RESERVE[skip, reserve], abs=0.005)
+    assert run["slurm"]["ave_bsld"] == pytest.approx(ave_bsld_of_swf(record), abs=1e-9)
+    assert run["slurm"]["jobs"] == 120
+
+
 def test_an_account_made_by_a_replay_started_alongside_is_reused_not_an_error(monkeypatch) -> None:
     """Two replays of the same slice on two clusters at once (with and without a setting): both
     look, both find no account, one useradd wins; the other's fails with "already exists", and
