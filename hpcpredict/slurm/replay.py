@@ -144,7 +144,6 @@ def ensure_log_users(planned: Sequence[ReplayJob]) -> tuple[int, list[str]]:
     replays after the first create nothing): the group's gid and the accounts created now."""
     import grp
     import os
-    import pwd
 
     if os.geteuid() != 0:
         raise ReplayError("replaying as the log's users needs root (useradd, sbatch --uid); "
@@ -156,11 +155,8 @@ def ensure_log_users(planned: Sequence[ReplayJob]) -> tuple[int, list[str]]:
         gid = grp.getgrnam(USER_GROUP).gr_gid
     created = []
     for uid in sorted({replay_uid(job.log_user_id) for job in planned}):
-        try:
-            pwd.getpwuid(uid)
+        if _account_name(uid) is not None:
             continue
-        except KeyError:
-            pass
         name = f"{USER_PREFIX}{uid - USER_UID_BASE}"
         try:
             _run_checked(["useradd", "--no-create-home", "--home-dir", "/nonexistent", "--shell",
@@ -176,6 +172,7 @@ def ensure_log_users(planned: Sequence[ReplayJob]) -> tuple[int, list[str]]:
 
 
 def _account_name(uid: int) -> str | None:
+    """The name of the account with `uid`, None when there is none."""
     import pwd
 
     try:
