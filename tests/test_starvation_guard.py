@@ -691,7 +691,7 @@ def test_schedules_with_the_evidence_keep_the_invariants_and_the_fast_path_is_ex
 
 @pytest.mark.parametrize(("settings", "message"), [
     ({"guard_evidence_s": 900}, "guard_evidence_cap_s must be"),
-    ({"guard_evidence_s": 900, "guard_evidence_cap_s": 3_600}, "is at least the guard's"),
+    ({"guard_evidence_s": 900, "guard_evidence_cap_s": 3_600}, r"cap \(3600 s\) must be at least the guard's \(86400 s\)"),
     ({"guard_evidence_s": 0, "guard_evidence_cap_s": 172_800}, "guard_evidence_s must be"),
     ({"guard_evidence_s": 900, "guard_evidence_cap_s": 172_800, "guard_rule": "promise"},
      "follows the \"wait\" or \"xfactor\" rule"),

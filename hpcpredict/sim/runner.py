@@ -215,7 +215,7 @@ class RunSpec:
                 raise ValueError("the guard's estimate is a multiple of the prediction or the "
                                  "evidence, not both")
             if self.guard_evidence_cap_s < self.starvation_guard_s:
-                raise ValueError(f"the evidence option's cap ({self.guard_evidence_cap_s} s) is "
+                raise ValueError(f"the evidence option's cap ({self.guard_evidence_cap_s} s) must be "
                                  f"at least the guard's ({self.starvation_guard_s} s)")
             if self.scheduler == SLURM_BACKFILL:
                 raise ValueError(f"the guard's evidence option is modelled for the EASY schedulers "
