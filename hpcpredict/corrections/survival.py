@@ -204,7 +204,7 @@ def _limit_s(estimate_s: int | None, requested_s: int, initial_prediction_s: int
              corrections_done: int, elapsed_s: int) -> int:
     """`survival_kernel.survival_limit` (the compiled loop's) on INCREMENTAL's steps, None for no
     estimate. Its source run as Python: the same code, without a compiled call's dispatch and an
-    array per correction, which made a correction 6x slower than the loop it replaced (8% more
+    array per correction, which made a correction 5-6x slower than the loop it replaced (8% more
     time in a SLURM-model replay with SURVIVAL)."""
     limit, not_estimable = _survival_limit_as_python()
     return limit(not_estimable if estimate_s is None else estimate_s, requested_s,
