@@ -46,7 +46,7 @@ if TYPE_CHECKING:
     from hpcpredict.learn.predictor import LearnedPredictor
 
 _ORDERS = {None: NO_BACKFILLING, "fcfs": SUBMISSION_ORDER, "shortest_prediction": SHORTEST_FIRST}
-_CORRECTIONS = {RequestedTimeCorrection: K.TO_REQUEST, IncrementalCorrection: K.INCREMENTAL,
+CORRECTION_KINDS = {RequestedTimeCorrection: K.TO_REQUEST, IncrementalCorrection: K.INCREMENTAL,
                 DoublingCorrection: K.DOUBLING, SurvivalCorrection: K.SURVIVAL}
 _FIRST_POOL_ROWS = 1024  # the learner's pending rows at first; doubled when a submission finds none
 
@@ -84,7 +84,15 @@ def covered(
             scheduler.guard_rule not in ("wait", "xfactor", "promise")
             or scheduler.guard_scope != "machine" or scheduler.has_estimate_stage):
         return False
-    if type(correction) not in _CORRECTIONS or predictor_kind(predictor) is None:
+    return models_predictor_and_correction(predictor, correction, job_ids)
+
+
+def models_predictor_and_correction(
+    predictor: Predictor, correction: CorrectionPolicy, job_ids: np.ndarray,
+) -> bool:
+    """Do the compiled loops (this one's and the SLURM model's) model this predictor and this
+    correction on these jobs (module doc)?"""
+    if type(correction) not in CORRECTION_KINDS or predictor_kind(predictor) is None:
         return False
     if isinstance(correction, SurvivalCorrection) and not correction.history.is_empty():
         return False  # a history from before (the daemon's): the kernel starts from none
@@ -121,7 +129,7 @@ class Machine:
 
 
 @dataclass
-class _PredictorArrays:
+class PredictorArrays:
     """What the kernel reads of the predictor: per job, its user's row and (learner) the local
     time of its submission or (clairvoyant) its oracle runtime; the learner's NAG table, step
     constants and features, and the pool of pending rows; AVE2's histories. Empty arrays stand
@@ -144,14 +152,14 @@ class _PredictorArrays:
 
     @classmethod
     def of(
-        cls, predictor: Predictor, kind: int, machine: Machine, distinct_users: np.ndarray,
-        first_seen: np.ndarray, user_row: np.ndarray,
-    ) -> _PredictorArrays:
+        cls, predictor: Predictor, kind: int, job_ids: np.ndarray, submit_s: np.ndarray,
+        distinct_users: np.ndarray, first_seen: np.ndarray, user_row: np.ndarray,
+    ) -> PredictorArrays:
         if kind == K.CLAIRVOYANT:
             runtimes = predictor._runtimes_s  # type: ignore[attr-defined]
             return cls(user_row, oracle_s=np.fromiter(
-                (runtimes[job_id] for job_id in machine.job_ids.tolist()), dtype=np.int64,
-                count=len(machine.job_ids)))
+                (runtimes[job_id] for job_id in job_ids.tolist()), dtype=np.int64,
+                count=len(job_ids)))
         if kind == K.AVE2:
             last_two = np.full((len(distinct_users), 2), -1, dtype=np.int64)
             histories = predictor._last_two_s  # type: ignore[attr-defined]
@@ -174,7 +182,7 @@ class _PredictorArrays:
             rows[k] = features._row(int(distinct_users[k]))
         nag = learner.nag
         return cls(
-            rows[user_row], local_s=features._clock.local_seconds(machine.submit_s),
+            rows[user_row], local_s=features._clock.local_seconds(submit_s),
             nag_table=nag.table, constants=learner._step_constants, factor=OUTLIER_SCALE_FACTOR,
             users=features.table, pool=np.zeros((_FIRST_POOL_ROWS, nag.n_coords)),
             slots=np.zeros((_FIRST_POOL_ROWS, SLOT_COLUMNS)), steps=nag.state.t,
@@ -198,7 +206,7 @@ class _PredictorArrays:
 
 
 @dataclass
-class _SurvivalArrays:
+class SurvivalArrays:
     """SURVIVAL's history as `replay_kernel` holds it (its HISTORY_* layout); one row and no
     window when the correction is another."""
 
@@ -209,7 +217,7 @@ class _SurvivalArrays:
     quantile: float = 0.5
 
     @classmethod
-    def of(cls, correction: CorrectionPolicy, users: int, jobs: int) -> _SurvivalArrays:
+    def of(cls, correction: CorrectionPolicy, users: int, jobs: int) -> SurvivalArrays:
         if not isinstance(correction, SurvivalCorrection):
             return cls(np.zeros((1, K.HISTORY_RUNS + 1), dtype=np.int64),
                        np.full((2, 1), -1, dtype=np.int64), np.full(1, -1, dtype=np.int64))
@@ -218,14 +226,14 @@ class _SurvivalArrays:
                    correction.min_history, correction.quantile)
 
     def write_back(self, correction: CorrectionPolicy, distinct_users: np.ndarray,
-                   state: np.ndarray) -> None:
+                   estimated: int, fallbacks: int) -> None:
         """Leave in the correction what the Python loop's would hold: its counts, and each user's
         last runtimes, oldest first, the users in the order of their first end (every job has
         ended: nobody runs), through the history's own `load_state`."""
         if not isinstance(correction, SurvivalCorrection):
             return
-        correction.estimated += int(state[K.ESTIMATED_AT])
-        correction.fallbacks += int(state[K.FALLBACKS_AT])
+        correction.estimated += estimated
+        correction.fallbacks += fallbacks
         window = correction.history.window
         ended = np.flatnonzero(self.history[:, K.HISTORY_COUNT] > 0)
         rows = []
@@ -250,8 +258,8 @@ def replay(
     # Users numbered by id (AVE2's rows; the learner's are its features' own).
     distinct_users, first_seen, user_row = np.unique(machine.user_ids, return_index=True,
                                                      return_inverse=True)
-    arrays = _PredictorArrays.of(predictor, kind, machine, distinct_users, first_seen,
-                                 user_row.astype(int64))
+    arrays = PredictorArrays.of(predictor, kind, machine.job_ids, machine.submit_s,
+                                distinct_users, first_seen, user_row.astype(int64))
     pool, slots = arrays.pool, arrays.slots
     free_rows = np.arange(len(pool) - 1, -1, -1, dtype=int64)
     pool_of = np.full(count, -1, dtype=int64)
@@ -269,14 +277,14 @@ def replay(
     state[K.FREE_ROWS_AT] = len(free_rows)
     config = np.zeros(K.CONFIG_SIZE, dtype=int64)
     config[K.PREDICTOR_AT] = kind
-    config[K.CORRECTION_AT] = _CORRECTIONS[type(correction)]
+    config[K.CORRECTION_AT] = CORRECTION_KINDS[type(correction)]
     config[K.ORDER_AT] = _ORDERS[scheduler.backfill_order]
     config[K.GUARD_AT] = guard
     config[K.PROMISE_AT] = guard and scheduler.guard_rule == "promise"
     config[K.ABS_NEGATIVE_AT] = arrays.abs_negative
     config[K.PINS_AT] = scheduler.guard_pins_running
     config[K.OUTLIER_AFTER_AT] = arrays.outlier_after
-    survival = _SurvivalArrays.of(correction, len(distinct_users), count)
+    survival = SurvivalArrays.of(correction, len(distinct_users), count)
     config[K.SURVIVAL_MIN_AT] = survival.min_history
     history_row = user_row.astype(int64)
     steps_s = np.array(INCREMENTAL_STEPS_S, dtype=int64)
@@ -302,7 +310,7 @@ def replay(
             reported = int(state[K.FINISHED_AT]) - int(state[K.FINISHED_AT]) % progress_every
             progress(reported)
         elif status == K.POOL_FULL:
-            pool, slots, free_rows = _grown_pool(pool, slots)
+            pool, slots, free_rows = grown_pool(pool, slots)
             state[K.FREE_ROWS_AT] = len(pool) // 2
         else:
             _raise(machine, correction, status, state)
@@ -314,7 +322,8 @@ def replay(
     if int(state[K.FINISHED_AT]) != count:
         raise AssertionError(f"{count - int(state[K.FINISHED_AT])} jobs never finished")
     arrays.write_back(predictor, kind, distinct_users, int(state[K.STEPS_AT]))
-    survival.write_back(correction, distinct_users, state)
+    survival.write_back(correction, distinct_users, int(state[K.ESTIMATED_AT]),
+                        int(state[K.FALLBACKS_AT]))
     return ReplayColumns(
         start_s=start_s.tolist(),
         initial_prediction_s=initial_s.tolist(),
@@ -325,7 +334,7 @@ def replay(
     )
 
 
-def _grown_pool(pool: np.ndarray, slots: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def grown_pool(pool: np.ndarray, slots: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Twice the rows, the old ones kept (rows in use stay where they are); the new rows free."""
     rows = len(pool)
     grown_pool = np.zeros((2 * rows, pool.shape[1]))

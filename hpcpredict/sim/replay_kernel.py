@@ -214,7 +214,22 @@ def _survival_s(
 
 
 @compiled
-def _running_add(links: np.ndarray, links_first: np.ndarray, row: int, job: int) -> None:  # pragma: no cover - compiled
+def corrected_limit_s(
+    correction: int, steps_s: np.ndarray, history: np.ndarray, links: np.ndarray,
+    links_first: np.ndarray, row: int, start_s: np.ndarray, at_s: int, requested_s: int,
+    initial_s: int, done: int, elapsed_s: int, min_history: int, quantile: float,
+) -> tuple[int, bool]:  # pragma: no cover - compiled
+    """`correction.corrected_prediction_s` at `at_s` for a job of the user in SURVIVAL's `row`
+    that has run `elapsed_s` (its limit), and whether SURVIVAL's estimate answered (False for
+    the other policies and for SURVIVAL's INCREMENTAL fallback)."""
+    if correction == SURVIVAL:
+        return _survival_s(history, links, links_first, row, start_s, at_s, requested_s,
+                           initial_s, done, elapsed_s, steps_s, min_history, quantile)
+    return _corrected_s(correction, steps_s, requested_s, initial_s, done, elapsed_s), False
+
+
+@compiled
+def running_add(links: np.ndarray, links_first: np.ndarray, row: int, job: int) -> None:  # pragma: no cover - compiled
     """SURVIVAL's history hears a job start (`RuntimeHistory.job_started`)."""
     first = links_first[row]
     links[LINK_NEXT, job] = first
@@ -225,7 +240,7 @@ def _running_add(links: np.ndarray, links_first: np.ndarray, row: int, job: int)
 
 
 @compiled
-def _history_ended(
+def history_ended(
     history: np.ndarray, links: np.ndarray, links_first: np.ndarray, row: int, job: int,
     run_s: int, finished: int,
 ) -> None:  # pragma: no cover - compiled
@@ -246,6 +261,58 @@ def _history_ended(
     history[row, HISTORY_NEXT] = place + 1 if place + 1 < window else 0
     if history[row, HISTORY_COUNT] < window:
         history[row, HISTORY_COUNT] += 1
+
+
+@compiled
+def predicted_at_submission(
+    index: int, now_s: int, predictor: int, abs_negative: bool, requested_s: np.ndarray,
+    procs: np.ndarray, user_row: np.ndarray, local_s: np.ndarray, oracle_s: np.ndarray,
+    users: np.ndarray, weights: np.ndarray, pool: np.ndarray, row: int, last_two: np.ndarray,
+) -> int:  # pragma: no cover - compiled
+    """`clip_prediction(predictor.predict(...))` for a job submitted now, as both replay loops
+    ask it (`replay`, `slurm_replay_kernel.replay`); the learner scores the job into the
+    pool's `row`, which the caller took for it."""
+    job_requested_s = requested_s[index]
+    if predictor == LEARNED:
+        f = submit_and_score(users, user_row[index], float(procs[index]), float(job_requested_s),
+                             float(now_s), local_s[index], weights, pool[row])
+        predicted = _learned_seconds(f, job_requested_s, abs_negative)
+    elif predictor == CLAIRVOYANT:
+        predicted = _clipped(float(oracle_s[index]), job_requested_s)
+    elif predictor == AVE2:
+        user = user_row[index]
+        if last_two[user, 1] < 0:
+            predicted = job_requested_s
+        else:
+            predicted = _clipped(float((last_two[user, 0] + last_two[user, 1]) // 2),
+                                 job_requested_s)
+    else:
+        predicted = job_requested_s
+    return _clipped(float(predicted), job_requested_s)
+
+
+@compiled
+def heard_end(
+    job: int, now_s: int, predictor: int, run_s: np.ndarray, procs: np.ndarray,
+    user_row: np.ndarray, pool: np.ndarray, row: int, nag: np.ndarray, constants: np.ndarray,
+    steps: int, n_sum: np.ndarray, outlier_after: int, factor: float, users: np.ndarray,
+    slots: np.ndarray, last_two: np.ndarray,
+) -> bool:  # pragma: no cover - compiled
+    """`predictor.job_ended` for a job that ended now: the learner learns from its row of the
+    pool (N updated in place; the caller frees the row), AVE2 keeps its runtime. Whether NAG
+    stepped (the caller counts the step)."""
+    if predictor == LEARNED:
+        stepped, new_n_sum = learn_and_end(
+            pool[row], nag, constants, steps, n_sum[0], float(run_s[job]), float(procs[job]),
+            steps >= outlier_after, factor, users, slots, user_row[job], row, float(now_s))
+        if stepped:
+            n_sum[0] = new_n_sum
+        return stepped
+    if predictor == AVE2:
+        user = user_row[job]
+        last_two[user, 1] = last_two[user, 0]
+        last_two[user, 0] = run_s[job]
+    return False
 
 
 @compiled
@@ -315,15 +382,12 @@ def replay(
                 done, at_s = corrections[job], end_s
                 while True:
                     elapsed = at_s - job_start_s
+                    new_prediction, estimated = corrected_limit_s(
+                        correction, steps_s, history, links, links_first, history_row[job],
+                        start_s, at_s, job_requested_s, initial_s[job], done, elapsed,
+                        min_history, quantile)
                     if survival:
-                        new_prediction, estimated = _survival_s(
-                            history, links, links_first, history_row[job], start_s, at_s,
-                            job_requested_s, initial_s[job], done, elapsed, steps_s,
-                            min_history, quantile)
                         state[ESTIMATED_AT if estimated else FALLBACKS_AT] += 1
-                    else:
-                        new_prediction = _corrected_s(correction, steps_s, job_requested_s,
-                                                      initial_s[job], done, elapsed)
                     if not elapsed < new_prediction <= job_requested_s:
                         state[ERROR_JOB_AT] = job
                         state[ERROR_VALUE_AT] = new_prediction
@@ -345,28 +409,15 @@ def replay(
         if is_submission:
             state[NEXT_SUBMISSION_AT] = index + 1
             # `Simulation._submission`: the prediction, the queue, then a decision.
-            job_requested_s = requested_s[index]
+            row = -1
             if predictor == LEARNED:
                 top = state[FREE_ROWS_AT] - 1
                 state[FREE_ROWS_AT] = top
                 row = free_rows[top]
                 pool_of[index] = row
-                f = submit_and_score(users, user_row[index], float(procs[index]),
-                                     float(job_requested_s), float(now_s), local_s[index],
-                                     weights, pool[row])
-                predicted = _learned_seconds(f, job_requested_s, abs_negative)
-            elif predictor == CLAIRVOYANT:
-                predicted = _clipped(float(oracle_s[index]), job_requested_s)
-            elif predictor == AVE2:
-                user = user_row[index]
-                if last_two[user, 1] < 0:
-                    predicted = job_requested_s
-                else:
-                    predicted = _clipped(float((last_two[user, 0] + last_two[user, 1]) // 2),
-                                         job_requested_s)
-            else:
-                predicted = job_requested_s
-            predicted = _clipped(float(predicted), job_requested_s)
+            predicted = predicted_at_submission(
+                index, now_s, predictor, abs_negative, requested_s, procs, user_row, local_s,
+                oracle_s, users, weights, pool, row, last_two)
             prediction_s[index] = predicted
             initial_s[index] = predicted
             queue_was_empty = state[WAITING_AT] == 0
@@ -410,7 +461,7 @@ def replay(
                                        users, slots, pool_of, start_s, backfilled, heap,
                                        unpinned, unpinned_at, state, guard)
                                 if survival:
-                                    _running_add(links, links_first, history_row[index], index)
+                                    running_add(links, links_first, history_row[index], index)
                                 state[EXTRA_AT] = extra
                         _remember(state, first_reserved_s, unpinned, unpinned_at, profile,
                                   start_s, prediction_s, requested_s, pins)
@@ -420,23 +471,15 @@ def replay(
             job = _heap_pop(heap, heap_size)
             state[HEAP_SIZE_AT] = heap_size - 1
             job_run_s = run_s[job]
+            if heard_end(job, now_s, predictor, run_s, procs, user_row, pool, pool_of[job], nag,
+                         constants, state[STEPS_AT], n_sum, outlier_after, factor, users, slots,
+                         last_two):
+                state[STEPS_AT] += 1
             if predictor == LEARNED:
-                row = pool_of[job]
-                stepped, new_n_sum = learn_and_end(
-                    pool[row], nag, constants, state[STEPS_AT], n_sum[0], float(job_run_s),
-                    float(procs[job]), state[STEPS_AT] >= outlier_after, factor, users, slots,
-                    user_row[job], row, float(now_s))
-                if stepped:
-                    state[STEPS_AT] += 1
-                    n_sum[0] = new_n_sum
-                free_rows[state[FREE_ROWS_AT]] = row
+                free_rows[state[FREE_ROWS_AT]] = pool_of[job]
                 state[FREE_ROWS_AT] += 1
-            elif predictor == AVE2:
-                user = user_row[job]
-                last_two[user, 1] = last_two[user, 0]
-                last_two[user, 0] = job_run_s
             if survival:
-                _history_ended(history, links, links_first, history_row[job], job, job_run_s,
+                history_ended(history, links, links_first, history_row[job], job, job_run_s,
                                state[FINISHED_AT])
             if guard:
                 place = unpinned_at[job]
@@ -475,7 +518,7 @@ def replay(
                        user_row, predictor, users, slots, pool_of, start_s, backfilled, heap,
                        unpinned, unpinned_at, state, guard)
                 if survival:
-                    _running_add(links, links_first, history_row[job], job)
+                    running_add(links, links_first, history_row[job], job)
             if reserved and shadow_s == NEVER:
                 state[ERROR_JOB_AT] = head
                 return NEVER_FITS
