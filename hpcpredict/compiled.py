@@ -45,6 +45,7 @@ _NO_CACHE_FOLDER = "no locator available"  # numba's words when no candidate fol
 KERNEL_FILES: tuple[str, ...] = (
     "feature_kernels.py", "learn/nag_kernels.py", "sim/backfill_kernel.py",
     "sim/profile_kernel.py", "sim/replay_kernel.py", "sim/slurm_backfill_kernel.py",
+    "sim/slurm_replay_kernel.py",
     "corrections/survival_kernel.py",
 )
 

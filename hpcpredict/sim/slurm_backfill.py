@@ -34,9 +34,10 @@ select plugin's coarsening of far running-job ends (`bf_window_linear`) and the 
 duration, lock yields and `batch_sched_delay` are not modelled; the periodic main pass
 (`sched_interval`) is not either, since in FIFO order it starts nothing the event passes would not.
 
-The backfill pass itself, three quarters of a replay's time in Python, runs compiled
-(`slurm_backfill_kernel.backfill_pass`); the events, the guard, the corrections and the starts
-stay here.
+The backfill pass runs compiled (`slurm_backfill_kernel.backfill_pass`), and so does the whole
+event loop where it models the predictor and the correction (`compiled_slurm_replay`: the
+defaults and the published baselines; 4-7x faster). The loop below is the reference it is held to
+bit for bit (tests/test_slurm_replay_kernel.py), and replays everything else.
 
 Invariants (checked as the simulation runs and by tests/test_slurm_backfill.py): no start ever
 over-allocates the machine (`RunningProfile.add` checks it), every job starts at or after its
@@ -61,7 +62,9 @@ from hpcpredict.corrections.policies import CorrectionPolicy
 from hpcpredict.corrections.starvation import xfactor_guard_wait_s
 from hpcpredict.sim.profile import RunningProfile, never_fits
 from hpcpredict.sim.slurm_backfill_kernel import NEVER_FITS, backfill_pass as planned_pass, priority_order
-from hpcpredict.sim.simulation import ProgressCallback, SimulationResult, job_columns
+from hpcpredict.job_table import JobTable
+from hpcpredict.sim.compiled_replay import ReplayColumns, models_predictor_and_correction
+from hpcpredict.sim.simulation import ProgressCallback, SimulationResult, job_columns, number_columns
 from hpcpredict.sim.slurm_params import NAME, SlurmParams, SlurmParamsError  # re-exported
 
 # Same-instant order (hpcpredict/instants.py): the periodic backfill pass comes last, seeing every
@@ -109,6 +112,7 @@ def simulate_slurm(
     correction_lead_s: int = 0,
     progress: ProgressCallback | None = None,
     progress_every: int = 5000,
+    compiled: bool = True,
 ) -> SimulationResult:
     """Replay a cleaned log (sorted by submission) through the SLURM-like scheduler.
 
@@ -126,12 +130,27 @@ def simulate_slurm(
     With `scheduler.guard_xfactor`, the job that has waited longest turns the guard on once it
     has waited that many times its request less one, or the guard's time, whichever first (the
     daemon's `starvation_guard_xfactor`).
+
+    `compiled`: replay in the compiled loop (`compiled_slurm_replay`) when it models the
+    predictor and the correction, as it does the defaults; the Python loop below otherwise, or
+    with False (the reference the tests hold the compiled loop to).
     """
     if correction_lead_s < 0:
         raise ValueError(f"the correction lead must be >= 0 s, got {correction_lead_s}")
     wall_start = time.perf_counter()
     params = scheduler.params
     count = len(jobs)
+    if compiled:
+        columns = _int_columns(jobs, machine_procs)
+        if models_predictor_and_correction(predictor, correction, columns["job_id"]):
+            from hpcpredict.sim import compiled_slurm_replay
+
+            replayed = compiled_slurm_replay.replay(
+                columns, machine_procs, RunningProfile(machine_procs).table, params,
+                _guard_wait_s(scheduler, columns["requested_s"]), predictor, correction,
+                correction_lead_s, progress, progress_every)
+            return _result(jobs, machine_procs, scheduler, predictor, correction,
+                           correction_lead_s, replayed, wall_start)
     requests, submit_s, run_s, procs, requested_s = job_columns(jobs, machine_procs)
 
     start_s = [-1] * count
@@ -158,11 +177,8 @@ def simulate_slurm(
     changed = False  # since the last backfill pass (backfill.c `_more_work`)
     pass_scheduled = False
     guard_s = scheduler.starvation_guard_s
-    # How long each job waits before it turns the guard on: guard_s, or less by the xfactor rule.
-    guard_wait_s = (
-        [guard_s] * count if guard_s is None or scheduler.guard_xfactor is None
-        else xfactor_guard_wait_s(requested_s, scheduler.guard_xfactor, guard_s).tolist()
-    )
+    waits = _guard_wait_s(scheduler, requested_array)
+    guard_wait_s = [None] * count if waits is None else waits.tolist()
     guarded = False  # the longest-waiting pending job has waited its guard_wait_s: limits at the requests
     lowered_running: set[int] = set()  # running jobs whose limit is below their request
 
@@ -285,19 +301,54 @@ def simulate_slurm(
         progress(finished)
     if pending or len(profile) or finished != count:
         raise AssertionError(f"{count - finished} jobs never finished")
+    return _result(jobs, machine_procs, scheduler, predictor, correction, correction_lead_s,
+                   ReplayColumns(start_s, initial_prediction_s, prediction_s.tolist(), corrections,
+                                 backfilled, first_reserved_start_s.tolist()), wall_start)
+
+
+def _guard_wait_s(scheduler: SlurmBackfill, requested_s: np.ndarray) -> np.ndarray | None:
+    """How long each job waits before it turns the guard on: the guard's time, or less by the
+    xfactor rule; None without a guard."""
+    guard_s = scheduler.starvation_guard_s
+    if guard_s is None:
+        return None
+    if scheduler.guard_xfactor is None:
+        return np.full(len(requested_s), guard_s, dtype=np.int64)
+    return np.asarray(xfactor_guard_wait_s(requested_s, scheduler.guard_xfactor, guard_s),
+                      dtype=np.int64)
+
+
+def _int_columns(jobs: Sequence[Job], machine_procs: int) -> dict[str, np.ndarray]:
+    """The compiled loop's int64 job columns, checked as the Python loop's (`number_columns`);
+    a `JobTable`'s own, without building a request."""
+    numbers = dict(zip(("submit_s", "run_s", "procs", "requested_s"),
+                       (np.asarray(column, dtype=np.int64)
+                        for column in number_columns(jobs, machine_procs))))
+    for name in ("job_id", "user_id"):
+        numbers[name] = (np.asarray(jobs.columns[name], dtype=np.int64)
+                         if isinstance(jobs, JobTable) else
+                         np.fromiter((getattr(job.request, name) for job in jobs), dtype=np.int64,
+                                     count=len(jobs)))
+    return numbers
+
+
+def _result(jobs: Sequence[Job], machine_procs: int, scheduler: SlurmBackfill,
+            predictor: Predictor, correction: CorrectionPolicy, correction_lead_s: int,
+            columns: ReplayColumns, wall_start: float) -> SimulationResult:
     return SimulationResult(
         jobs=jobs,
         machine_procs=machine_procs,
         scheduler=scheduler.name,
         predictor=predictor.name,
         correction=correction.name,
-        start_s=start_s,
-        initial_prediction_s=initial_prediction_s,
-        final_prediction_s=prediction_s.tolist(),
-        corrections=corrections,
-        backfilled=backfilled,
-        first_reserved_start_s=first_reserved_start_s.tolist(),
+        start_s=columns.start_s,
+        initial_prediction_s=columns.initial_prediction_s,
+        final_prediction_s=columns.final_prediction_s,
+        corrections=columns.corrections,
+        backfilled=columns.backfilled,
+        first_reserved_start_s=columns.first_reserved_start_s,
         wall_time_s=time.perf_counter() - wall_start,
-        settings={"slurm_params": params.to_text(), "correction_lead_s": correction_lead_s,
-                  "starvation_guard_s": guard_s},
+        settings={"slurm_params": scheduler.params.to_text(),
+                  "correction_lead_s": correction_lead_s,
+                  "starvation_guard_s": scheduler.starvation_guard_s},
     )
