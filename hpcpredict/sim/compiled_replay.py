@@ -260,8 +260,6 @@ def replay(
                                                      return_inverse=True)
     arrays = PredictorArrays.of(predictor, kind, machine.job_ids, machine.submit_s,
                                 distinct_users, first_seen, user_row.astype(int64))
-    pool, slots = arrays.pool, arrays.slots
-    free_rows = np.arange(len(pool) - 1, -1, -1, dtype=int64)
     pool_of = np.full(count, -1, dtype=int64)
     start_s = np.full(count, -1, dtype=int64)
     prediction_s = np.zeros(count, dtype=int64)
@@ -274,7 +272,6 @@ def replay(
     unpinned_at = np.full(count, -1, dtype=int64)
     state = np.zeros(K.STATE_SIZE, dtype=int64)
     state[K.STEPS_AT] = arrays.steps
-    state[K.FREE_ROWS_AT] = len(free_rows)
     config = np.zeros(K.CONFIG_SIZE, dtype=int64)
     config[K.PREDICTOR_AT] = kind
     config[K.CORRECTION_AT] = CORRECTION_KINDS[type(correction)]
@@ -290,10 +287,9 @@ def replay(
     steps_s = np.array(INCREMENTAL_STEPS_S, dtype=int64)
     profile = machine.profile
     by_request = machine.by_request if machine.by_request is not None else profile
-    reported = 0
-    while True:
-        stop_at = count + 1 if progress is None else reported + progress_every
-        status = K.replay(
+
+    def replay_until(stop_at: int, pool: np.ndarray, slots: np.ndarray, free_rows: np.ndarray) -> int:
+        return K.replay(
             machine.submit_s, machine.run_s, machine.procs, machine.requested_s, arrays.user_row,
             arrays.local_s,
             arrays.oracle_s, machine.queue, profile, by_request,
@@ -303,24 +299,9 @@ def replay(
             heap, unpinned, unpinned_at, state, arrays.n_sum, config, steps_s, stop_at,
             history_row, survival.history, survival.links, survival.links_first, survival.quantile,
         )
-        if status == K.DONE:
-            break
-        if status == K.PAUSED:
-            assert progress is not None
-            reported = int(state[K.FINISHED_AT]) - int(state[K.FINISHED_AT]) % progress_every
-            progress(reported)
-        elif status == K.POOL_FULL:
-            pool, slots, free_rows = grown_pool(pool, slots)
-            state[K.FREE_ROWS_AT] = len(pool) // 2
-        else:
-            _raise(machine, correction, status, state)
-    if progress is not None:
-        finished = int(state[K.FINISHED_AT])
-        if finished - reported >= progress_every:  # (the last event reached a multiple)
-            progress(finished - finished % progress_every)
-        progress(finished)
-    if int(state[K.FINISHED_AT]) != count:
-        raise AssertionError(f"{count - int(state[K.FINISHED_AT])} jobs never finished")
+
+    run_loop(replay_until, state, K.FINISHED_AT, K.FREE_ROWS_AT, arrays.pool, arrays.slots, count,
+             progress, progress_every, lambda status: _raise(machine, correction, status, state))
     arrays.write_back(predictor, kind, distinct_users, int(state[K.STEPS_AT]))
     survival.write_back(correction, distinct_users, int(state[K.ESTIMATED_AT]),
                         int(state[K.FALLBACKS_AT]))
@@ -332,6 +313,42 @@ def replay(
         backfilled=backfilled.tolist(),
         first_reserved_start_s=first_reserved_s.tolist(),
     )
+
+
+def run_loop(
+    replay_until: Callable[[int, np.ndarray, np.ndarray, np.ndarray], int], state: np.ndarray,
+    finished_at: int, free_rows_at: int, pool: np.ndarray, slots: np.ndarray, count: int,
+    progress: Callable[[int], None] | None, progress_every: int, fail: Callable[[int], None],
+) -> None:
+    """Call a compiled loop (this one's or the SLURM model's: `replay_until(stop_at, pool,
+    slots, free_rows)`) until every job has ended: reporting progress as the Python loops do
+    (every `progress_every` jobs finished, then the total), growing the learner's pool when it
+    is full (`state[free_rows_at]` free rows), and `fail` for any other stop. Both kernels' first
+    three stops are `replay_kernel`'s DONE, PAUSED and POOL_FULL."""
+    free_rows = np.arange(len(pool) - 1, -1, -1, dtype=np.int64)
+    state[free_rows_at] = len(free_rows)
+    reported = 0
+    while True:
+        stop_at = count + 1 if progress is None else reported + progress_every
+        status = replay_until(stop_at, pool, slots, free_rows)
+        if status == K.DONE:
+            break
+        if status == K.PAUSED:
+            assert progress is not None
+            reported = int(state[finished_at]) - int(state[finished_at]) % progress_every
+            progress(reported)
+        elif status == K.POOL_FULL:
+            pool, slots, free_rows = grown_pool(pool, slots)
+            state[free_rows_at] = len(pool) // 2
+        else:
+            fail(status)
+    finished = int(state[finished_at])
+    if progress is not None:
+        if finished - reported >= progress_every:  # (the last event reached a multiple)
+            progress(finished - finished % progress_every)
+        progress(finished)
+    if finished != count:
+        raise AssertionError(f"{count - finished} jobs never finished")
 
 
 def grown_pool(pool: np.ndarray, slots: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

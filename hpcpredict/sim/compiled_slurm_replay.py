@@ -23,8 +23,8 @@ from hpcpredict.sim.compiled_replay import (
     PredictorArrays,
     ReplayColumns,
     SurvivalArrays,
-    grown_pool,
     predictor_kind,
+    run_loop,
 )
 from hpcpredict.sim.profile import never_fits
 from hpcpredict.sim.slurm_params import SlurmParams
@@ -47,8 +47,6 @@ def replay(
                                                      return_inverse=True)
     arrays = PredictorArrays.of(predictor, kind, job_ids, submit_s, distinct_users, first_seen,
                                 user_row.astype(int64))
-    pool, slots = arrays.pool, arrays.slots
-    free_rows = np.arange(len(pool) - 1, -1, -1, dtype=int64)
     pool_of = np.full(count, -1, dtype=int64)
     survival = SurvivalArrays.of(correction, len(distinct_users), count)
     start_s = np.full(count, -1, dtype=int64)
@@ -67,7 +65,6 @@ def replay(
     state = np.zeros(K.STATE_SIZE, dtype=int64)
     state[K.SEQUENCE_AT] = count  # the submissions' sequences are their indices
     state[K.STEPS_AT] = arrays.steps
-    state[K.FREE_ROWS_AT] = len(free_rows)
     config = np.zeros(K.CONFIG_SIZE, dtype=int64)
     config[K.PREDICTOR_AT] = kind
     config[K.CORRECTION_AT] = CORRECTION_KINDS[type(correction)]
@@ -90,36 +87,20 @@ def replay(
     waits = np.zeros(count, dtype=int64) if guard_wait_s is None else guard_wait_s.astype(int64)
     history_row = user_row.astype(int64)
     steps_s = np.array(INCREMENTAL_STEPS_S, dtype=int64)
-    reported = 0
-    while True:
-        stop_at = count + 1 if progress is None else reported + progress_every
-        status = K.replay(
+
+    def replay_until(stop_at: int, pool: np.ndarray, slots: np.ndarray, free_rows: np.ndarray) -> int:
+        return K.replay(
             submit_s, columns["run_s"], columns["procs"], columns["requested_s"], waits,
             arrays.user_row, arrays.local_s, arrays.oracle_s, profile, arrays.nag_table,
             arrays.constants, arrays.factor, arrays.users, slots, pool, pool_of, free_rows,
-            arrays.last_two, start_s,
-            prediction_s, initial_s, corrections, backfilled, first_reserved_s, heap, pending,
-            lowered, lowered_at, started, jumped, state, arrays.n_sum, config, steps_s, stop_at,
-            history_row, survival.history, survival.links, survival.links_first,
-            survival.quantile)
-        if status == K.DONE:
-            break
-        if status == K.PAUSED:
-            assert progress is not None
-            reported = int(state[K.FINISHED_AT]) - int(state[K.FINISHED_AT]) % progress_every
-            progress(reported)
-        elif status == K.POOL_FULL:
-            pool, slots, free_rows = grown_pool(pool, slots)
-            state[K.FREE_ROWS_AT] = len(pool) // 2
-        else:
-            _raise(status, state, columns, machine_procs, correction)
-    if progress is not None:
-        finished = int(state[K.FINISHED_AT])
-        if finished - reported >= progress_every:  # (the last event reached a multiple)
-            progress(finished - finished % progress_every)
-        progress(finished)
-    if int(state[K.FINISHED_AT]) != count or state[K.PENDING_AT] != 0:
-        raise AssertionError(f"{count - int(state[K.FINISHED_AT])} jobs never finished")
+            arrays.last_two, start_s, prediction_s, initial_s, corrections, backfilled,
+            first_reserved_s, heap, pending, lowered, lowered_at, started, jumped, state,
+            arrays.n_sum, config, steps_s, stop_at, history_row, survival.history, survival.links,
+            survival.links_first, survival.quantile)
+
+    run_loop(replay_until, state, K.FINISHED_AT, K.FREE_ROWS_AT, arrays.pool, arrays.slots, count,
+             progress, progress_every,
+             lambda status: _raise(status, state, columns, machine_procs, correction))
     arrays.write_back(predictor, kind, distinct_users, int(state[K.STEPS_AT]))
     survival.write_back(correction, distinct_users, int(state[K.ESTIMATED_AT]),
                         int(state[K.FALLBACKS_AT]))

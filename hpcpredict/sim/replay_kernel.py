@@ -267,13 +267,18 @@ def history_ended(
 def predicted_at_submission(
     index: int, now_s: int, predictor: int, abs_negative: bool, requested_s: np.ndarray,
     procs: np.ndarray, user_row: np.ndarray, local_s: np.ndarray, oracle_s: np.ndarray,
-    users: np.ndarray, weights: np.ndarray, pool: np.ndarray, row: int, last_two: np.ndarray,
+    users: np.ndarray, weights: np.ndarray, pool: np.ndarray, pool_of: np.ndarray,
+    free_rows: np.ndarray, state: np.ndarray, free_rows_at: int, last_two: np.ndarray,
 ) -> int:  # pragma: no cover - compiled
     """`clip_prediction(predictor.predict(...))` for a job submitted now, as both replay loops
-    ask it (`replay`, `slurm_replay_kernel.replay`); the learner scores the job into the
-    pool's `row`, which the caller took for it."""
+    ask it (`replay`, `slurm_replay_kernel.replay`); the learner scores the job into a free row
+    of the pool (`state[free_rows_at]` of them are free, the caller made sure one is)."""
     job_requested_s = requested_s[index]
     if predictor == LEARNED:
+        top = state[free_rows_at] - 1
+        state[free_rows_at] = top
+        row = free_rows[top]
+        pool_of[index] = row
         f = submit_and_score(users, user_row[index], float(procs[index]), float(job_requested_s),
                              float(now_s), local_s[index], weights, pool[row])
         predicted = _learned_seconds(f, job_requested_s, abs_negative)
@@ -294,25 +299,27 @@ def predicted_at_submission(
 @compiled
 def heard_end(
     job: int, now_s: int, predictor: int, run_s: np.ndarray, procs: np.ndarray,
-    user_row: np.ndarray, pool: np.ndarray, row: int, nag: np.ndarray, constants: np.ndarray,
-    steps: int, n_sum: np.ndarray, outlier_after: int, factor: float, users: np.ndarray,
-    slots: np.ndarray, last_two: np.ndarray,
-) -> bool:  # pragma: no cover - compiled
+    user_row: np.ndarray, pool: np.ndarray, pool_of: np.ndarray, free_rows: np.ndarray,
+    nag: np.ndarray, constants: np.ndarray, n_sum: np.ndarray, outlier_after: int,
+    factor: float, users: np.ndarray, slots: np.ndarray, last_two: np.ndarray,
+    state: np.ndarray, free_rows_at: int, steps_at: int,
+) -> None:  # pragma: no cover - compiled
     """`predictor.job_ended` for a job that ended now: the learner learns from its row of the
-    pool (N updated in place; the caller frees the row), AVE2 keeps its runtime. Whether NAG
-    stepped (the caller counts the step)."""
+    pool and frees it (NAG's t in `state[steps_at]`, N in `n_sum`), AVE2 keeps its runtime."""
     if predictor == LEARNED:
+        row, steps = pool_of[job], state[steps_at]
         stepped, new_n_sum = learn_and_end(
             pool[row], nag, constants, steps, n_sum[0], float(run_s[job]), float(procs[job]),
             steps >= outlier_after, factor, users, slots, user_row[job], row, float(now_s))
         if stepped:
+            state[steps_at] = steps + 1
             n_sum[0] = new_n_sum
-        return stepped
-    if predictor == AVE2:
+        free_rows[state[free_rows_at]] = row
+        state[free_rows_at] += 1
+    elif predictor == AVE2:
         user = user_row[job]
         last_two[user, 1] = last_two[user, 0]
         last_two[user, 0] = run_s[job]
-    return False
 
 
 @compiled
@@ -409,15 +416,9 @@ def replay(
         if is_submission:
             state[NEXT_SUBMISSION_AT] = index + 1
             # `Simulation._submission`: the prediction, the queue, then a decision.
-            row = -1
-            if predictor == LEARNED:
-                top = state[FREE_ROWS_AT] - 1
-                state[FREE_ROWS_AT] = top
-                row = free_rows[top]
-                pool_of[index] = row
             predicted = predicted_at_submission(
                 index, now_s, predictor, abs_negative, requested_s, procs, user_row, local_s,
-                oracle_s, users, weights, pool, row, last_two)
+                oracle_s, users, weights, pool, pool_of, free_rows, state, FREE_ROWS_AT, last_two)
             prediction_s[index] = predicted
             initial_s[index] = predicted
             queue_was_empty = state[WAITING_AT] == 0
@@ -471,13 +472,9 @@ def replay(
             job = _heap_pop(heap, heap_size)
             state[HEAP_SIZE_AT] = heap_size - 1
             job_run_s = run_s[job]
-            if heard_end(job, now_s, predictor, run_s, procs, user_row, pool, pool_of[job], nag,
-                         constants, state[STEPS_AT], n_sum, outlier_after, factor, users, slots,
-                         last_two):
-                state[STEPS_AT] += 1
-            if predictor == LEARNED:
-                free_rows[state[FREE_ROWS_AT]] = pool_of[job]
-                state[FREE_ROWS_AT] += 1
+            heard_end(job, now_s, predictor, run_s, procs, user_row, pool, pool_of, free_rows, nag,
+                      constants, n_sum, outlier_after, factor, users, slots, last_two, state,
+                      FREE_ROWS_AT, STEPS_AT)
             if survival:
                 history_ended(history, links, links_first, history_row[job], job, job_run_s,
                                state[FINISHED_AT])

@@ -29,6 +29,9 @@ from hpcpredict.feature_kernels import start_running
 from hpcpredict.learn.nag_kernels import W_ROW
 from hpcpredict.sim.profile_kernel import META_ROW, TOTAL, USED, free_now, insert, move, remove
 from hpcpredict.sim.replay_kernel import (
+    DONE,
+    PAUSED,
+    POOL_FULL,
     HEAP_JOB,
     HEAP_SEQUENCE,
     HEAP_TIME,
@@ -65,8 +68,9 @@ CONFIG_SIZE = 18
  CHANGED_AT, PASS_SCHEDULED_AT, STEPS_AT, FREE_ROWS_AT, ERROR_JOB_AT, ERROR_VALUE_AT, ESTIMATED_AT,
  FALLBACKS_AT) = range(15)
 STATE_SIZE = 15
-# Why `replay` returned.
-DONE, PAUSED, POOL_FULL, BAD_CORRECTION, NEVER_FITS, OVER_ALLOCATED = range(6)
+# Why `replay` returned: `replay_kernel`'s first three (`compiled_replay.run_loop` reads them), then
+# this loop's errors.
+BAD_CORRECTION, NEVER_FITS, OVER_ALLOCATED = range(3, 6)
 
 
 @compiled
@@ -175,28 +179,18 @@ def replay(
             state[HEAP_SIZE_AT] = heap_size - 1
         main = False
         if kind == SUBMISSION:
-            row = -1
-            if predictor == LEARNED:
-                top = state[FREE_ROWS_AT] - 1
-                state[FREE_ROWS_AT] = top
-                row = free_rows[top]
-                pool_of[job] = row
             predicted = predicted_at_submission(
                 job, now_s, predictor, abs_negative, requested_s, procs, user_row, local_s,
-                oracle_s, users, weights, pool, row, last_two)
+                oracle_s, users, weights, pool, pool_of, free_rows, state, FREE_ROWS_AT, last_two)
             prediction_s[job] = predicted
             initial_s[job] = predicted
             pending[state[PENDING_AT]] = job
             state[PENDING_AT] += 1
             main = True
         elif kind == TERMINATION:
-            if heard_end(job, now_s, predictor, run_s, procs, user_row, pool, pool_of[job], nag,
-                         constants, state[STEPS_AT], n_sum, outlier_after, factor, users, slots,
-                         last_two):
-                state[STEPS_AT] += 1
-            if predictor == LEARNED:
-                free_rows[state[FREE_ROWS_AT]] = pool_of[job]
-                state[FREE_ROWS_AT] += 1
+            heard_end(job, now_s, predictor, run_s, procs, user_row, pool, pool_of, free_rows, nag,
+                      constants, n_sum, outlier_after, factor, users, slots, last_two, state,
+                      FREE_ROWS_AT, STEPS_AT)
             if survival:
                 history_ended(history, links, links_first, history_row[job], job, run_s[job],
                               state[FINISHED_AT])
