@@ -317,12 +317,9 @@ class Simulation:
     def _job_column(self, name: str) -> np.ndarray:
         """A field of every job (its request's, or `run_s`) as an int64 array (a `JobTable`'s own
         column, else the replay's own list of it where there is one)."""
-        if isinstance(self.jobs, JobTable):
-            return np.asarray(self.jobs.columns[name], dtype=np.int64)
-        if name in ("submit_s", "run_s", "procs", "requested_s"):
+        if not isinstance(self.jobs, JobTable) and name in NUMBER_COLUMNS:
             return np.asarray(getattr(self, name), dtype=np.int64)
-        return np.fromiter((getattr(job.request, name) for job in self.jobs), dtype=np.int64,
-                           count=len(self.jobs))
+        return job_column(self.jobs, name)
 
     # ------------------------------------------------------------------ the two events
     def _submission(self, index: int) -> None:
@@ -628,12 +625,24 @@ class Simulation:
             self.unpinned_running.clear()
 
 
+NUMBER_COLUMNS = ("submit_s", "run_s", "procs", "requested_s")  # `number_columns`' order
+
+
 def job_columns(
     jobs: Sequence[Job], machine_procs: int
 ) -> tuple[list[JobRequest], list[int], list[int], list[int], list[int]]:
     """The jobs' requests, submit times, runtimes, processors and requested times as plain lists
     (the replay loops index them), checked for what a replay needs (`_check_input`)."""
     return (job_requests(jobs), *number_columns(jobs, machine_procs))
+
+
+def job_column(jobs: Sequence[Job], name: str) -> np.ndarray:
+    """A field of every job as an int64 array: a `JobTable`'s own column, else its request's
+    field read from each job (what the compiled loops need that `number_columns` does not give)."""
+    if isinstance(jobs, JobTable):
+        return np.asarray(jobs.columns[name], dtype=np.int64)
+    return np.fromiter((getattr(job.request, name) for job in jobs), dtype=np.int64,
+                       count=len(jobs))
 
 
 def job_requests(jobs: Sequence[Job]) -> list[JobRequest]:
@@ -649,7 +658,7 @@ def number_columns(
     for what a replay needs (`_check_input`). From a `JobTable`, from its columns: no object is
     built (the compiled loop needs none, and 300 k requests cost ~1 s)."""
     if isinstance(jobs, JobTable):
-        columns = [jobs.columns[name] for name in ("submit_s", "run_s", "procs", "requested_s")]
+        columns = [jobs.columns[name] for name in NUMBER_COLUMNS]
         _check_input(jobs, machine_procs, *columns)
         submit_s, run_s, procs, requested_s = (column.tolist() for column in columns)
         return submit_s, run_s, procs, requested_s

@@ -36,8 +36,8 @@ duration, lock yields and `batch_sched_delay` are not modelled; the periodic mai
 
 The backfill pass runs compiled (`slurm_backfill_kernel.backfill_pass`), and so does the whole
 event loop where it models the predictor and the correction (`compiled_slurm_replay`: the
-defaults and the published baselines; 4-7x faster). The loop below is the reference it is held to
-bit for bit (tests/test_slurm_replay_kernel.py), and replays everything else.
+defaults and the published baselines; 1-4x faster, docs/performance.md). The loop below is the
+reference it is held to bit for bit (tests/test_slurm_replay_kernel.py), and replays the rest.
 
 Invariants (checked as the simulation runs and by tests/test_slurm_backfill.py): no start ever
 over-allocates the machine (`RunningProfile.add` checks it), every job starts at or after its
@@ -62,9 +62,15 @@ from hpcpredict.corrections.policies import CorrectionPolicy
 from hpcpredict.corrections.starvation import xfactor_guard_wait_s
 from hpcpredict.sim.profile import RunningProfile, never_fits
 from hpcpredict.sim.slurm_backfill_kernel import NEVER_FITS, backfill_pass as planned_pass, priority_order
-from hpcpredict.job_table import JobTable
 from hpcpredict.sim.compiled_replay import ReplayColumns, models_predictor_and_correction
-from hpcpredict.sim.simulation import ProgressCallback, SimulationResult, job_columns, number_columns
+from hpcpredict.sim.simulation import (
+    NUMBER_COLUMNS,
+    ProgressCallback,
+    SimulationResult,
+    job_column,
+    job_columns,
+    number_columns,
+)
 from hpcpredict.sim.slurm_params import NAME, SlurmParams, SlurmParamsError  # re-exported
 
 # Same-instant order (hpcpredict/instants.py): the periodic backfill pass comes last, seeing every
@@ -140,17 +146,19 @@ def simulate_slurm(
     wall_start = time.perf_counter()
     params = scheduler.params
     count = len(jobs)
-    if compiled:
-        columns = _int_columns(jobs, machine_procs)
-        if models_predictor_and_correction(predictor, correction, columns["job_id"]):
-            from hpcpredict.sim import compiled_slurm_replay
+    job_ids = job_column(jobs, "job_id") if compiled else None
+    if job_ids is not None and models_predictor_and_correction(predictor, correction, job_ids):
+        from hpcpredict.sim import compiled_slurm_replay
 
-            replayed = compiled_slurm_replay.replay(
-                columns, machine_procs, RunningProfile(machine_procs).table, params,
-                _guard_wait_s(scheduler, columns["requested_s"]), predictor, correction,
-                correction_lead_s, progress, progress_every)
-            return _result(jobs, machine_procs, scheduler, predictor, correction,
-                           correction_lead_s, replayed, wall_start)
+        columns = {name: np.asarray(column, dtype=np.int64) for name, column in
+                   zip(NUMBER_COLUMNS, number_columns(jobs, machine_procs))}
+        columns.update(job_id=job_ids, user_id=job_column(jobs, "user_id"))
+        replayed = compiled_slurm_replay.replay(
+            columns, machine_procs, RunningProfile(machine_procs).table, params,
+            _guard_wait_s(scheduler, columns["requested_s"]), predictor, correction,
+            correction_lead_s, progress, progress_every)
+        return _result(jobs, machine_procs, scheduler, predictor, correction, correction_lead_s,
+                       replayed, wall_start)
     requests, submit_s, run_s, procs, requested_s = job_columns(jobs, machine_procs)
 
     start_s = [-1] * count
@@ -316,20 +324,6 @@ def _guard_wait_s(scheduler: SlurmBackfill, requested_s: np.ndarray) -> np.ndarr
         return np.full(len(requested_s), guard_s, dtype=np.int64)
     return np.asarray(xfactor_guard_wait_s(requested_s, scheduler.guard_xfactor, guard_s),
                       dtype=np.int64)
-
-
-def _int_columns(jobs: Sequence[Job], machine_procs: int) -> dict[str, np.ndarray]:
-    """The compiled loop's int64 job columns, checked as the Python loop's (`number_columns`);
-    a `JobTable`'s own, without building a request."""
-    numbers = dict(zip(("submit_s", "run_s", "procs", "requested_s"),
-                       (np.asarray(column, dtype=np.int64)
-                        for column in number_columns(jobs, machine_procs))))
-    for name in ("job_id", "user_id"):
-        numbers[name] = (np.asarray(jobs.columns[name], dtype=np.int64)
-                         if isinstance(jobs, JobTable) else
-                         np.fromiter((getattr(job.request, name) for job in jobs), dtype=np.int64,
-                                     count=len(jobs)))
-    return numbers
 
 
 def _result(jobs: Sequence[Job], machine_procs: int, scheduler: SlurmBackfill,
