@@ -112,6 +112,38 @@ class ReplayColumns:
 
 
 @dataclass
+class JobArrays:
+    """What both compiled loops write per job: the learner's pool row, then `ReplayColumns`'
+    columns as arrays (start -1 and no promise, -1, until there is one)."""
+
+    pool_of: np.ndarray
+    start_s: np.ndarray
+    prediction_s: np.ndarray
+    initial_s: np.ndarray
+    corrections: np.ndarray
+    backfilled: np.ndarray
+    first_reserved_s: np.ndarray
+
+    @classmethod
+    def empty(cls, count: int) -> JobArrays:
+        int64 = np.int64
+        return cls(np.full(count, -1, dtype=int64), np.full(count, -1, dtype=int64),
+                   np.zeros(count, dtype=int64), np.zeros(count, dtype=int64),
+                   np.zeros(count, dtype=int64), np.zeros(count, dtype=np.bool_),
+                   np.full(count, -1, dtype=int64))
+
+    def columns(self) -> ReplayColumns:
+        return ReplayColumns(
+            start_s=self.start_s.tolist(),
+            initial_prediction_s=self.initial_s.tolist(),
+            final_prediction_s=self.prediction_s.tolist(),
+            corrections=self.corrections.tolist(),
+            backfilled=self.backfilled.tolist(),
+            first_reserved_start_s=self.first_reserved_s.tolist(),
+        )
+
+
+@dataclass
 class Machine:
     """The replay's job columns (int64 arrays) and the tables the Python objects own
     (`simulation.Simulation` builds them: the waiting queue's, with the guard's due times
@@ -260,13 +292,7 @@ def replay(
                                                      return_inverse=True)
     arrays = PredictorArrays.of(predictor, kind, machine.job_ids, machine.submit_s,
                                 distinct_users, first_seen, user_row.astype(int64))
-    pool_of = np.full(count, -1, dtype=int64)
-    start_s = np.full(count, -1, dtype=int64)
-    prediction_s = np.zeros(count, dtype=int64)
-    initial_s = np.zeros(count, dtype=int64)
-    corrections = np.zeros(count, dtype=int64)
-    backfilled = np.zeros(count, dtype=np.bool_)
-    first_reserved_s = np.full(count, -1, dtype=int64)
+    jobs = JobArrays.empty(count)
     heap = np.zeros((3, max(count, 1)), dtype=int64)
     unpinned = np.zeros(max(count, 1), dtype=int64)
     unpinned_at = np.full(count, -1, dtype=int64)
@@ -294,9 +320,9 @@ def replay(
             arrays.local_s,
             arrays.oracle_s, machine.queue, profile, by_request,
             arrays.nag_table, arrays.constants, arrays.factor, arrays.users, slots, pool,
-            pool_of, free_rows, arrays.last_two,
-            start_s, prediction_s, initial_s, corrections, backfilled, first_reserved_s,
-            heap, unpinned, unpinned_at, state, arrays.n_sum, config, steps_s, stop_at,
+            jobs.pool_of, free_rows, arrays.last_two,
+            jobs.start_s, jobs.prediction_s, jobs.initial_s, jobs.corrections, jobs.backfilled,
+            jobs.first_reserved_s, heap, unpinned, unpinned_at, state, arrays.n_sum, config, steps_s, stop_at,
             history_row, survival.history, survival.links, survival.links_first, survival.quantile,
         )
 
@@ -305,14 +331,7 @@ def replay(
     arrays.write_back(predictor, kind, distinct_users, int(state[K.STEPS_AT]))
     survival.write_back(correction, distinct_users, int(state[K.ESTIMATED_AT]),
                         int(state[K.FALLBACKS_AT]))
-    return ReplayColumns(
-        start_s=start_s.tolist(),
-        initial_prediction_s=initial_s.tolist(),
-        final_prediction_s=prediction_s.tolist(),
-        corrections=corrections.tolist(),
-        backfilled=backfilled.tolist(),
-        first_reserved_start_s=first_reserved_s.tolist(),
-    )
+    return jobs.columns()
 
 
 def run_loop(
@@ -363,13 +382,19 @@ def grown_pool(pool: np.ndarray, slots: np.ndarray) -> tuple[np.ndarray, np.ndar
     return grown_pool, grown_slots, free_rows
 
 
+def bad_correction(correction: CorrectionPolicy, value_s: int, job_id: int,
+                   requested_s: int) -> AssertionError:
+    """The error for a correction that did not raise a limit within the request (both loops)."""
+    return AssertionError(f"correction {correction.name} gave {value_s} s for job {job_id} "
+                          f"(request {requested_s} s)")
+
+
 def _raise(machine: Machine, correction: CorrectionPolicy, status: int, state: np.ndarray) -> None:
     """The error the Python loop raises for what stopped the compiled one."""
     job = int(state[K.ERROR_JOB_AT])
     if status == K.BAD_CORRECTION:
-        raise AssertionError(
-            f"correction {correction.name} gave {int(state[K.ERROR_VALUE_AT])} s for job "
-            f"{int(machine.job_ids[job])} (request {machine.requested_s[job]} s)")
+        raise bad_correction(correction, int(state[K.ERROR_VALUE_AT]), int(machine.job_ids[job]),
+                             int(machine.requested_s[job]))
     if status == K.NOT_RUNNING:
         raise KeyError(f"job {job} is not running")
     if status == K.NEVER_FITS:

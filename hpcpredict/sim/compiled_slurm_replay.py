@@ -20,9 +20,11 @@ from hpcpredict.predictors import Predictor
 from hpcpredict.sim import slurm_replay_kernel as K
 from hpcpredict.sim.compiled_replay import (
     CORRECTION_KINDS,
+    JobArrays,
     PredictorArrays,
     ReplayColumns,
     SurvivalArrays,
+    bad_correction,
     predictor_kind,
     run_loop,
 )
@@ -47,14 +49,8 @@ def replay(
                                                      return_inverse=True)
     arrays = PredictorArrays.of(predictor, kind, job_ids, submit_s, distinct_users, first_seen,
                                 user_row.astype(int64))
-    pool_of = np.full(count, -1, dtype=int64)
     survival = SurvivalArrays.of(correction, len(distinct_users), count)
-    start_s = np.full(count, -1, dtype=int64)
-    prediction_s = np.zeros(count, dtype=int64)
-    initial_s = np.zeros(count, dtype=int64)
-    corrections = np.zeros(count, dtype=int64)
-    backfilled = np.zeros(count, dtype=np.bool_)
-    first_reserved_s = np.full(count, -1, dtype=int64)
+    jobs = JobArrays.empty(count)
     # Each running job has a termination and at most one correction in the heap, plus one pass.
     heap = np.zeros((3, 2 * count + 1), dtype=int64)
     pending = np.zeros(max(count, 1), dtype=int64)
@@ -92,9 +88,9 @@ def replay(
         return K.replay(
             submit_s, columns["run_s"], columns["procs"], columns["requested_s"], waits,
             arrays.user_row, arrays.local_s, arrays.oracle_s, profile, arrays.nag_table,
-            arrays.constants, arrays.factor, arrays.users, slots, pool, pool_of, free_rows,
-            arrays.last_two, start_s, prediction_s, initial_s, corrections, backfilled,
-            first_reserved_s, heap, pending, lowered, lowered_at, started, jumped, state,
+            arrays.constants, arrays.factor, arrays.users, slots, pool, jobs.pool_of, free_rows,
+            arrays.last_two, jobs.start_s, jobs.prediction_s, jobs.initial_s, jobs.corrections,
+            jobs.backfilled, jobs.first_reserved_s, heap, pending, lowered, lowered_at, started, jumped, state,
             arrays.n_sum, config, steps_s, stop_at, history_row, survival.history, survival.links,
             survival.links_first, survival.quantile)
 
@@ -104,14 +100,7 @@ def replay(
     arrays.write_back(predictor, kind, distinct_users, int(state[K.STEPS_AT]))
     survival.write_back(correction, distinct_users, int(state[K.ESTIMATED_AT]),
                         int(state[K.FALLBACKS_AT]))
-    return ReplayColumns(
-        start_s=start_s.tolist(),
-        initial_prediction_s=initial_s.tolist(),
-        final_prediction_s=prediction_s.tolist(),
-        corrections=corrections.tolist(),
-        backfilled=backfilled.tolist(),
-        first_reserved_start_s=first_reserved_s.tolist(),
-    )
+    return jobs.columns()
 
 
 def _raise(status: int, state: np.ndarray, columns: dict[str, np.ndarray], machine_procs: int,
@@ -119,9 +108,8 @@ def _raise(status: int, state: np.ndarray, columns: dict[str, np.ndarray], machi
     """The error the Python loop raises for what stopped the compiled one."""
     job = int(state[K.ERROR_JOB_AT])
     if status == K.BAD_CORRECTION:
-        raise AssertionError(
-            f"correction {correction.name} gave {int(state[K.ERROR_VALUE_AT])} s for job "
-            f"{int(columns['job_id'][job])} (request {int(columns['requested_s'][job])} s)")
+        raise bad_correction(correction, int(state[K.ERROR_VALUE_AT]), int(columns["job_id"][job]),
+                             int(columns["requested_s"][job]))
     if status == K.NEVER_FITS:
         raise never_fits(int(columns["procs"][job]), machine_procs)
     if status == K.OVER_ALLOCATED:

@@ -98,7 +98,7 @@ HEAP_TIME, HEAP_SEQUENCE, HEAP_JOB = range(3)
 
 
 @compiled
-def _heap_push(heap: np.ndarray, size: int, time_s: int, sequence: int, job: int) -> None:  # pragma: no cover - compiled
+def heap_push(heap: np.ndarray, size: int, time_s: int, sequence: int, job: int) -> None:  # pragma: no cover - compiled
     """`heapq.heappush` of (time_s, sequence, job) on a heap of `size` entries."""
     position = size
     while position > 0:
@@ -116,7 +116,7 @@ def _heap_push(heap: np.ndarray, size: int, time_s: int, sequence: int, job: int
 
 
 @compiled
-def _heap_pop(heap: np.ndarray, size: int) -> int:  # pragma: no cover - compiled
+def heap_pop(heap: np.ndarray, size: int) -> int:  # pragma: no cover - compiled
     """Take the first (time, sequence) entry off a heap of `size` entries; its job. The keys
     are unique (sequences are), so the order is `heapq`'s."""
     job = heap[HEAP_JOB, 0]
@@ -226,6 +226,45 @@ def corrected_limit_s(
         return _survival_s(history, links, links_first, row, start_s, at_s, requested_s,
                            initial_s, done, elapsed_s, steps_s, min_history, quantile)
     return _corrected_s(correction, steps_s, requested_s, initial_s, done, elapsed_s), False
+
+
+@compiled
+def set_add(members: np.ndarray, place_of: np.ndarray, state: np.ndarray, count_at: int,
+            job: int) -> None:  # pragma: no cover - compiled
+    """Add `job` to a set of jobs kept as `members[:state[count_at]]`, `place_of[job]` its place
+    (-1: not in it): the running jobs a guard may still raise (both loops keep one)."""
+    place = state[count_at]
+    members[place] = job
+    place_of[job] = place
+    state[count_at] = place + 1
+
+
+@compiled
+def set_discard(members: np.ndarray, place_of: np.ndarray, state: np.ndarray, count_at: int,
+                job: int) -> None:  # pragma: no cover - compiled
+    """Take `job` out of such a set if it is in it (the last member takes its place)."""
+    place = place_of[job]
+    if place >= 0:
+        last = state[count_at] - 1
+        moved = members[last]
+        members[place] = moved
+        place_of[moved] = place
+        place_of[job] = -1
+        state[count_at] = last
+
+
+@compiled
+def raise_to_requests(members: np.ndarray, place_of: np.ndarray, state: np.ndarray, count_at: int,
+                      profile: np.ndarray, start_s: np.ndarray, prediction_s: np.ndarray,
+                      requested_s: np.ndarray) -> None:  # pragma: no cover - compiled
+    """The guard's act on such a set of running jobs: each planned to its request from now on,
+    and the set emptied (a job at its request is never lowered or corrected again)."""
+    for place in range(state[count_at]):
+        job = members[place]
+        move(profile, job, start_s[job] + prediction_s[job], start_s[job] + requested_s[job])
+        prediction_s[job] = requested_s[job]
+        place_of[job] = -1
+    state[count_at] = 0
 
 
 @compiled
@@ -469,7 +508,7 @@ def replay(
         else:
             # `Simulation._termination`: the learner, then a decision that takes the job out of
             # the running profiles first.
-            job = _heap_pop(heap, heap_size)
+            job = heap_pop(heap, heap_size)
             state[HEAP_SIZE_AT] = heap_size - 1
             job_run_s = run_s[job]
             heard_end(job, now_s, predictor, run_s, procs, user_row, pool, pool_of, free_rows, nag,
@@ -479,14 +518,7 @@ def replay(
                 history_ended(history, links, links_first, history_row[job], job, job_run_s,
                                state[FINISHED_AT])
             if guard:
-                place = unpinned_at[job]
-                if place >= 0:
-                    last = state[UNPINNED_AT] - 1
-                    moved = unpinned[last]
-                    unpinned[place] = moved
-                    unpinned_at[moved] = place
-                    unpinned_at[job] = -1
-                    state[UNPINNED_AT] = last
+                set_discard(unpinned, unpinned_at, state, UNPINNED_AT, job)
             state[FINISHED_AT] += 1
             ended_job = job
             ended_end_s = start_s[job] + prediction_s[job]
@@ -539,14 +571,11 @@ def _start(
     start_s[job] = now_s
     backfilled[job] = was_backfilled
     if guard:
-        place = state[UNPINNED_AT]
-        unpinned[place] = job
-        unpinned_at[job] = place
-        state[UNPINNED_AT] = place + 1
+        set_add(unpinned, unpinned_at, state, UNPINNED_AT, job)
     if predictor == LEARNED:
         start_running(users, slots, user_row[job], pool_of[job], float(procs[job]), float(now_s))
     sequence = state[SEQUENCE_AT]
-    _heap_push(heap, state[HEAP_SIZE_AT], now_s + run_s[job], sequence, job)
+    heap_push(heap, state[HEAP_SIZE_AT], now_s + run_s[job], sequence, job)
     state[SEQUENCE_AT] = sequence + 1
     state[HEAP_SIZE_AT] += 1
 
@@ -566,9 +595,5 @@ def _remember(
     if first_reserved_s[head] < 0:
         first_reserved_s[head] = state[SHADOW_AT]
     if state[STAGE_AT] != UNGUARDED and pins and state[UNPINNED_AT] > 0:
-        for place in range(state[UNPINNED_AT]):
-            job = unpinned[place]
-            move(profile, job, start_s[job] + prediction_s[job], start_s[job] + requested_s[job])
-            prediction_s[job] = requested_s[job]
-            unpinned_at[job] = -1
-        state[UNPINNED_AT] = 0
+        raise_to_requests(unpinned, unpinned_at, state, UNPINNED_AT, profile, start_s, prediction_s,
+                          requested_s)

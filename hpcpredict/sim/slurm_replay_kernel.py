@@ -33,17 +33,19 @@ from hpcpredict.sim.replay_kernel import (
     PAUSED,
     POOL_FULL,
     HEAP_JOB,
-    HEAP_SEQUENCE,
     HEAP_TIME,
     LEARNED,
     SURVIVAL,
-    _heap_pop,
-    _heap_push,
+    heap_pop,
+    heap_push,
     corrected_limit_s,
     heard_end,
     history_ended,
     predicted_at_submission,
+    raise_to_requests,
     running_add,
+    set_add,
+    set_discard,
 )
 from hpcpredict.sim.slurm_backfill_kernel import NEVER_FITS as PASS_NEVER_FITS
 from hpcpredict.sim.slurm_backfill_kernel import backfill_pass, priority_order
@@ -77,7 +79,7 @@ BAD_CORRECTION, NEVER_FITS, OVER_ALLOCATED = range(3, 6)
 def _push(heap: np.ndarray, state: np.ndarray, time_s: int, kind: int, job: int) -> None:  # pragma: no cover - compiled
     """An event after every one already at (time_s, kind): the Python loop's next sequence."""
     sequence = state[SEQUENCE_AT]
-    _heap_push(heap, state[HEAP_SIZE_AT], (time_s << KIND_BITS) | kind, sequence, job)
+    heap_push(heap, state[HEAP_SIZE_AT], (time_s << KIND_BITS) | kind, sequence, job)
     state[SEQUENCE_AT] = sequence + 1
     state[HEAP_SIZE_AT] += 1
 
@@ -111,12 +113,8 @@ def _check_guard(now_s: int, state: np.ndarray, pending: np.ndarray, submit_s: n
     guarded = state[PENDING_AT] > 0 and now_s - submit_s[pending[0]] >= guard_wait_s[pending[0]]
     state[GUARDED_AT] = 1 if guarded else 0
     if guarded and state[LOWERED_AT] > 0:
-        for place in range(state[LOWERED_AT]):
-            job = lowered[place]
-            move(profile, job, start_s[job] + prediction_s[job], start_s[job] + requested_s[job])
-            prediction_s[job] = requested_s[job]
-            lowered_at[job] = -1
-        state[LOWERED_AT] = 0
+        raise_to_requests(lowered, lowered_at, state, LOWERED_AT, profile, start_s, prediction_s,
+                          requested_s)
         _note_change(now_s, heap, state, interval_s)
 
 
@@ -175,7 +173,7 @@ def replay(
         if kind == SUBMISSION:
             state[NEXT_SUBMISSION_AT] = index + 1
         else:
-            _heap_pop(heap, heap_size)
+            heap_pop(heap, heap_size)
             state[HEAP_SIZE_AT] = heap_size - 1
         main = False
         if kind == SUBMISSION:
@@ -195,14 +193,7 @@ def replay(
                 history_ended(history, links, links_first, history_row[job], job, run_s[job],
                               state[FINISHED_AT])
             remove(profile, start_s[job] + prediction_s[job], job)
-            place = lowered_at[job]
-            if place >= 0:
-                last = state[LOWERED_AT] - 1
-                moved = lowered[last]
-                lowered[place] = moved
-                lowered_at[moved] = place
-                lowered_at[job] = -1
-                state[LOWERED_AT] = last
+            set_discard(lowered, lowered_at, state, LOWERED_AT, job)
             state[FINISHED_AT] += 1
             main = True
         if guard:
@@ -289,9 +280,7 @@ def _start(
     if state[GUARDED_AT] != 0:  # it waited at its request: it runs with it
         prediction_s[job] = requested_s[job]
     elif prediction_s[job] < requested_s[job]:
-        lowered[state[LOWERED_AT]] = job
-        lowered_at[job] = state[LOWERED_AT]
-        state[LOWERED_AT] += 1
+        set_add(lowered, lowered_at, state, LOWERED_AT, job)
     if procs[job] > profile[META_ROW, TOTAL] - profile[META_ROW, USED] and procs[job] > free_now(profile, now_s):
         state[ERROR_JOB_AT] = job
         state[ERROR_VALUE_AT] = free_now(profile, now_s)
