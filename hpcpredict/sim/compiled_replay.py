@@ -47,7 +47,7 @@ if TYPE_CHECKING:
 
 _ORDERS = {None: NO_BACKFILLING, "fcfs": SUBMISSION_ORDER, "shortest_prediction": SHORTEST_FIRST}
 CORRECTION_KINDS = {RequestedTimeCorrection: K.TO_REQUEST, IncrementalCorrection: K.INCREMENTAL,
-                DoublingCorrection: K.DOUBLING, SurvivalCorrection: K.SURVIVAL}
+                    DoublingCorrection: K.DOUBLING, SurvivalCorrection: K.SURVIVAL}
 _FIRST_POOL_ROWS = 1024  # the learner's pending rows at first; doubled when a submission finds none
 
 
@@ -322,7 +322,8 @@ def replay(
             arrays.nag_table, arrays.constants, arrays.factor, arrays.users, slots, pool,
             jobs.pool_of, free_rows, arrays.last_two,
             jobs.start_s, jobs.prediction_s, jobs.initial_s, jobs.corrections, jobs.backfilled,
-            jobs.first_reserved_s, heap, unpinned, unpinned_at, state, arrays.n_sum, config, steps_s, stop_at,
+            jobs.first_reserved_s, heap, unpinned, unpinned_at, state, arrays.n_sum, config,
+            steps_s, stop_at,
             history_row, survival.history, survival.links, survival.links_first, survival.quantile,
         )
 

@@ -37,10 +37,11 @@ def replay(
     guard_wait_s: np.ndarray | None, predictor: Predictor, correction: CorrectionPolicy,
     correction_lead_s: int, progress: Callable[[int], None] | None, progress_every: int,
 ) -> ReplayColumns:
-    """Replay in the compiled loop (`compiled_replay.models_predictor_and_correction` must hold): `columns` the jobs' int64 columns
-    (job_id, user_id, submit_s, run_s, procs, requested_s), `profile` the empty running
-    profile's table, `guard_wait_s` how long each job waits before it turns the guard on (None:
-    no guard). Progress is reported as the Python loop reports it."""
+    """Replay in the compiled loop (`compiled_replay.models_predictor_and_correction` must
+    hold): `columns` the jobs' int64 columns (job_id, user_id, submit_s, run_s, procs,
+    requested_s), `profile` the empty running profile's table, `guard_wait_s` how long each job
+    waits before it turns the guard on (None: no guard). Progress is reported as the Python loop
+    reports it."""
     int64 = np.int64
     job_ids, submit_s = columns["job_id"], columns["submit_s"]
     count = len(job_ids)

@@ -516,7 +516,7 @@ def replay(
                       FREE_ROWS_AT, STEPS_AT)
             if survival:
                 history_ended(history, links, links_first, history_row[job], job, job_run_s,
-                               state[FINISHED_AT])
+                              state[FINISHED_AT])
             if guard:
                 set_discard(unpinned, unpinned_at, state, UNPINNED_AT, job)
             state[FINISHED_AT] += 1
