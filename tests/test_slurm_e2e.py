@@ -121,13 +121,20 @@ def submitted_through_the_plugin(cluster: SlurmCluster, *options: str, script: s
     does not answer within its 300 ms; a daemon just started, on a machine starting eight
     clusters at once (tests/test_slurm_versions.py), has missed that once in CI. Such a job is
     cancelled and submitted again, `tries` times at most; a plugin that never marks still fails
-    the test that needs the mark."""
-    for _ in range(tries - 1):
-        job_id = cluster.sbatch(*options, script=script)
+    the test that needs the mark.
+
+    Each try is submitted held and released only once marked: an unmarked job cancelled after it
+    started would be learned (a 1 s run), and one learned job moves the untrained model's
+    prediction from 1 s to the request, which the tests after a retry do not expect (seen once in
+    CI). A job cancelled while held never ran, and is not learned (daemon/learning.py,
+    ``never_ran``)."""
+    for _ in range(tries):
+        job_id = cluster.sbatch("--hold", *options, script=script)
         if cluster.job_fields(job_id).get("AdminComment", "").startswith("hpcpredict:"):
+            cluster.run(["scontrol", "release", str(job_id)])
             return job_id
         cluster.run(["scancel", str(job_id)])
-    return cluster.sbatch(*options, script=script)
+    raise AssertionError(f"the plugin marked none of {tries} jobs submitted with {options}")
 
 
 def test_lowered_limits_are_corrected_in_time_even_across_a_daemon_restart(
