@@ -24,7 +24,7 @@ from hpcpredict.sim import SCHEDULERS, simulate
 from hpcpredict.sim.runner import RunSpec
 from hpcpredict.corrections import starvation
 from hpcpredict.corrections.starvation import (
-    DEFAULT_STARVATION_GUARD_S, RECENT_FLOOR_S, RECENT_MIN_STARTS, guard_estimate_s,
+    DEFAULT_STARVATION_GUARD_S, RECENT_FLOOR_S, RECENT_MIN_STARTS, guard_estimate_s, guard_slack_estimate_s,
     parse_starvation_guard, recent_guard_wait_s, xfactor_guard_wait_s,
 )
 from hpcpredict.sim import simulation
@@ -374,6 +374,64 @@ def test_schedules_with_an_estimate_stage_keep_the_invariants_and_the_fast_path_
     assert_fast_path_exact_and_sound(jobs, machine, policy, predictor, correction)
 
 
+def slack_estimating(name: str, guard_s: int, after_s: int, slack_s: int, scope: str = "machine"):
+    return dataclasses.replace(guarded(name, guard_s, scope=scope), guard_estimate_slack_s=slack_s,
+                               guard_estimate_after_s=after_s)
+
+
+def test_the_slack_estimate_is_the_request_less_the_slack_within_the_prediction_and_the_request() -> None:
+    assert guard_slack_estimate_s(100, 1_000, 300) == 700
+    assert guard_slack_estimate_s(100, 1_000, 950) == 100  # never below the prediction
+    assert guard_slack_estimate_s(100, 1_000, 10**9) == 100
+    assert guard_slack_estimate_s(1_000, 1_000, 300) == 1_000  # never above the request
+
+
+@pytest.mark.parametrize("scheduler", ["easy", "easy-sjbf"])
+def test_the_slack_estimate_bounds_each_overrun_in_front_of_a_head_by_the_slack(scheduler: str) -> None:
+    """LONG_REQUESTS with a 2,500 s slack: a stream job (90 s predicted, 3000 s requested) is
+    judged in front of a head in the stage on 500 s, runs 900 s, and so outlives that by 400 s,
+    never by more than the slack; it still starts in front of the head, where on its request it
+    would not, and the guard still bounds the head."""
+    slack = simulate(LONG_REQUESTS, 10, slack_estimating(scheduler, 2_000, 300, 2_500),
+                     Tenfold(LONG_REQUESTS), CORRECTIONS["incremental"])
+    requests = simulate(LONG_REQUESTS, 10, guarded(scheduler, 300), Tenfold(LONG_REQUESTS),
+                        CORRECTIONS["incremental"])
+    in_front = [start_s for start_s in slack.start_s[2:] if 300 <= start_s < slack.start_s[1]]
+    assert in_front and requests.start_s[1] == 1_000
+    assert 1_000 < slack.start_s[1] <= 2_000 + 900
+    assert 0 < slack.estimates_outlived <= slack.estimated_starts
+    assert slack.estimate_overrun_s == 400 * slack.estimates_outlived
+
+
+@settings(max_examples=100, deadline=None)
+@given(workloads(), st.sampled_from(["easy", "easy-sjbf"]), st.sampled_from(PREDICTORS),
+       st.sampled_from(sorted(CORRECTIONS)), st.integers(0, 2_000), st.integers(0, 2_000),
+       st.integers(1, 3_000), st.sampled_from(["machine", "head"]))
+def test_schedules_with_a_slack_estimate_keep_the_invariants_and_the_fast_path_is_exact(
+    workload, scheduler, predictor, correction, guard_s, after_s, slack_s, scope
+) -> None:
+    machine, jobs = workload
+    policy = slack_estimating(scheduler, guard_s, min(after_s, guard_s), slack_s, scope)
+    assert_fast_path_exact_and_sound(jobs, machine, policy, predictor, correction)
+
+
+@settings(max_examples=100, deadline=None)
+@given(workloads(), st.sampled_from(["easy", "easy-sjbf"]), st.sampled_from(PREDICTORS),
+       st.integers(0, 2_000), st.integers(0, 2_000))
+def test_a_slack_beyond_every_request_is_the_estimate_stage_on_bare_predictions(
+    workload, scheduler, predictor, guard_s, after_s
+) -> None:
+    """A slack no request reaches leaves every estimate at its prediction: the stage then
+    decides as the multiple 1 does (the same stage, the same estimates)."""
+    machine, jobs = workload
+    after_s = min(after_s, guard_s)
+    slack = simulate(jobs, machine, slack_estimating(scheduler, guard_s, after_s, 10**9),
+                     build_predictor(predictor, jobs), CORRECTIONS["incremental"])
+    bare = simulate(jobs, machine, estimating(scheduler, guard_s, after_s, 1.0),
+                    build_predictor(predictor, jobs), CORRECTIONS["incremental"])
+    assert slack.start_s == bare.start_s
+
+
 @settings(max_examples=100, deadline=None)
 @given(workloads(), st.sampled_from(["easy", "easy-sjbf"]), st.sampled_from(PREDICTORS),
        st.sampled_from(sorted(CORRECTIONS)), st.integers(0, 2_000), st.sampled_from(["wait", "promise"]),
@@ -474,8 +532,23 @@ def test_the_guard_is_an_option_of_a_run_and_off_by_default() -> None:
         RunSpec(starvation_guard_s=3_600, guard_estimate_multiple=2.0, guard_estimate_after_s=7_200)
     with pytest.raises(ValueError, match=">= 1"):
         RunSpec(starvation_guard_s=3_600, guard_estimate_multiple=0.5, guard_estimate_after_s=60)
-    with pytest.raises(ValueError, match="needs guard_estimate_multiple"):
+    with pytest.raises(ValueError, match="needs guard_estimate_multiple or guard_estimate_slack_s"):
         RunSpec(starvation_guard_s=3_600, guard_estimate_after_s=60)
+    slack = RunSpec(starvation_guard_s=86_400, guard_estimate_slack_s=7_200, guard_estimate_after_s=14_400)
+    assert slack.to_dict()["guard_estimate_slack_s"] == 7_200 and "guard_estimate_multiple" not in slack.to_dict()
+    assert slack.to_dict()["guard_estimate_after_s"] == 14_400
+    assert slack.label.endswith("guard 24 h, request - 2 h in front after 4 h")
+    assert "guard_estimate_slack_s" not in staged.to_dict()
+    with pytest.raises(ValueError, match="not both"):
+        RunSpec(starvation_guard_s=86_400, guard_estimate_slack_s=7_200, guard_estimate_multiple=4.0,
+                guard_estimate_after_s=60)
+    with pytest.raises(ValueError, match="seconds >= 1"):
+        RunSpec(starvation_guard_s=86_400, guard_estimate_slack_s=0, guard_estimate_after_s=60)
+    with pytest.raises(ValueError, match="needs a starvation guard"):
+        RunSpec(guard_estimate_slack_s=7_200, guard_estimate_after_s=60)
+    with pytest.raises(ValueError, match="EASY schedulers only"):
+        RunSpec(scheduler="slurm-backfill", starvation_guard_s=86_400, guard_estimate_slack_s=7_200,
+                guard_estimate_after_s=60)
     assert "guard_scope" not in RunSpec(starvation_guard_s=60).to_dict()  # machine: keys unchanged
     head = RunSpec(starvation_guard_s=21_600, guard_scope="head")
     assert head.to_dict()["guard_scope"] == "head" and head.label.endswith("guard 6 h, head only")

@@ -116,6 +116,16 @@ def guard_estimate_s(prediction_s: int, requested_s: int, multiple: float) -> in
     return min(requested_s, max(prediction_s, math.ceil(multiple * prediction_s)))
 
 
+def guard_slack_estimate_s(prediction_s: int, requested_s: int, slack_s: int) -> int:
+    """The guard's slack estimate (simulator only, issue 30): what a candidate in front of a
+    guarded head is judged on instead of its request, its request less `slack_s`, never below its
+    prediction. Why: a job judged so can outlive it by at most `slack_s` (no job outlives its
+    request), so each job started in front of the head can delay it by at most that much,
+    whatever the prediction's error; slack-based backfilling (Talby & Feitelson, IPPS 1999)
+    bounds the delay a reservation may take the same way."""
+    return min(requested_s, max(prediction_s, requested_s - slack_s))
+
+
 # The guard's evidence option (simulator only, issue 30): how many of a user's last runtimes are
 # the evidence, and the multiple of their longest a candidate is judged on.
 EVIDENCE_RUNS = 5

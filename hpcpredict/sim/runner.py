@@ -78,6 +78,9 @@ class RunSpec:
     # are judged on this multiple of their prediction (within the request); None: no such stage.
     guard_estimate_multiple: float | None = None
     guard_estimate_after_s: int | None = None
+    # Or judged on their request less this slack, never below their prediction
+    # (schedulers.Scheduler.guard_estimate_slack_s), from guard_estimate_after_s on as above.
+    guard_estimate_slack_s: int | None = None
     # The guard's evidence option (schedulers.Scheduler.guard_evidence_s): once the guard's rule
     # is due, until the head has waited guard_evidence_cap_s, candidates whose user's last
     # runtimes say they are tiny (a few times the longest <= guard_evidence_s) are judged on
@@ -189,8 +192,17 @@ class RunSpec:
                     or not self.guard_estimate_multiple >= 1:
                 raise ValueError(f"the guard's estimate multiple must be a number >= 1, got "
                                  f"{self.guard_estimate_multiple!r}")
+        if self.guard_estimate_slack_s is not None:
+            if isinstance(self.guard_estimate_slack_s, bool) \
+                    or not isinstance(self.guard_estimate_slack_s, int) or self.guard_estimate_slack_s < 1:
+                raise ValueError(f"the guard's estimate slack must be a whole number of seconds >= 1, "
+                                 f"got {self.guard_estimate_slack_s!r}")
+            if self.guard_estimate_multiple is not None:
+                raise ValueError("the guard's estimate is a multiple of the prediction or the "
+                                 "request less a slack, not both")
+        if self.guard_estimate_multiple is not None or self.guard_estimate_slack_s is not None:
             if self.starvation_guard_s is None:
-                raise ValueError("the guard's estimate multiple needs a starvation guard")
+                raise ValueError("the guard's estimate stage needs a starvation guard")
             if isinstance(self.guard_estimate_after_s, bool) \
                     or not isinstance(self.guard_estimate_after_s, int) \
                     or not 0 <= self.guard_estimate_after_s <= self.starvation_guard_s:
@@ -200,7 +212,7 @@ class RunSpec:
                 raise ValueError(f"the guard's estimate is modelled for the EASY schedulers only, "
                                  f"not {SLURM_BACKFILL}")
         elif self.guard_estimate_after_s is not None:
-            raise ValueError("guard_estimate_after_s needs guard_estimate_multiple")
+            raise ValueError("guard_estimate_after_s needs guard_estimate_multiple or guard_estimate_slack_s")
         if self.guard_evidence_s is not None or self.guard_evidence_cap_s is not None:
             for option in ("guard_evidence_s", "guard_evidence_cap_s"):
                 value = getattr(self, option)
@@ -211,9 +223,9 @@ class RunSpec:
             if self.guard_rule not in ("wait", "xfactor") or self.guard_scope != "machine":
                 raise ValueError("the guard's evidence option follows the \"wait\" or \"xfactor\" "
                                  "rule over the whole machine")
-            if self.guard_estimate_multiple is not None:
-                raise ValueError("the guard's estimate is a multiple of the prediction or the "
-                                 "evidence, not both")
+            if self.guard_estimate_multiple is not None or self.guard_estimate_slack_s is not None:
+                raise ValueError("the guard's estimate is a multiple of the prediction, the request "
+                                 "less a slack or the evidence, not both")
             if self.guard_evidence_cap_s < self.starvation_guard_s:
                 raise ValueError(f"the evidence option's cap ({self.guard_evidence_cap_s} s) must be "
                                  f"at least the guard's ({self.starvation_guard_s} s)")
@@ -274,6 +286,9 @@ class RunSpec:
         estimate = ("" if self.guard_estimate_multiple is None
                     else f", {self.guard_estimate_multiple:g}x prediction in front after "
                          f"{(self.guard_estimate_after_s or 0) / 3600:g} h")
+        if self.guard_estimate_slack_s is not None:
+            estimate = (f", request - {self.guard_estimate_slack_s / 3600:g} h in front after "
+                        f"{(self.guard_estimate_after_s or 0) / 3600:g} h")
         if self.guard_evidence_s is not None:
             estimate = (f", tiny on evidence (<= {self.guard_evidence_s / 60:g} min) until "
                         f"{(self.guard_evidence_cap_s or 0) / 3600:g} h")
@@ -309,9 +324,12 @@ class RunSpec:
             settings["guard_xfactor"] = float(self.guard_xfactor)
         if self.guard_estimate_multiple is None:  # off: absent, keys stay valid
             settings.pop("guard_estimate_multiple")
-            settings.pop("guard_estimate_after_s")
         else:
             settings["guard_estimate_multiple"] = float(self.guard_estimate_multiple)
+        if self.guard_estimate_slack_s is None:  # off: absent, keys stay valid
+            settings.pop("guard_estimate_slack_s")
+        if self.guard_estimate_multiple is None and self.guard_estimate_slack_s is None:
+            settings.pop("guard_estimate_after_s")
         if self.guard_evidence_s is None:  # off: absent, keys stay valid
             settings.pop("guard_evidence_s")
             settings.pop("guard_evidence_cap_s")
@@ -415,6 +433,7 @@ def run(
                                                        else float(spec.guard_xfactor)),
                                         guard_estimate_multiple=spec.guard_estimate_multiple,
                                         guard_estimate_after_s=spec.guard_estimate_after_s,
+                                        guard_estimate_slack_s=spec.guard_estimate_slack_s,
                                         guard_evidence_s=spec.guard_evidence_s,
                                         guard_evidence_cap_s=spec.guard_evidence_cap_s)
     if spec.aged_first_s is not None:

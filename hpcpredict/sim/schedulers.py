@@ -332,6 +332,11 @@ class Scheduler:
     # guard_estimate_s`). The guard itself, once due, is unchanged: plain EASY's rule.
     guard_estimate_multiple: float | None = None
     guard_estimate_after_s: int | None = None
+    # The estimate stage's other estimate (simulator only, issue 30; None: off): the candidate's
+    # request less this slack, never below its prediction (`corrections.starvation.
+    # guard_slack_estimate_s`), so that each job started in front of a head in the stage can
+    # delay it by at most the slack. The stage is otherwise as with the multiple above.
+    guard_estimate_slack_s: int | None = None
     # The guard's evidence option (simulator only, issue 30; None: off): once the guard's rule
     # is due for a head, and until it has waited `guard_evidence_cap_s`, the head is in the
     # estimate stage above with each candidate's estimate from its user's last runtimes
@@ -359,8 +364,11 @@ class Scheduler:
             raise ValueError("the \"xfactor\" guard rule and its expansion factor go together")
         if (self.guard_evidence_s is None) != (self.guard_evidence_cap_s is None):
             raise ValueError("the guard's evidence option and its cap go together")
-        if self.guard_evidence_s is not None and self.guard_estimate_multiple is not None:
-            raise ValueError("the guard's estimate is a multiple of the prediction or the evidence, not both")
+        estimates = [option for option in (self.guard_estimate_multiple, self.guard_evidence_s,
+                                           self.guard_estimate_slack_s) if option is not None]
+        if len(estimates) > 1:
+            raise ValueError("the guard's estimate is a multiple of the prediction, the evidence or "
+                             "the request less a slack, one of them")
 
     @property
     def guard_pins_running(self) -> bool:
@@ -374,7 +382,8 @@ class Scheduler:
     @property
     def has_estimate_stage(self) -> bool:
         return self.starvation_guard_s is not None and (
-            self.guard_estimate_multiple is not None or self.guard_evidence_s is not None)
+            self.guard_estimate_multiple is not None or self.guard_evidence_s is not None
+            or self.guard_estimate_slack_s is not None)
 
     def guard_stage(self, now_s: int, waiting: WaitingQueue, head: int) -> int:
         """The guard stage `head` is in at `now_s` (backfill_kernel's UNGUARDED, GUARDED,

@@ -38,7 +38,7 @@ from hpcpredict.predictors import Predictor, clip_prediction
 from hpcpredict.corrections.policies import CorrectionPolicy
 from hpcpredict.corrections.starvation import (
     EVIDENCE_RUNS, RECENT_EVERY_S, RECENT_WINDOW_S, evidence_estimate_s, guard_estimate_s,
-    recent_guard_wait_s, xfactor_guard_wait_s,
+    guard_slack_estimate_s, recent_guard_wait_s, xfactor_guard_wait_s,
 )
 from hpcpredict.sim.profile import RunningProfile
 from hpcpredict.sim.backfill_kernel import ESTIMATED, GUARDED
@@ -164,15 +164,18 @@ class Simulation:
             self.started_order: list[int] = []
             self.window_first = 0
             self.next_guard_update_s = (self.submit_s[0] if count else 0) + RECENT_EVERY_S
-        # The guard's estimate stage (`Scheduler.guard_estimate_multiple`, None: off): the jobs
-        # started by the current decision (`just_started`, with whether backfilled), the
-        # guard-profile end of each running job planned there on its estimate (`estimate_end_s`),
+        # The guard's estimate stage (`Scheduler.guard_estimate_multiple` or
+        # `guard_estimate_slack_s`, None: off): the jobs started by the current decision
+        # (`just_started`, with whether backfilled), the guard-profile end of each running job planned there on its estimate (`estimate_end_s`),
         # and those that will outlive it, by estimated end (`outliving`: moved to their request
         # then, or when a head is guarded: `_plan_estimates_to_requests`).
         self.estimate_multiple = (
             scheduler.guard_estimate_multiple if scheduler.has_estimate_stage else None
         )
-        if self.estimate_multiple is not None:
+        self.estimate_slack_s = (
+            scheduler.guard_estimate_slack_s if scheduler.has_estimate_stage else None
+        )
+        if self.estimate_multiple is not None or self.estimate_slack_s is not None:
             assert scheduler.guard_estimate_after_s is not None
             self.waiting.set_estimate_wait(scheduler.guard_estimate_after_s)
         # The guard's evidence option (`Scheduler.guard_evidence_s`, None: off): each user's last
@@ -334,6 +337,10 @@ class Simulation:
         if self.estimate_multiple is not None:
             waiting._estimate_view[index] = guard_estimate_s(
                 predicted, self.requested_s[index], self.estimate_multiple
+            )
+        elif self.estimate_slack_s is not None:
+            waiting._estimate_view[index] = guard_slack_estimate_s(
+                predicted, self.requested_s[index], self.estimate_slack_s
             )
         elif self.evidence_tiny_s is not None:
             user_id = self.requests[index].user_id
