@@ -286,6 +286,11 @@ def estimating(name: str, guard_s: int, after_s: int, multiple: float, scope: st
                                guard_estimate_after_s=after_s)
 
 
+def slack_estimating(name: str, guard_s: int, after_s: int, slack_s: int, scope: str = "machine"):
+    return dataclasses.replace(guarded(name, guard_s, scope=scope), guard_estimate_slack_s=slack_s,
+                               guard_estimate_after_s=after_s)
+
+
 def test_the_estimate_is_a_multiple_of_the_prediction_within_it_and_the_request() -> None:
     assert guard_estimate_s(100, 1_000, 4.0) == 400
     assert guard_estimate_s(100, 300, 4.0) == 300
@@ -362,21 +367,20 @@ def test_an_estimate_stage_that_starts_with_the_guard_changes_nothing() -> None:
     assert early.start_s != today.start_s
 
 
-@settings(max_examples=100, deadline=None)
+@settings(max_examples=200, deadline=None)
 @given(workloads(), st.sampled_from(["easy", "easy-sjbf"]), st.sampled_from(PREDICTORS),
        st.sampled_from(sorted(CORRECTIONS)), st.integers(0, 2_000), st.integers(0, 2_000),
-       st.floats(1.0, 5.0), st.sampled_from(["machine", "head"]))
+       st.one_of(st.floats(1.0, 5.0), st.integers(1, 3_000).map(lambda slack_s: ("slack", slack_s))),
+       st.sampled_from(["machine", "head"]))
 def test_schedules_with_an_estimate_stage_keep_the_invariants_and_the_fast_path_is_exact(
-    workload, scheduler, predictor, correction, guard_s, after_s, multiple, scope
+    workload, scheduler, predictor, correction, guard_s, after_s, estimate, scope
 ) -> None:
+    """Under either estimate: a multiple of the prediction, or ("slack", s) the request less s."""
     machine, jobs = workload
-    policy = estimating(scheduler, guard_s, min(after_s, guard_s), multiple, scope)
+    after_s = min(after_s, guard_s)
+    policy = (slack_estimating(scheduler, guard_s, after_s, estimate[1], scope) if isinstance(estimate, tuple)
+              else estimating(scheduler, guard_s, after_s, estimate, scope))
     assert_fast_path_exact_and_sound(jobs, machine, policy, predictor, correction)
-
-
-def slack_estimating(name: str, guard_s: int, after_s: int, slack_s: int, scope: str = "machine"):
-    return dataclasses.replace(guarded(name, guard_s, scope=scope), guard_estimate_slack_s=slack_s,
-                               guard_estimate_after_s=after_s)
 
 
 def test_the_slack_estimate_is_the_request_less_the_slack_within_the_prediction_and_the_request() -> None:
@@ -401,18 +405,6 @@ def test_the_slack_estimate_bounds_each_overrun_in_front_of_a_head_by_the_slack(
     assert 1_000 < slack.start_s[1] <= 2_000 + 900
     assert 0 < slack.estimates_outlived <= slack.estimated_starts
     assert slack.estimate_overrun_s == 400 * slack.estimates_outlived
-
-
-@settings(max_examples=100, deadline=None)
-@given(workloads(), st.sampled_from(["easy", "easy-sjbf"]), st.sampled_from(PREDICTORS),
-       st.sampled_from(sorted(CORRECTIONS)), st.integers(0, 2_000), st.integers(0, 2_000),
-       st.integers(1, 3_000), st.sampled_from(["machine", "head"]))
-def test_schedules_with_a_slack_estimate_keep_the_invariants_and_the_fast_path_is_exact(
-    workload, scheduler, predictor, correction, guard_s, after_s, slack_s, scope
-) -> None:
-    machine, jobs = workload
-    policy = slack_estimating(scheduler, guard_s, min(after_s, guard_s), slack_s, scope)
-    assert_fast_path_exact_and_sound(jobs, machine, policy, predictor, correction)
 
 
 @settings(max_examples=100, deadline=None)
