@@ -178,6 +178,31 @@ def test_lowered_limits_are_corrected_in_time_even_across_a_daemon_restart(
         assert row.requested_s == 3600 and LONG_JOB_S - 2 <= row.run_s <= LONG_JOB_S + 5
 
 
+def test_a_try_the_plugin_did_not_mark_is_cancelled_while_held_and_teaches_nothing(
+    cluster: SlurmCluster, daemon: ServeProcess
+) -> None:
+    """`submitted_through_the_plugin`'s retry, made to happen: with the daemon paused (SIGSTOP:
+    it accepts connections, answers none) the plugin fails open and the held try goes unmarked;
+    the helper cancels it. A job cancelled while held never ran: the store records it ended
+    without learning it (``never_ran``), and the model's count of learned jobs does not move,
+    which is what keeps the tests that expect the untrained model's 1 s after a retry."""
+    assert daemon.process is not None
+    with DaemonClient(daemon.socket) as client:
+        trained_before = client.request("PING")["trained_jobs"]
+    daemon.process.send_signal(signal.SIGSTOP)
+    try:
+        unmarked = cluster.sbatch("--hold", "--time=60", "-n", "2", script="sleep 1")
+        assert not cluster.job_fields(unmarked).get("AdminComment", "").startswith("hpcpredict:")
+        cluster.run(["scancel", str(unmarked)])
+    finally:
+        daemon.process.send_signal(signal.SIGCONT)
+    row = wait_for(lambda: (lambda r: r if r is not None and r.status == "ended" else None)(
+        stored_job(daemon, unmarked)), 60, "the cancelled try ended in the store", cluster)
+    assert row.learned is False and row.learn_rule == "never_ran" and row.run_s == 0, row
+    with DaemonClient(daemon.socket) as client:
+        assert client.request("PING")["trained_jobs"] == trained_before
+
+
 def test_finished_jobs_reach_the_store_and_change_the_next_prediction(
     cluster: SlurmCluster, daemon: ServeProcess
 ) -> None:
