@@ -2,8 +2,8 @@
 
     python benchmarks/estimate_overruns.py ../shared/swf/CEA-Curie-2011-2.1-cln.swf.gz --procs 80640 --replicas 3
 
-The guard's estimate stage (a multiple of the prediction) and its evidence option (the user's
-last runtimes, docs/method.md §7) let jobs start in front of a protected head on less than their
+The guard's estimate stage (a multiple of the prediction, or the request less a slack) and its
+evidence option (the user's last runtimes, docs/method.md §7) let jobs start in front of a protected head on less than their
 request; each that outlives its estimate moves that head's start (it is planned to its request
 from then on). Per configuration, over the campaigns' replicas (`sim.shaking.replica`): the jobs
 started so, the share that outlived, their mean overrun, and AVEbsld, p99 and longest wait.
@@ -28,6 +28,8 @@ CONFIGURATIONS = {
     "guard xfactor 5 or 24 h, tiny on evidence until 24 h": RunSpec(
         starvation_guard_s=86_400, guard_rule="xfactor", guard_xfactor=5.0,
         guard_evidence_s=900, guard_evidence_cap_s=86_400),
+    "guard 24 h, request - 2 h in front after 4 h": RunSpec(
+        starvation_guard_s=86_400, guard_estimate_slack_s=7_200, guard_estimate_after_s=14_400),
 }
 
 
