@@ -536,6 +536,12 @@ def test_the_guard_is_an_option_of_a_run_and_off_by_default() -> None:
                 guard_estimate_after_s=60)
     with pytest.raises(ValueError, match="seconds >= 1"):
         RunSpec(starvation_guard_s=86_400, guard_estimate_slack_s=0, guard_estimate_after_s=60)
+    with pytest.raises(ValueError, match="not both"):
+        RunSpec(starvation_guard_s=86_400, guard_estimate_slack_s=7_200, guard_estimate_after_s=60,
+                guard_evidence_s=900, guard_evidence_cap_s=172_800)
+    with pytest.raises(ValueError, match="one of them"):
+        dataclasses.replace(guarded("easy", 60), guard_estimate_slack_s=60, guard_estimate_after_s=0,
+                            guard_evidence_s=900, guard_evidence_cap_s=900)
     with pytest.raises(ValueError, match="needs a starvation guard"):
         RunSpec(guard_estimate_slack_s=7_200, guard_estimate_after_s=60)
     with pytest.raises(ValueError, match="EASY schedulers only"):
