@@ -166,9 +166,10 @@ class Simulation:
             self.next_guard_update_s = (self.submit_s[0] if count else 0) + RECENT_EVERY_S
         # The guard's estimate stage (`Scheduler.guard_estimate_multiple` or
         # `guard_estimate_slack_s`, None: off): the jobs started by the current decision
-        # (`just_started`, with whether backfilled), the guard-profile end of each running job planned there on its estimate (`estimate_end_s`),
-        # and those that will outlive it, by estimated end (`outliving`: moved to their request
-        # then, or when a head is guarded: `_plan_estimates_to_requests`).
+        # (`just_started`, with whether backfilled), the guard-profile end of each running job
+        # planned there on its estimate (`estimate_end_s`), and those that will outlive it, by
+        # estimated end (`outliving`: moved to their request then, or when a head is guarded:
+        # `_plan_estimates_to_requests`).
         self.estimate_multiple = (
             scheduler.guard_estimate_multiple if scheduler.has_estimate_stage else None
         )
