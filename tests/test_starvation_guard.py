@@ -407,21 +407,57 @@ def test_the_slack_estimate_bounds_each_overrun_in_front_of_a_head_by_the_slack(
     assert slack.estimate_overrun_s == 400 * slack.estimates_outlived
 
 
+@pytest.mark.parametrize("scheduler", ["easy", "easy-sjbf"])
+def test_the_slacks_estimate_is_the_one_limit_a_job_started_on_it_runs_with(scheduler: str) -> None:
+    """The slack's estimates are time limits, as the live daemon sets them (`slurm.guard`): a
+    stream job started in front of the head in the stage is planned at its 500 s estimate in
+    both profiles, not at its 90 s prediction, and when it outlives it gets its 3000 s request
+    at once (one correction), not INCREMENTAL's steps from its prediction; or before, with no
+    correction, when the guard falls due for the head (at 2001 s) and gives every one its request."""
+    result = simulate(LONG_REQUESTS, 10, slack_estimating(scheduler, 2_000, 300, 2_500),
+                      Tenfold(LONG_REQUESTS), CORRECTIONS["incremental"])
+    in_front = [k for k in range(2, len(LONG_REQUESTS)) if 300 <= result.start_s[k] < result.start_s[1]]
+    corrected = [k for k in in_front if result.start_s[k] + 500 < 2_001]
+    assert corrected and len(corrected) < len(in_front)
+    for k in in_front:
+        assert result.initial_prediction_s[k] == 90
+        assert (result.final_prediction_s[k], result.corrections[k]) == (3_000, int(k in corrected)), k
+
+
+# Job 0 takes the whole machine for 1000 s of a 3000 s request; job 1, submitted at 1, waits for
+# it: in its own estimate stage from 301 s, it starts from the head at 1000 s and runs 100 s.
+HEAD_IN_ITS_STAGE = [make_job(1, 0, 10, 1000, 3000), make_job(2, 1, 10, 100, 3000)]
+
+
+def test_a_job_started_from_the_head_in_its_own_stage_runs_on_its_estimate() -> None:
+    """Live, every pending job holds its slack estimate while the stage is on, the head's too:
+    job 1 starts on its 500 s estimate and ends within it (no correction); the guard's other
+    estimates (a multiple) plan it to its 10 s prediction, corrected twice."""
+    slack = simulate(HEAD_IN_ITS_STAGE, 10, slack_estimating("easy", 2_000, 300, 2_500),
+                     Tenfold(HEAD_IN_ITS_STAGE), CORRECTIONS["incremental"])
+    assert slack.start_s == [0, 1_000]
+    assert (slack.final_prediction_s[1], slack.corrections[1]) == (500, 0)
+    multiple = simulate(HEAD_IN_ITS_STAGE, 10, estimating("easy", 2_000, 300, 4.0),
+                        Tenfold(HEAD_IN_ITS_STAGE), CORRECTIONS["incremental"])
+    assert (multiple.final_prediction_s[1], multiple.corrections[1]) == (310, 2)
+
+
 @settings(max_examples=100, deadline=None)
 @given(workloads(), st.sampled_from(["easy", "easy-sjbf"]), st.sampled_from(PREDICTORS),
-       st.integers(0, 2_000), st.integers(0, 2_000))
-def test_a_slack_beyond_every_request_is_the_estimate_stage_on_bare_predictions(
-    workload, scheduler, predictor, guard_s, after_s
+       st.sampled_from(sorted(CORRECTIONS)), st.integers(0, 2_000), st.integers(0, 2_000))
+def test_under_a_slack_beyond_every_request_a_job_that_outlives_its_plan_gets_its_request(
+    workload, scheduler, predictor, correction, guard_s, after_s
 ) -> None:
-    """A slack no request reaches leaves every estimate at its prediction: the stage then
-    decides as the multiple 1 does (the same stage, the same estimates)."""
+    """A slack no request reaches leaves every estimate at its prediction, and puts every limit
+    reached within the slack of its request (`RequestWithinSlack`): whatever the correction,
+    each job is corrected at most once, to its request."""
     machine, jobs = workload
     after_s = min(after_s, guard_s)
-    slack = simulate(jobs, machine, slack_estimating(scheduler, guard_s, after_s, 10**9),
-                     build_predictor(predictor, jobs), CORRECTIONS["incremental"])
-    bare = simulate(jobs, machine, estimating(scheduler, guard_s, after_s, 1.0),
-                    build_predictor(predictor, jobs), CORRECTIONS["incremental"])
-    assert slack.start_s == bare.start_s
+    result = simulate(jobs, machine, slack_estimating(scheduler, guard_s, after_s, 10**9),
+                      build_predictor(predictor, jobs), CORRECTIONS[correction])
+    for k, job in enumerate(result.jobs):
+        assert result.corrections[k] <= 1
+        assert result.final_prediction_s[k] in (result.initial_prediction_s[k], job.request.requested_s)
 
 
 @settings(max_examples=100, deadline=None)

@@ -125,6 +125,48 @@ class DoublingCorrection(_Stateless):
         return min(max(2 * elapsed_s, elapsed_s + 1), requested_s)
 
 
+class RequestWithinSlack:
+    """A policy under the starvation guard's slack (docs/method.md §7): a job that reaches a
+    limit within `slack_s` of its request gets its request; any other, `inner`'s answer.
+
+    Why: a job started in front of an aged head on its slack estimate (its request less the
+    slack) promised that head to end by then; once it outlives it, the head is planned to its
+    request, which it cannot outlive, so it moves the head's start once, by at most the slack,
+    instead of once per step of `inner`. The limit reached is the elapsed time the simulator
+    asks at (a predicted end) and the live corrector too (`slurm.corrector`), so both drivers
+    decide alike, and for every job, wherever it started: SLURM shows a limit, not why it is set.
+    """
+
+    __slots__ = ("inner", "slack_s", "name", "ignores_jobs")
+
+    def __init__(self, inner: CorrectionPolicy, slack_s: int) -> None:
+        self.inner = inner
+        self.slack_s = slack_s
+        self.name = inner.name
+        self.ignores_jobs = getattr(inner, "ignores_jobs", False)
+
+    def corrected_prediction_s(
+        self, requested_s: int, initial_prediction_s: int, corrections_done: int, elapsed_s: int,
+        *, user_id: int | None = None, now_s: int | None = None,
+    ) -> int:
+        if elapsed_s >= requested_s - self.slack_s:
+            return requested_s
+        return self.inner.corrected_prediction_s(requested_s, initial_prediction_s, corrections_done,
+                                                 elapsed_s, user_id=user_id, now_s=now_s)
+
+    def job_started(self, request: JobRequest, now_s: int) -> None:
+        self.inner.job_started(request, now_s)
+
+    def job_ended(self, request: JobRequest, run_s: int, end_s: int, *, censored: bool = False) -> None:
+        self.inner.job_ended(request, run_s, end_s, censored=censored)
+
+    def to_state(self) -> dict[str, np.ndarray]:
+        return self.inner.to_state()
+
+    def load_state(self, state: dict[str, np.ndarray]) -> None:
+        self.inner.load_state(state)
+
+
 CORRECTIONS: dict[str, CorrectionPolicy] = {
     policy.name: policy
     for policy in (RequestedTimeCorrection(), IncrementalCorrection(), DoublingCorrection())

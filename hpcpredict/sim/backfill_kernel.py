@@ -47,6 +47,13 @@ _FULL_SORT_ABOVE = 32  # unsorted candidates beyond which `order_by_key` sorts t
 # Backfilling orders as `schedule_pass` takes them (`Scheduler.backfill_order`).
 NO_BACKFILLING, SUBMISSION_ORDER, SHORTEST_FIRST = range(3)
 ENDED_NOT_RUNNING = -1  # `schedule_pass`'s answer when the job said to have ended was not running
+# How the guard's estimate stage plans the jobs started in it (`Scheduler.estimate_planning`):
+# none (no stage); at their estimate in the guard's profile only, at their prediction in the
+# running one (the multiple and the evidence); or at their estimate in both, as the one time
+# limit the live daemon gives them (the slack, issue 30), where a job started from the head
+# while it was itself in the stage (waited from its ESTIMATE_DUE_ROW, the guard not due) is
+# planned at its estimate too, as its pending limit had been lowered to it.
+NO_ESTIMATES, ESTIMATES_IN_GUARD_PROFILE, ESTIMATES_AS_LIMITS = range(3)
 
 
 @compiled
@@ -65,6 +72,13 @@ def guard_planned_row(stage: int) -> int:  # pragma: no cover - compiled
     """The row a job started in front of a head in guard `stage` is planned to in the guard's
     profile: its estimate in the estimate stage, else its request."""
     return ESTIMATE_ROW if stage == ESTIMATED else REQUESTED_ROW
+
+
+@compiled
+def in_estimate_stage(table: np.ndarray, job: int, now_s: int) -> bool:  # pragma: no cover - compiled
+    """Is `job` itself in the guard's estimate stage at `now_s` (waited from its
+    ESTIMATE_DUE_ROW on, the guard not yet due for it)?"""
+    return table[ESTIMATE_DUE_ROW, job] <= now_s < table[GUARD_DUE_ROW, job]
 
 
 @compiled
@@ -169,7 +183,7 @@ def schedule_pass(
     order: int,
     guard: bool,
     promise_rule: bool,
-    estimates: bool,
+    estimates: int,
     ended_job: int,
     ended_end_s: int,
     ended_request_end_s: int,
@@ -183,9 +197,11 @@ def schedule_pass(
     its head cursor (at or below the oldest waiting job) and `waiting_count` how many
     jobs wait; `profile` the running jobs by predicted end and `by_request` by requested end
     (`profile_kernel` tables; read and extended only when `guard`: the starvation guard is on,
-    its rule "promise" when `promise_rule`, with its estimate stage when `estimates`: before the
-    guard falls due for the head, from its ESTIMATE_DUE_ROW on, the head's reservation is on the
-    guard's profile and candidates are judged on, and planned there to, their ESTIMATE_ROW);
+    its rule "promise" when `promise_rule`, with its estimate stage unless `estimates` is
+    NO_ESTIMATES: before the guard falls due for the head, from its ESTIMATE_DUE_ROW on, the
+    head's reservation is on the guard's profile and candidates are judged on, and planned there
+    to, their ESTIMATE_ROW; with ESTIMATES_AS_LIMITS, planned to it in the running profile too,
+    as is a job started from the head in its own stage, and their PREDICTION_ROW says so);
     `order` one of NO_BACKFILLING, SUBMISSION_ORDER, SHORTEST_FIRST. Every job started leaves the waiting row and enters the running profiles,
     and is listed in `table[STARTED_ROW]`, in start order. `ended_job` (-1: none) is a job that
     ended at `now_s`, with its predicted and requested ends: taken out of the running profiles
@@ -219,9 +235,14 @@ def schedule_pass(
         count += 1
         waiting_count -= 1
         is_waiting[head] = 0
-        insert(profile, now_s + predictions[head], head, need)
-        if guard:
-            insert(by_request, now_s + requests[head], head, need)
+        if estimates == ESTIMATES_AS_LIMITS and in_estimate_stage(table, head, now_s):
+            predictions[head] = table[ESTIMATE_ROW, head]
+            insert(profile, now_s + predictions[head], head, need)
+            insert(by_request, now_s + predictions[head], head, need)
+        else:
+            insert(profile, now_s + predictions[head], head, need)
+            if guard:
+                insert(by_request, now_s + requests[head], head, need)
     from_head = count
     if order == NO_BACKFILLING or waiting_count == 0:
         return head, count, from_head, -1, 0, 0, 0, 0
@@ -242,7 +263,7 @@ def schedule_pass(
                 table[GUARD_DUE_ROW, head] = promise_s
         if now_s >= table[GUARD_DUE_ROW, head]:
             stage = GUARDED
-        elif estimates and now_s >= table[ESTIMATE_DUE_ROW, head]:
+        elif estimates != NO_ESTIMATES and now_s >= table[ESTIMATE_DUE_ROW, head]:
             stage = ESTIMATED
     shadow_s, extra = reservation(profile if stage == UNGUARDED else by_request, need, now_s)
     kept = -1
@@ -258,6 +279,8 @@ def schedule_pass(
             started[count] = job
             count += 1
             is_waiting[job] = 0
+            if estimates == ESTIMATES_AS_LIMITS and stage == ESTIMATED:
+                predictions[job] = table[ESTIMATE_ROW, job]
             insert(profile, now_s + predictions[job], job, need)
             if guard:
                 insert(by_request, now_s + table[guard_planned_row(stage), job], job, need)
@@ -275,13 +298,16 @@ def consider_new_job_pass(
     extra: int,
     stage: int,
     guard: bool,
+    estimates: int,
 ) -> tuple[bool, int]:  # pragma: no cover - compiled
     """`schedulers.Scheduler.consider_new_job`'s decision for a new submission `job` when only it
     changed since the last decision (the head's reservation `shadow_s`, `extra` and guard
     `stage` still hold), in one compiled call: it starts if it fits now and ends by the shadow
     time (by its request when the head is GUARDED, its estimate when ESTIMATED) or fits in the
     extra processors. A job started leaves the waiting row and enters the running profiles
-    (`by_request` too when `guard`). Returns (started?, extra processors left).
+    (`by_request` too when `guard`; at its estimate in both when the head is ESTIMATED and
+    `estimates` is ESTIMATES_AS_LIMITS, as `schedule_pass` plans it). Returns (started?, extra
+    processors left).
     """
     need = table[PROCS_ROW, job]
     if need > free_now(profile, now_s):
@@ -291,6 +317,8 @@ def consider_new_job_pass(
             return False, extra
         extra -= need
     table[WAITING_ROW, job] = 0
+    if estimates == ESTIMATES_AS_LIMITS and stage == ESTIMATED:
+        table[PREDICTION_ROW, job] = table[ESTIMATE_ROW, job]
     insert(profile, now_s + table[PREDICTION_ROW, job], job, need)
     if guard:
         insert(by_request, now_s + table[guard_planned_row(stage), job], job, need)

@@ -38,6 +38,7 @@ from hpcpredict.sim.backfill_kernel import (
     ENDED_NOT_RUNNING,
     GUARDED,
     NO_BACKFILLING,
+    NO_ESTIMATES,
     PREDICTION_ROW,
     PROCS_ROW,
     SHORTEST_FIRST,
@@ -494,7 +495,7 @@ def replay(
                         if order != NO_BACKFILLING:
                             started, extra = consider_new_job_pass(
                                 queue, profile, guard_profile, now_s, index, state[SHADOW_AT],
-                                state[EXTRA_AT], stage, guard)
+                                state[EXTRA_AT], stage, guard, NO_ESTIMATES)
                             if started:
                                 state[WAITING_AT] -= 1
                                 _start(index, True, now_s, run_s, procs, user_row, predictor,
@@ -530,7 +531,7 @@ def replay(
                 state[SORTED_AT] = 0
             head, started_count, from_head, kept, reserved, shadow_s, extra, stage = schedule_pass(
                 queue, state[CANDIDATES_AT], state[SORTED_AT], profile, guard_profile, now_s,
-                state[HEAD_AT], state[WAITING_AT], order, guard, promise, False, ended_job,
+                state[HEAD_AT], state[WAITING_AT], order, guard, promise, NO_ESTIMATES, ended_job,
                 ended_end_s, ended_request_end_s)
             if reserved == ENDED_NOT_RUNNING:
                 state[ERROR_JOB_AT] = ended_job

@@ -39,7 +39,10 @@ from hpcpredict.sim.backfill_kernel import (
     ESTIMATE_DUE_ROW,
     ESTIMATE_ROW,
     ESTIMATED,
+    ESTIMATES_AS_LIMITS,
+    ESTIMATES_IN_GUARD_PROFILE,
     GUARDED,
+    NO_ESTIMATES,
     UNGUARDED,
     SUBMISSION_ORDER,
     ENDED_NOT_RUNNING,
@@ -385,6 +388,16 @@ class Scheduler:
             self.guard_estimate_multiple is not None or self.guard_evidence_s is not None
             or self.guard_estimate_slack_s is not None)
 
+    @property
+    def estimate_planning(self) -> int:
+        """How the estimate stage plans the jobs started in it (backfill_kernel's NO_ESTIMATES,
+        ESTIMATES_IN_GUARD_PROFILE, ESTIMATES_AS_LIMITS): the slack's estimates are the time
+        limits the live daemon sets (`hpcpredict.slurm.guard`), one per job, so they plan both
+        profiles; the multiple's and the evidence's (simulator only) the guard's profile alone."""
+        if not self.has_estimate_stage:
+            return NO_ESTIMATES
+        return ESTIMATES_AS_LIMITS if self.guard_estimate_slack_s is not None else ESTIMATES_IN_GUARD_PROFILE
+
     def guard_stage(self, now_s: int, waiting: WaitingQueue, head: int) -> int:
         """The guard stage `head` is in at `now_s` (backfill_kernel's UNGUARDED, GUARDED,
         ESTIMATED), as `schedule_pass` decides it."""
@@ -434,7 +447,7 @@ class Scheduler:
             waiting.table, candidate_count, sorted_count, profile.table,
             requested_profile.table if guard else profile.table,
             now_s, waiting._head, waiting.count, order, guard, self.guard_rule == "promise",
-            self.has_estimate_stage, ended_job, ended_end_s, ended_request_end_s,
+            self.estimate_planning, ended_job, ended_end_s, ended_request_end_s,
         )
         if reserved == ENDED_NOT_RUNNING:
             raise KeyError(f"job {ended_job} with predicted end {ended_end_s} (requested end "
@@ -478,6 +491,7 @@ class Scheduler:
         started, extra = consider_new_job_pass(
             waiting.table, profile.table, requested_profile.table if guard else profile.table,
             now_s, job, reservation.shadow_s, reservation.extra, reservation.guarded, guard,
+            self.estimate_planning,
         )
         if not started:
             return reservation

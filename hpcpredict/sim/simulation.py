@@ -35,13 +35,15 @@ from hpcpredict.collector import collector_paused
 from hpcpredict.job_table import JobTable
 from hpcpredict.jobs import Job, JobRequest
 from hpcpredict.predictors import Predictor, clip_prediction
-from hpcpredict.corrections.policies import CorrectionPolicy
+from hpcpredict.corrections.policies import CorrectionPolicy, RequestWithinSlack
 from hpcpredict.corrections.starvation import (
     EVIDENCE_RUNS, RECENT_EVERY_S, RECENT_WINDOW_S, evidence_estimate_s, guard_estimate_s,
     guard_slack_estimate_s, recent_guard_wait_s, xfactor_guard_wait_s,
 )
 from hpcpredict.sim.profile import RunningProfile
-from hpcpredict.sim.backfill_kernel import ESTIMATED, GUARDED
+from hpcpredict.sim.backfill_kernel import (
+    ESTIMATED, ESTIMATES_AS_LIMITS, GUARDED, PREDICTION_ROW, in_estimate_stage,
+)
 from hpcpredict.sim.schedulers import Reservation, Scheduler, WaitingQueue
 
 
@@ -121,6 +123,12 @@ class Simulation:
         self.machine_procs = machine_procs
         self.scheduler = scheduler
         self.predictor = predictor
+        # The slack's estimates are time limits (`Scheduler.estimate_planning`): a job that
+        # outlives one gets its request, not `correction`'s next step (`RequestWithinSlack`).
+        self.estimates_are_limits = scheduler.estimate_planning == ESTIMATES_AS_LIMITS
+        if self.estimates_are_limits:
+            assert scheduler.guard_estimate_slack_s is not None
+            correction = RequestWithinSlack(correction, scheduler.guard_estimate_slack_s)
         self.correction = correction
         # A pure policy (`policies._Stateless`) ignores starts and ends: not called for them.
         self.correction_hears_jobs = not getattr(correction, "ignores_jobs", False)
@@ -443,12 +451,22 @@ class Simulation:
     def _note_estimated_starts(self, estimated: bool) -> None:
         """After a decision: a job backfilled in front of a head in the guard's estimate stage
         entered the guard's profile at its estimated end (`schedule_pass`); remember that end,
-        and when it will outlive it."""
-        estimates = self.waiting.estimate_s
+        and when it will outlive it. When the estimates are limits, it entered the running
+        profile there too, as did a job started from the head in its own stage: its prediction
+        is its estimate from now on, and it is not pinned to its request (the live guard leaves a
+        running job at its estimate, `hpcpredict.slurm.guard`)."""
+        waiting = self.waiting
+        estimates, limits = waiting.estimate_s, self.estimates_are_limits
         for index, backfilled in self.just_started:
-            if not (estimated and backfilled):
+            if backfilled:
+                if not estimated:
+                    continue
+            elif not (limits and in_estimate_stage(waiting.table, index, self.start_s[index])):
                 continue
             estimate_s = int(estimates[index])
+            if limits:
+                self.prediction_s[index] = int(waiting.table[PREDICTION_ROW, index])
+                self.unpinned_running.discard(index)
             if estimate_s >= self.requested_s[index]:
                 continue
             end_s = self.start_s[index] + estimate_s
@@ -486,13 +504,17 @@ class Simulation:
             return
         for index, end_s in self.estimate_end_s.items():
             self._plan_to_request(index, end_s)
+            if self.estimates_are_limits:
+                self._pin(index)
         self.estimate_end_s.clear()
 
     def _plan_to_request(self, index: int, estimate_end_s: int) -> None:
         """Move a running job planned on its estimate to its requested end in the guard's
-        profile."""
+        profile (when the estimates are limits, and the guard falls due, in the running profile
+        too: the live guard gives it its request)."""
         assert self.by_request is not None
-        self.by_request.move(index, estimate_end_s, self.start_s[index] + self.requested_s[index])
+        request_end_s = self.start_s[index] + self.requested_s[index]
+        self.by_request.move(index, estimate_end_s, request_end_s)
 
     # ------------------------------------------------------------------ corrections
     # No event marks a prediction running out: before each event, the running profile (by
@@ -625,12 +647,31 @@ class Simulation:
         if self.first_reserved_start_s[reservation.head] < 0:
             self.first_reserved_start_s[reservation.head] = reservation.shadow_s
         if reservation.guarded and self.unpinned_running and self.scheduler.guard_pins_running:
-            start_s, prediction_s, requested_s = self.start_s, self.prediction_s, self.requested_s
+            if reservation.guarded == ESTIMATED and self.estimates_are_limits:
+                self._pin_below_slack()
+                return
             for index in self.unpinned_running:
-                self.profile.move(index, start_s[index] + prediction_s[index],
-                                  start_s[index] + requested_s[index])
-                prediction_s[index] = requested_s[index]
+                self._pin(index)
             self.unpinned_running.clear()
+
+    def _pin_below_slack(self) -> None:
+        """A decision in the slack's stage pins the running jobs planned further than the slack
+        below their requests, as the live guard raises a running job's limit below its slack
+        estimate to its request (`hpcpredict.slurm.guard`); the others (started on their
+        estimates, or planned within the slack) keep their plan, and get their request when
+        they outlive it (`RequestWithinSlack`) or the guard falls due."""
+        slack_s, requested_s, prediction_s = self.estimate_slack_s, self.requested_s, self.prediction_s
+        assert slack_s is not None
+        pinned = [index for index in self.unpinned_running if prediction_s[index] < requested_s[index] - slack_s]
+        for index in pinned:
+            self._pin(index)
+        self.unpinned_running.difference_update(pinned)
+
+    def _pin(self, index: int) -> None:
+        """Plan a running job to its requested end in the running profile, for good."""
+        start_s, requested_s = self.start_s[index], self.requested_s[index]
+        self.profile.move(index, start_s + self.prediction_s[index], start_s + requested_s)
+        self.prediction_s[index] = requested_s
 
 
 NUMBER_COLUMNS = ("submit_s", "run_s", "procs", "requested_s")  # `number_columns`' order
