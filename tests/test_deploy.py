@@ -95,6 +95,53 @@ def test_serve_takes_the_xfactor_on_its_command_line(tmp_path: Path) -> None:
     assert _config(path, starvation_guard_xfactor=None).starvation_guard_xfactor == 5
 
 
+def test_the_guards_slack_stage_is_configurable_and_off_by_default(tmp_path: Path) -> None:
+    path = tmp_path / "daemon.toml"
+    path.write_text('[daemon]\nstarvation_guard = "24h"\n')
+    config = load_config(path)
+    assert (config.starvation_guard_slack_s, config.starvation_guard_slack_after_s) == (None, None)
+    path.write_text('[daemon]\nstarvation_guard_slack = "2h"\nstarvation_guard_slack_after = 14400\n')
+    config = load_config(path)
+    assert (config.starvation_guard_slack_s, config.starvation_guard_slack_after_s) == (7_200, 14_400)
+
+
+@pytest.mark.parametrize(("lines", "expected"), [
+    ('starvation_guard_slack = "2h"', "go together"),
+    ('starvation_guard_slack_after = "4h"', "go together"),
+    ('starvation_guard_slack = "90s"\nstarvation_guard_slack_after = "4h"',
+     "starvation_guard_slack: expected a whole number of minutes"),
+    ('starvation_guard_slack = "off"\nstarvation_guard_slack_after = "4h"',
+     "starvation_guard_slack: expected a whole number of minutes"),
+    ('starvation_guard_slack = "2h"\nstarvation_guard_slack_after = "soon"',
+     "starvation_guard_slack_after: expected a duration"),
+    ('starvation_guard_slack = "0m"\nstarvation_guard_slack_after = "4h"', "at least 1 minute"),
+    ('starvation_guard_slack = "2h"\nstarvation_guard_slack_after = "25h"', "must be at most the guard"),
+    ('starvation_guard = "off"\nstarvation_guard_slack = "2h"\nstarvation_guard_slack_after = "4h"',
+     "needs a starvation guard"),
+])
+def test_a_bad_slack_stage_names_the_key_and_what_was_expected(tmp_path: Path, lines: str, expected: str) -> None:
+    path = tmp_path / "daemon.toml"
+    path.write_text(f"[daemon]\n{lines}\n")
+    with pytest.raises(ConfigError, match=expected):
+        load_config(path)
+
+
+def test_serve_takes_the_slack_stage_on_its_command_line(tmp_path: Path) -> None:
+    from click.testing import CliRunner
+
+    from hpcpredict.cli import main
+    from hpcpredict.cli.daemon import _config
+
+    done = CliRunner().invoke(main, ["serve", "--db", f"sqlite:///{tmp_path / 'x.db'}",
+                                     "--starvation-guard-slack", "2h"])
+    assert done.exit_code != 0 and "go together" in done.output
+    assert not (tmp_path / "x.db").exists()
+    path = tmp_path / "daemon.toml"
+    path.write_text('[daemon]\nstarvation_guard_slack = "1h"\nstarvation_guard_slack_after = "3h"\n')
+    config = _config(path, starvation_guard_slack="2h", starvation_guard_slack_after="4h")
+    assert (config.starvation_guard_slack_s, config.starvation_guard_slack_after_s) == (7_200, 14_400)
+
+
 def test_unit_paths_match_the_example_config() -> None:
     unit = (DEPLOY / "hpcpredict.service").read_text()
     assert "RuntimeDirectory=hpcpredict\n" in unit  # /run/hpcpredict: the socket's folder

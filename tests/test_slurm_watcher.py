@@ -24,7 +24,10 @@ from hpcpredict.daemon.service import PredictionService
 from hpcpredict.daemon.store import CorrectionRow, EventRow, JobRow, Store
 from hpcpredict.jobs import JobRequest
 from hpcpredict.slurm import adapter
-from hpcpredict.slurm.guard import WAITING_FOR_MACHINE, GuardStatus, guard_status, guard_threshold_s
+from hpcpredict.slurm.guard import (
+    WAITING_FOR_MACHINE, GuardStatus, guard_limit_s, guard_status, guard_threshold_s, plugin_limit_s,
+    slack_limit_s,
+)
 from hpcpredict.slurm.tag import PredictionTag
 from hpcpredict.slurm.watcher import SlurmWatcher
 
@@ -498,8 +501,9 @@ def test_the_daemon_gives_its_watcher_the_xfactor_and_shows_it(
         daemon.writer.stop()
     assert daemon.watcher.xfactor == 2.0 and daemon.watcher.report.errors == 0, daemon.watcher.report
     assert guard["waited_s"] >= 700, guard
-    assert guard == {"after_s": DAY, "xfactor": 2.0, "active": True, "job_id": 7,
-                     "waited_s": guard["waited_s"], "threshold_s": TEN_MINUTES}
+    assert guard == {"after_s": DAY, "xfactor": 2.0, "slack_s": None, "slack_after_s": None,
+                     "active": True, "job_id": 7, "waited_s": guard["waited_s"],
+                     "threshold_s": TEN_MINUTES, "slack": False}
 
 
 def test_a_stuck_store_writer_costs_the_watcher_no_correction(
@@ -538,3 +542,129 @@ def test_a_stuck_store_writer_costs_the_watcher_no_correction(
         daemon.watcher.stop()
         daemon.writer.stop()
     assert service.job_status(1) is not None  # the queued events were recorded once freed
+
+
+# ---------------------------------------------------------------------------- the slack's stage
+TWO_HOURS, FOUR_HOURS = 7_200, 14_400
+
+
+def slack_stage_machine(now_s: int, waited_s: int) -> dict[int, Job]:
+    """Job 9 has waited `waited_s` for processors (a 10 h request lowered to 1 min). Running:
+    1 at the 9 minutes its 10 h were lowered to; 2 at 150 minutes of a 3 h request, within the
+    2 h slack of it. Pending: 3 at the 9 minutes the plugin set on 10 h, 4 held at its 10 h
+    request (the plugin asked to hold lowering), 5 at a limit its user set since."""
+    ten_hours = PredictionTag(TEN_HOURS, 540, "lower").format()
+    return {
+        9: waiting(9, TEN_HOURS, waited_s, now_s),
+        1: Job(1, state="RUNNING", submit_s=now_s - 3600, start_s=now_s - 300, time_limit_s=540,
+               admin_comment=ten_hours),
+        2: Job(2, state="RUNNING", submit_s=now_s - 3600, start_s=now_s - 300, time_limit_s=9_000,
+               admin_comment=PredictionTag(10_800, 9_000, "lower").format()),
+        3: Job(3, submit_s=now_s - 600, time_limit_s=540, admin_comment=ten_hours),
+        4: Job(4, submit_s=now_s - 600, time_limit_s=TEN_HOURS, admin_comment=ten_hours),
+        5: Job(5, submit_s=now_s - 600, time_limit_s=300, admin_comment=ten_hours),
+    }
+
+
+def test_the_slack_stage_puts_pending_limits_at_request_less_the_slack_then_the_guard_at_requests(
+    service: PredictionService,
+) -> None:
+    """Slack 2 h from 4 h, guard 24 h. At 4 h of waiting: the pending jobs hpcpredict lowered get
+    8 h (10 h less 2 h), the held one too, the user's limit stays; running job 1, below its 8 h,
+    gets its 10 h, as the simulator pins it; job 2, already within the slack, keeps its limit;
+    PREDICT holds lowering. At 24 h, every lowered limit goes to its request. When the queue is
+    calm again, pending jobs get the plugin's limits back; running ones keep theirs."""
+    now = 10 * DAY
+    slurm, clock = ScriptedSlurm(), Clock(now)
+    slurm.jobs_by_id = slack_stage_machine(now, FOUR_HOURS - 1)
+    watcher = watcher_for(service, slurm, clock, guard_s=DAY, slack_s=TWO_HOURS, slack_after_s=FOUR_HOURS)
+    watcher.poll()  # not yet: the held job gets the plugin's limit, as without a slack
+    assert not watcher.guard.slack and watcher.holds_lowering() is None and slurm.limit_updates == [(4, 9)]
+    slurm.jobs_by_id[4] = replace(slurm.jobs_by_id[4], time_limit_s=TEN_HOURS)  # held again
+    slurm.limit_updates.clear()
+
+    clock.now = now + 1
+    watcher.poll()
+    assert watcher.guard.slack and not watcher.guard.active
+    assert watcher.holds_lowering() == "starvation_guard_slack"
+    assert sorted(slurm.limit_updates) == [(1, 600), (3, 480), (4, 480), (9, 480)]
+    watcher.poll()  # a second look changes nothing
+    assert len(slurm.limit_updates) == 4
+
+    clock.now = now + 1 - FOUR_HOURS + DAY  # 24 h of waiting
+    for job_id in (1, 2):  # (jobs that started 5 minutes ago, far from their limits)
+        slurm.jobs_by_id[job_id] = replace(slurm.jobs_by_id[job_id], start_s=clock.now - 300)
+    watcher.poll()
+    assert watcher.guard.active and not watcher.guard.slack and watcher.holds_lowering() == "starvation_guard"
+    assert sorted(slurm.limit_updates[4:]) == [(2, 180), (3, 600), (4, 600), (9, 600)]
+
+    for job_id in (9, 3):  # job 9 and job 3 start at their requests; 4 and 5 pend, not for long
+        slurm.jobs_by_id[job_id] = replace(slurm.jobs_by_id[job_id], state="RUNNING", start_s=clock.now)
+    for job_id in (4, 5):
+        slurm.jobs_by_id[job_id] = replace(slurm.jobs_by_id[job_id], submit_s=clock.now - 600)
+    clock.now += 10
+    watcher.poll()
+    assert not watcher.guard.active and not watcher.guard.slack and watcher.holds_lowering() is None
+    assert slurm.limit_updates[8:] == [(4, 9)]
+    assert slurm.jobs_by_id[5].time_limit_s == 300
+
+
+def test_a_stage_that_ends_before_the_guard_gives_pending_jobs_their_lowered_limits_back(
+    service: PredictionService,
+) -> None:
+    now = 10 * DAY
+    slurm, clock = ScriptedSlurm(), Clock(now)
+    slurm.jobs_by_id = slack_stage_machine(now, 5 * 3600)
+    watcher = watcher_for(service, slurm, clock, guard_s=DAY, slack_s=TWO_HOURS, slack_after_s=FOUR_HOURS)
+    watcher.poll()
+    slurm.jobs_by_id[9] = replace(slurm.jobs_by_id[9], state="RUNNING", start_s=now + 5)
+    clock.now = now + 10
+    slurm.limit_updates.clear()
+    watcher.poll()
+    assert not watcher.guard.slack
+    # 3 and 4 back at the plugin's 9 minutes; 1 keeps its 10 h, 9 its 8 h (both running)
+    assert sorted(slurm.limit_updates) == [(3, 9), (4, 9)]
+    assert slurm.jobs_by_id[9].time_limit_s == 8 * 3600 and slurm.jobs_by_id[1].time_limit_s == TEN_HOURS
+
+
+def test_a_job_that_reaches_a_limit_within_the_slack_of_its_request_gets_its_request(
+    service: PredictionService,
+) -> None:
+    """The corrector's policy under a slack (`RequestWithinSlack`): a job started on its 8 h
+    estimate of a 10 h request, near it, gets its 10 h; INCREMENTAL alone would give it the next
+    step above 8 h (its 7 h prediction + 2 h, then + 5 h...). Without a slack, that step."""
+    now = 10 * DAY
+    started_on_estimate = Job(1, state="RUNNING", submit_s=now - DAY, start_s=now - 8 * 3600 + 100,
+                              time_limit_s=8 * 3600,
+                              admin_comment=PredictionTag(TEN_HOURS, 7 * 3600, "lower").format())
+    limits = []
+    for options in ({"slack_s": TWO_HOURS, "slack_after_s": FOUR_HOURS}, {}):
+        slurm = ScriptedSlurm()
+        slurm.jobs_by_id = {1: started_on_estimate}
+        watcher_for(service, slurm, Clock(now), guard_s=DAY, **options).poll()
+        limits.append(slurm.limit_updates)
+    assert limits == [[(1, 600)], [(1, 540)]]
+
+
+tags = st.builds(lambda minutes, prediction_s, mode: PredictionTag(60 * minutes, prediction_s, mode),
+                 st.integers(1, 3_000), st.integers(1, 180_000), st.sampled_from(["lower", "record"]))
+
+
+@settings(max_examples=500, deadline=None)
+@given(tag=tags, state=st.sampled_from(["PENDING", "RUNNING"]),
+       limit=st.sampled_from(["lowered", "estimate", "request", "other"]), other_min=st.integers(1, 3_000),
+       stage=st.sampled_from(["off", "slack", "on"]), slack_min=st.one_of(st.none(), st.integers(1, 3_000)))
+def test_the_guard_never_raises_a_limit_above_the_request_never_lowers_a_running_job_and_settles_in_one_look(
+    tag: PredictionTag, state: str, limit: str, other_min: int, stage: str, slack_min: int | None
+) -> None:
+    slack_s = None if slack_min is None else 60 * slack_min
+    status = GuardStatus(active=stage == "on", slack=stage == "slack" and slack_s is not None)
+    limit_s = {"lowered": plugin_limit_s(tag), "request": tag.request_s, "other": 60 * other_min,
+               "estimate": plugin_limit_s(tag) if slack_s is None else slack_limit_s(tag, slack_s)}[limit]
+    new_s = guard_limit_s(state, limit_s, tag, status, slack_s)
+    if new_s is None:
+        return
+    assert new_s % 60 == 0 and 0 < new_s <= tag.request_s and new_s != limit_s
+    if state == "RUNNING":
+        assert new_s == tag.request_s > limit_s
+    assert guard_limit_s(state, new_s, tag, status, slack_s) is None

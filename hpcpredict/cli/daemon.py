@@ -190,6 +190,14 @@ _MARGIN_TYPE = click.IntRange(min=0)
               metavar="X", help="With --starvation-guard: turn the guard on sooner, once the "
               "longest-waiting job's (wait + request) / request reaches X (> 1), the guard's "
               "duration staying the cap (default: off, the duration alone).")
+@click.option("--starvation-guard-slack", "starvation_guard_slack", default=None, metavar="DURATION",
+              help="With --starvation-guard and --starvation-guard-slack-after: a softer stage "
+              "before the guard, while the longest-waiting job has waited that long: lowered "
+              "limits are at least the request less this slack (e.g. 2h), so each job started in "
+              "front of it can delay it by at most the slack (default: no stage; docs/method.md §7).")
+@click.option("--starvation-guard-slack-after", "starvation_guard_slack_after", default=None,
+              metavar="DURATION", help="The wait from which the slack's stage applies (e.g. 4h; "
+              "at most the guard's).")
 @click.option("--create-db", is_flag=True, help="Create the SQLite database if it does not exist "
               "(needed outside the default state directory: a missing file elsewhere is refused as a "
               "mistyped --db; `hpcpredict train` creates one with a warmed model).")
@@ -214,6 +222,8 @@ def serve(
     correction_margin_s: int | None,
     starvation_guard: str | None,
     starvation_guard_xfactor: float | None,
+    starvation_guard_slack: str | None,
+    starvation_guard_slack_after: str | None,
     create_db: bool,
     log_level: str,
 ) -> None:
@@ -266,6 +276,8 @@ def serve(
         correction_margin_s=correction_margin_s,
         starvation_guard=starvation_guard,
         starvation_guard_xfactor=starvation_guard_xfactor,
+        starvation_guard_slack=starvation_guard_slack,
+        starvation_guard_slack_after=starvation_guard_slack_after,
     )
     _check_http_auth(config)
     store, lock = _locked_store(config, create=create_db)

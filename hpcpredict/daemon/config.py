@@ -18,6 +18,8 @@
     correction_margin_s = 120     # raise a lowered limit this long before it expires
     starvation_guard = "24h"      # a job pending this long: limits back to requests ("off": never)
     # starvation_guard_xfactor = 5  # or sooner: once its (wait + request) / request reaches 5 (omitted: off)
+    # starvation_guard_slack = "2h"        # a softer stage before it: pending limits at request - 2 h
+    # starvation_guard_slack_after = "4h"  #   while a job has waited 4 h (both or neither; omitted: off)
     correction = "incremental"    # how the corrector raises limits: incremental | survival (§8)
     survival_quantile = 0.5       # with "survival": the user's runtime quantile given the elapsed time
 
@@ -133,6 +135,12 @@ class DaemonConfig:
     # job turns it on once (wait + request) / request reaches this, if before starvation_guard (the
     # cap). None: the wait rule alone. `hpcpredict tune` may propose it.
     starvation_guard_xfactor: float | None = None
+    # The guard's slack stage (docs/method.md §7, hpcpredict/slurm/guard.py): while the
+    # longest-waiting job has waited starvation_guard_slack_after, before the guard itself, lowered
+    # limits are at least the request less starvation_guard_slack. Durations as the guard's; both
+    # or neither (None: no stage). `hpcpredict tune` may propose them.
+    starvation_guard_slack: str | int | None = None
+    starvation_guard_slack_after: str | int | None = None
     # The SLURM corrector's policy (docs/method.md §8); "survival" keeps each user's recent
     # runtimes from the events the service logs, in its checkpoint (hpcpredict/corrections/survival.py).
     correction: str = "incremental"
@@ -151,6 +159,17 @@ class DaemonConfig:
         """The guard in seconds, None when off."""
         return parse_starvation_guard(self.starvation_guard)
 
+    @property
+    def starvation_guard_slack_s(self) -> int | None:
+        """The guard's slack in seconds, None without a slack stage."""
+        return None if self.starvation_guard_slack is None else parse_starvation_guard(self.starvation_guard_slack)
+
+    @property
+    def starvation_guard_slack_after_s(self) -> int | None:
+        """The wait that starts the slack stage, in seconds, None without one."""
+        return (None if self.starvation_guard_slack_after is None
+                else parse_starvation_guard(self.starvation_guard_slack_after))
+
     def with_overrides(self, **overrides: Any) -> DaemonConfig:
         """A copy with the given keys replaced; None means "not given" and keeps the value."""
         given = {key: value for key, value in overrides.items() if value is not None}
@@ -161,7 +180,8 @@ _DAEMON_KEYS = {
     "db", "socket", "socket_mode", "socket_group", "http", "http_token_file", "spool", "checkpoint_every",
     "min_trained_jobs", "time_zone",
     "slurm", "slurm_backend", "slurm_interval_s", "correction_margin_s", "starvation_guard",
-    "starvation_guard_xfactor", "correction", "survival_quantile",
+    "starvation_guard_xfactor", "starvation_guard_slack", "starvation_guard_slack_after", "correction",
+    "survival_quantile",
 }
 _LEARNER_KEYS = {f.name for f in dataclasses.fields(LearnerConfig)}
 
@@ -310,6 +330,37 @@ def _check_xfactor(xfactor: object, guard_s: int | None) -> None:
                           "or drop starvation_guard_xfactor)")
 
 
+def _check_slack(config: DaemonConfig, guard_s: int | None) -> None:
+    """Both or neither; whole minutes (SLURM's limits are), a slack of at least one, a stage that
+    starts within the guard's duration; and only with a guard (the stage comes before it)."""
+    slack, after = config.starvation_guard_slack, config.starvation_guard_slack_after
+    if slack is None and after is None:
+        return
+    if slack is None or after is None:
+        raise ConfigError("starvation_guard_slack and starvation_guard_slack_after go together (the "
+                          "slack, and the wait from which it applies, e.g. \"2h\" and \"4h\"); set "
+                          "both or neither")
+    seconds = {}
+    for key in ("starvation_guard_slack", "starvation_guard_slack_after"):
+        try:
+            value = parse_starvation_guard(getattr(config, key))
+        except ValueError as error:
+            raise ConfigError(f"{key}: {error}".replace("a starvation guard is", "expected")) from None
+        if value is None or value % 60:
+            raise ConfigError(f"{key}: expected a whole number of minutes such as \"2h\" or \"90m\" "
+                              f"(SLURM's limits are whole minutes), got {getattr(config, key)!r}")
+        seconds[key] = value
+    if seconds["starvation_guard_slack"] < 60:
+        raise ConfigError(f"starvation_guard_slack must be at least 1 minute, got {slack!r}")
+    if guard_s is None:
+        raise ConfigError("starvation_guard_slack needs a starvation guard: starvation_guard is off, "
+                          "and the slack's stage is the one before it (set it, e.g. \"24h\", or drop "
+                          "the slack)")
+    if seconds["starvation_guard_slack_after"] > guard_s:
+        raise ConfigError(f"starvation_guard_slack_after ({after!r}) must be at most the guard "
+                          f"({config.starvation_guard!r}): the slack's stage comes before it")
+
+
 def _checked(config: DaemonConfig) -> DaemonConfig:
     for key, expected in _TEXT_KEYS.items():
         value = getattr(config, key)
@@ -339,6 +390,7 @@ def _checked(config: DaemonConfig) -> DaemonConfig:
     if guard_s is not None and guard_s < 60:
         raise ConfigError(f"starvation_guard must be off or at least 60 s, got {config.starvation_guard!r}")
     _check_xfactor(config.starvation_guard_xfactor, guard_s)
+    _check_slack(config, guard_s)
     if config.correction not in CORRECTION_NAMES:
         raise ConfigError(f"correction must be one of {', '.join(CORRECTION_NAMES)}, got {config.correction!r}")
     if isinstance(config.survival_quantile, bool) or not isinstance(config.survival_quantile, (int, float)) \

@@ -249,9 +249,10 @@ class Daemon:
             policy=self.service.correction,  # the policy the service feeds (SURVIVAL's history)
             guard_s=self.config.starvation_guard_s,
             xfactor=self.config.starvation_guard_xfactor,
+            slack_s=self.config.starvation_guard_slack_s,
+            slack_after_s=self.config.starvation_guard_slack_after_s,
         )
-        watcher = self.watcher
-        self.handlers.lowering_hold = lambda: "starvation_guard" if watcher.guard.active else None
+        self.handlers.lowering_hold = self.watcher.holds_lowering
         self.watcher.start()
         logger.info("watching SLURM (%s backend) every %g s", backend.name, self.config.slurm_interval_s)
 
@@ -367,6 +368,7 @@ class Daemon:
             "slurm": None if self.watcher is None else dataclasses.asdict(self.watcher.report),
             "starvation_guard": None if self.watcher is None else {
                 "after_s": self.watcher.guard_s, "xfactor": self.watcher.xfactor,
+                "slack_s": self.watcher.slack_s, "slack_after_s": self.watcher.slack_after_s,
                 **dataclasses.asdict(self.watcher.guard)
             },
         }
@@ -396,6 +398,10 @@ class Daemon:
             gauges["hpcpredict_starvation_guard_active"] = (
                 "1 while a pending job has waited past the starvation guard (limits at requests).",
                 int(self.watcher.guard.active),
+            )
+            gauges["hpcpredict_starvation_guard_slack"] = (
+                "1 while the starvation guard's slack stage is on (pending limits at requests less the slack).",
+                int(self.watcher.guard.slack),
             )
         counters = {
             "hpcpredict_event_failures_total": ("Events whose transaction failed.", self.service.event_failures),

@@ -18,12 +18,25 @@ only lever is the limits SLURM plans with, so the same rule reads:
   the plugin set gets its request, and the daemon tells the plugin not to lower new jobs
   (``lower=0`` in PREDICT's answer), so SLURM plans the starving job's start with requests, which
   no job outlives: plain EASY's promise;
-* once it is off, pending jobs the plugin marked in lower mode and that sit at their request get
-  their lowered limit again (they have not started: nothing can be killed early).
+* once it is off, pending jobs the plugin marked in lower mode and that sit at their request (or
+  at their slack estimate, below) get their lowered limit again (they have not started: nothing
+  can be killed early).
+
+With a **slack** (``starvation_guard_slack`` S from ``starvation_guard_slack_after`` A; issue 30,
+docs/method.md §7), a softer stage comes first: while the longest-waiting job has waited A or more
+but not yet its threshold, every pending job the plugin lowered gets its *slack estimate*, its
+request less S, never below its lowered limit (`slack_limit_s`), every running job whose limit is
+below its own slack estimate gets its request, and PREDICT holds lowering (the watcher sets the
+new job's estimate at its next look). SLURM then backfills a job in front of the starving one
+only if it ends by its start on that estimate; a job that outlives it gets its request
+(`corrections.policies.RequestWithinSlack`, the corrector's policy with a slack), which it cannot
+outlive: each moves the starving job's start once, by at most S. A job keeps the limit it started
+with when the stage ends; once the guard itself is on, every lowered limit goes to the request.
 
 The simulator models exactly this (`hpcpredict.sim.simulation`: running jobs at a guarded decision
 are planned to their requests for good; `hpcpredict.sim.slurm_backfill` with ``guard_xfactor``
-judges its head, the job that has waited longest, by the xfactor rule). Every decision is a pure
+judges its head, the job that has waited longest, by the xfactor rule; the slack is the EASY
+schedulers' ``guard_estimate_slack_s``, whose estimates are planned as these limits). Every decision is a pure
 function of what SLURM shows — the jobs, their limits and the plugin's mark — so after a restart
 the guard decides the same.
 """
@@ -34,7 +47,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Protocol
 
-from hpcpredict.corrections.starvation import DEFAULT_STARVATION_GUARD_S, xfactor_guard_wait_one_s
+from hpcpredict.corrections.starvation import (
+    DEFAULT_STARVATION_GUARD_S, guard_slack_estimate_s, xfactor_guard_wait_one_s,
+)
 from hpcpredict.slurm.corrector import whole_minutes_s
 from hpcpredict.slurm.requests import request_s
 from hpcpredict.slurm.tag import PredictionTag, parse_tag
@@ -59,12 +74,15 @@ class PendingView(Protocol):
 @dataclass(frozen=True, slots=True)
 class GuardStatus:
     """The guard as the last look at SLURM found it (`job_id` the longest-waiting such job, and
-    `threshold_s` the wait at which it turns the guard on: `guard_s`, or less by the xfactor rule)."""
+    `threshold_s` the wait at which it turns the guard on: `guard_s`, or less by the xfactor rule;
+    `slack` whether the slack's stage is on: that job has waited the stage's time, not its
+    threshold)."""
 
     active: bool = False
     job_id: int | None = None
     waited_s: int = 0
     threshold_s: int | None = None
+    slack: bool = False
 
 
 def guard_threshold_s(job: PendingView, guard_s: int, xfactor: float | None) -> int:
@@ -81,10 +99,12 @@ def guard_threshold_s(job: PendingView, guard_s: int, xfactor: float | None) -> 
 
 
 def guard_status(jobs: Iterable[PendingView], now_s: int, guard_s: int | None,
-                 xfactor: float | None = None) -> GuardStatus:
+                 xfactor: float | None = None, slack_after_s: int | None = None) -> GuardStatus:
     """On when the job pending for the machine that has waited longest since it became eligible
     has waited its threshold (`guard_threshold_s`: `guard_s` seconds, or less with an
-    `xfactor`); None `guard_s`: never. Only that job is judged, as the simulator judges its head."""
+    `xfactor`); None `guard_s`: never. Only that job is judged, as the simulator judges its head.
+    The slack's stage is on while that job has waited `slack_after_s` (None: no stage) but not
+    its threshold."""
     if guard_s is None:
         return GuardStatus()
     longest: tuple[int, PendingView] | None = None
@@ -98,7 +118,9 @@ def guard_status(jobs: Iterable[PendingView], now_s: int, guard_s: int | None,
         return GuardStatus()
     waited_s, job = longest
     threshold_s = guard_threshold_s(job, guard_s, xfactor)
-    return GuardStatus(waited_s >= threshold_s, job.job_id, max(0, waited_s), threshold_s)
+    active = waited_s >= threshold_s
+    slack = not active and slack_after_s is not None and waited_s >= slack_after_s
+    return GuardStatus(active, job.job_id, max(0, waited_s), threshold_s, slack)
 
 
 def plugin_limit_s(tag: PredictionTag) -> int:
@@ -107,17 +129,34 @@ def plugin_limit_s(tag: PredictionTag) -> int:
     return min(tag.request_s, whole_minutes_s(tag.prediction_s))
 
 
-def guard_limit_s(state: str, limit_s: int | None, tag: PredictionTag, active: bool) -> int | None:
-    """The limit the guard sets now for a job the plugin marked, or None (leave it)."""
+def slack_limit_s(tag: PredictionTag, slack_s: int) -> int:
+    """The slack's estimate as a limit: the request less `slack_s`, never below the plugin's
+    lowered limit (the simulator's `guard_slack_estimate_s`, on the limit SLURM holds: whole
+    minutes when the slack is)."""
+    return guard_slack_estimate_s(plugin_limit_s(tag), tag.request_s, slack_s)
+
+
+def guard_limit_s(state: str, limit_s: int | None, tag: PredictionTag, status: GuardStatus,
+                  slack_s: int | None = None) -> int | None:
+    """The limit the guard sets now for a job the plugin marked, or None (leave it). A pending
+    job is changed only from a limit hpcpredict gave it (not one the user changed since)."""
     lowered_s = plugin_limit_s(tag)
     if limit_s is None or lowered_s >= tag.request_s:
         return None  # no limit, or a prediction that lowered nothing
-    if active:
+    estimate_s = lowered_s if slack_s is None else slack_limit_s(tag, slack_s)
+    held = tag.mode == "lower" and limit_s == tag.request_s  # the plugin's hold, or the guard's
+    if status.active:
         if state == "RUNNING" and limit_s < tag.request_s:
             return tag.request_s
-        if state == "PENDING" and limit_s == lowered_s:  # not a limit the user changed since
+        if state == "PENDING" and limit_s in (lowered_s, estimate_s):
             return tag.request_s
         return None
-    if state == "PENDING" and tag.mode == "lower" and limit_s == tag.request_s:
+    if status.slack and slack_s is not None:
+        if state == "RUNNING" and limit_s < estimate_s:
+            return tag.request_s
+        if state == "PENDING" and limit_s != estimate_s and (limit_s == lowered_s or held):
+            return estimate_s
+        return None
+    if state == "PENDING" and limit_s != lowered_s and (held or limit_s == estimate_s):
         return lowered_s
     return None

@@ -17,7 +17,10 @@ Started by ``hpcpredict serve --slurm``, it polls SLURM every few seconds (one `
 * guards against starvation (`guard.py`): while a job pending for the machine has waited
   `guard_s` or more (or, with an `xfactor` X, the longest-waiting one X - 1 times its request,
   if sooner), lowered limits go back to the requests and `status` tells PREDICT to hold
-  lowering; afterwards pending jobs get their lowered limits again.
+  lowering; afterwards pending jobs get their lowered limits again. With a slack (`slack_s`
+  from `slack_after_s` of waiting), a softer stage before it: pending jobs at their request less
+  the slack, running ones below that at their request, and a job that reaches a limit within the
+  slack of its request gets its request (`guard.py`'s module doc).
 
 Everything is derived from SLURM's state and the store's, nothing from memory that a restart
 would lose: after a restart the watcher asks the store how far each job got
@@ -49,7 +52,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from hpcpredict.job_events import JobEvent, LimitChanged
-from hpcpredict.corrections.policies import CorrectionPolicy, IncrementalCorrection
+from hpcpredict.corrections.policies import CorrectionPolicy, IncrementalCorrection, RequestWithinSlack
 from hpcpredict.slurm import requests
 from hpcpredict.slurm.adapter import ENDED_STATES, SlurmJob
 from hpcpredict.slurm.corrector import DEFAULT_MARGIN_S, corrected_limit_s
@@ -97,16 +100,23 @@ class SlurmWatcher:
         policy: CorrectionPolicy = IncrementalCorrection(),
         guard_s: int | None = DEFAULT_GUARD_S,
         xfactor: float | None = None,
+        slack_s: int | None = None,
+        slack_after_s: int | None = None,
         clock: Callable[[], float] = time.time,
     ) -> None:
+        if (slack_s is None) != (slack_after_s is None) or (slack_s is not None and guard_s is None):
+            raise ValueError("the guard's slack and its stage's start go together, with a guard")
         self.slurm = slurm
         self.record = record
         self.job_status = job_status
         self.margin_s = margin_s
         self.interval_s = interval_s
-        self.policy = policy
+        # With a slack, a limit reached within it of the request gives the request (guard.py).
+        self.policy = policy if slack_s is None else RequestWithinSlack(policy, slack_s)
         self.guard_s = guard_s
         self.xfactor = xfactor  # the guard's xfactor rule (guard.py); None: the wait rule
+        self.slack_s = slack_s  # the guard's slack stage (guard.py); None: none
+        self.slack_after_s = slack_after_s
         # Replaced whole at each poll (one attribute write): PREDICT reads it from another thread.
         self.guard = GuardStatus()
         self.clock = clock
@@ -143,7 +153,7 @@ class SlurmWatcher:
             self._failed(f"cannot read SLURM's jobs: {error}")
             return self.report
         now_s = int(self.clock())
-        self._update_guard(guard_status(jobs, now_s, self.guard_s, self.xfactor))
+        self._update_guard(guard_status(jobs, now_s, self.guard_s, self.xfactor, self.slack_after_s))
         seen = set()
         for job in jobs:
             seen.add(job.job_id)
@@ -193,9 +203,26 @@ class SlurmWatcher:
                 logger.warning("starvation guard on: job %s has waited %s: lowered limits go back "
                                "to the requests and new jobs are not lowered", status.job_id,
                                self._how_long(status))
-            else:
+            elif not status.slack:
                 logger.info("starvation guard off: pending jobs get their lowered limits again")
+        if status.slack and not self.guard.slack:
+            logger.info("starvation guard's slack stage on: job %s has waited %.1f h (>= %.1f h): "
+                        "pending jobs at their requests less %.1f h, running ones below that at "
+                        "their requests", status.job_id, status.waited_s / 3600,
+                        (self.slack_after_s or 0) / 3600, (self.slack_s or 0) / 3600)
+        elif self.guard.slack and not status.slack and not status.active:
+            logger.info("starvation guard's slack stage off: pending jobs get their lowered limits again")
         self.guard = status
+
+    def holds_lowering(self) -> str | None:
+        """Why PREDICT must tell the plugin not to lower a new job now (None: it may): the guard
+        is on, or its slack stage (the watcher gives the job its slack estimate at its next look)."""
+        guard = self.guard  # (one read: the poll replaces it from another thread)
+        if guard.active:
+            return "starvation_guard"
+        if guard.slack:
+            return "starvation_guard_slack"
+        return None
 
     def _how_long(self, status: GuardStatus) -> str:
         """The wait that turned the guard on and the threshold it reached, in the log line: in
@@ -211,14 +238,15 @@ class SlurmWatcher:
         tag = parse_tag(job.admin_comment)
         if tag is None or self.guard_s is None:
             return
-        limit_s = guard_limit_s(job.state, job.time_limit_s, tag, self.guard.active)
+        limit_s = guard_limit_s(job.state, job.time_limit_s, tag, self.guard, self.slack_s)
         if limit_s is None:
             return
         self.slurm.set_time_limit(job.update_id, limit_s // 60)
         self.record(LimitChanged(job.job_id, limit_s, now_s))
         self.report.guard_changes += 1
+        stage = "on" if self.guard.active else "slack stage" if self.guard.slack else "off"
         logger.info("job %d (%s): time limit %d -> %d s (starvation guard %s)", job.job_id,
-                    job.state.lower(), job.time_limit_s, limit_s, "on" if self.guard.active else "off")
+                    job.state.lower(), job.time_limit_s, limit_s, stage)
 
     # ------------------------------------------------------------------ correcting
     def _correct(self, job: SlurmJob, now_s: int) -> None:
