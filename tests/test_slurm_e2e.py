@@ -410,6 +410,18 @@ def restart_on_an_empty_queue(cluster: SlurmCluster, daemon: ServeProcess, *opti
     daemon.start(*options)
 
 
+def teach_one_minute_jobs(client: DaemonClient, time_limit_s: int, first_job_id: int) -> int:
+    """Report HISTORY_JOBS recent jobs of uid 0 on one processor that asked for `time_limit_s` and
+    ran a minute (through the socket, as jobcomp.lua would; recent: the daemon reads a model whose
+    newest job is old as stale, docs/daemon.md); the prediction for such a job afterwards."""
+    first_s = int(time.time()) - 100 * HISTORY_JOBS
+    for k in range(HISTORY_JOBS):
+        submit_s = first_s + 100 * k
+        client.request("END", job=first_job_id + k, uid=0, procs=1, time_limit=time_limit_s,
+                       submit=submit_s, start=submit_s, end=submit_s + 60, state="COMPLETED")
+    return int(client.request("PREDICT", uid=0, procs=1, time_limit=time_limit_s)["prediction"])
+
+
 def test_the_starvation_guard_gives_running_jobs_their_requests_and_holds_lowering(
     cluster: SlurmCluster, daemon: ServeProcess
 ) -> None:
@@ -433,13 +445,7 @@ def test_the_starvation_guard_gives_running_jobs_their_requests_and_holds_loweri
         # Teach it (through the socket, as jobcomp.lua would report them) that this user's
         # 30-minute single-processor jobs run a minute, so the held job has a prediction below
         # its request: the lowering the guard holds back is then a real one.
-        # Recent jobs (the daemon reads a model whose newest job is old as stale, docs/daemon.md).
-        first_s = int(time.time()) - 100 * HISTORY_JOBS
-        for k in range(HISTORY_JOBS):
-            submit_s = first_s + 100 * k
-            client.request("END", job=900_000 + k, uid=0, procs=1, time_limit=1800,
-                           submit=submit_s, start=submit_s, end=submit_s + 60, state="COMPLETED")
-        prediction_s = int(client.request("PREDICT", uid=0, procs=1, time_limit=1800)["prediction"])
+        prediction_s = teach_one_minute_jobs(client, 1800, first_job_id=900_000)
     assert prediction_s < 1800, f"after {HISTORY_JOBS} one-minute jobs the model predicts {prediction_s} s"
     held_min = 30
     held = cluster.sbatch(f"--time={held_min}", "-n", "1", script="sleep 5")
@@ -500,6 +506,62 @@ def test_the_starvation_guard_xfactor_rule_guards_a_short_request_long_before_th
             cluster.run(["scancel", str(job_id)])
     # Nothing pends any more: the guard is off and new jobs are lowered again.
     wait_for(lambda: lowering(daemon) == "1", 30, "the guard to turn off", cluster)
+    daemon.stop()
+    daemon.start()
+
+
+def test_the_starvation_guards_slack_stage_sets_requests_less_the_slack_live(
+    cluster: SlurmCluster, daemon: ServeProcess
+) -> None:
+    """``--starvation-guard-slack 10m --starvation-guard-slack-after 1m`` (docs/admin-guide.md,
+    "The slack stage"): once a job waiting for the whole machine has waited a minute, the blocker
+    running on its lowered limit, below its slack estimate (60 - 10 min), gets its hour back; a
+    job submitted then keeps its 30-minute request at submission (PREDICT holds lowering) and gets
+    20 minutes (30 - 10) from the watcher; the starving job's own estimate is its lowered limit (10
+    minutes less 10 is below it), so it is left there. Afterwards, the stage off, a job that reaches
+    its lowered limit, within the slack of its 5-minute request, gets the whole request at once
+    (`RequestWithinSlack`), where INCREMENTAL would add one minute."""
+    restart_on_an_empty_queue(cluster, daemon, "--starvation-guard", "24h", "--starvation-guard-slack",
+                              "10m", "--starvation-guard-slack-after", "1m")
+    started: list[int] = []
+    try:
+        blocker = cluster.sbatch("--time=60", "-n", "16", script="sleep 600")
+        started.append(blocker)
+        wait_for(lambda: cluster.job_fields(blocker)["JobState"] == "RUNNING", 30, "the blocker to run", cluster)
+        assert minutes(cluster.job_fields(blocker)["TimeLimit"]) < 50  # lowered (and maybe corrected)
+        starving = cluster.sbatch("--time=10", "-n", "16", script="sleep 5")
+        started.append(starving)
+        starving_limit = cluster.job_fields(starving)["TimeLimit"]
+
+        wait_for(lambda: minutes(cluster.job_fields(blocker)["TimeLimit"]) == 60, 150,
+                 "the slack stage to give the blocker its request", cluster, poll_s=2)
+        assert cluster.job_fields(starving)["JobState"] == "PENDING"
+        assert lowering(daemon) == "0"
+        newcomer = cluster.sbatch("--time=30", "-n", "1", script="sleep 5")
+        started.append(newcomer)
+        tag = parse_tag(cluster.job_fields(newcomer)["AdminComment"])
+        assert tag is not None and tag.mode == "lower" and tag.prediction_s < 20 * 60, tag
+        wait_for(lambda: minutes(cluster.job_fields(newcomer)["TimeLimit"]) == 20, 30,
+                 "the watcher to give the newcomer its slack estimate", cluster, poll_s=1)
+        assert corrections(daemon, newcomer) == [(1800, 1200)]
+        assert cluster.job_fields(starving)["TimeLimit"] == starving_limit
+        log = (cluster.dir / "serve.log").read_text(errors="replace")
+        assert f"starvation guard's slack stage on: job {starving} has waited" in log
+        assert any(f"job {blocker} (running): time limit " in line
+                   and line.endswith("-> 3600 s (starvation guard slack stage)") for line in log.splitlines())
+        assert "starvation guard on:" not in log.split(f"slack stage on: job {starving}")[-1]
+    finally:
+        for job_id in started:
+            cluster.run(["scancel", str(job_id)])
+    wait_for(lambda: lowering(daemon) == "1", 30, "the slack stage to end", cluster)
+
+    with DaemonClient(daemon.socket) as client:  # (a prediction below the request, to lower)
+        assert teach_one_minute_jobs(client, 300, first_job_id=910_000) < 240
+    short = cluster.sbatch("--time=5", "-n", "1", script="sleep 100")
+    wait_for(lambda: len(corrections(daemon, short)) >= 1, 60, "the corrector to raise the short job", cluster)
+    first = corrections(daemon, short)[0]
+    assert first[0] < 300 and first[1] == 300, first
+    wait_for(lambda: cluster.job_fields(short)["JobState"] == "COMPLETED", 150, "the short job to complete", cluster)
     daemon.stop()
     daemon.start()
 

@@ -23,6 +23,7 @@ from hpcpredict.sim.tune import (
     goal_settings,
     grid,
     parse_guards,
+    parse_slacks,
     parse_xfactors,
     period_shift,
     split_s,
@@ -127,6 +128,45 @@ def test_the_grid_tries_the_xfactor_rule_under_the_default_cap_and_the_fragment_
     for bad in ("1", "0.5,3", "three", ","):
         with pytest.raises(ValueError, match="above 1"):
             parse_xfactors(bad)
+
+
+def test_the_slack_stage_is_in_the_grid_only_when_asked_and_its_fragment_is_the_daemons(tmp_path: Path) -> None:
+    settings = grid(RunSpec(), ["incremental"], (24 * 3600,), slacks=((7_200, 14_400),))
+    assert [s.label for s in settings] == [
+        "guard 24 h + incremental", "guard 24 h, request - 2 h in front after 4 h + incremental"]
+    slack = settings[1].spec
+    assert (slack.starvation_guard_s, slack.guard_estimate_slack_s, slack.guard_estimate_after_s) == (
+        86_400, 7_200, 14_400)
+    unbounded, ave2 = goal_settings(settings[1])  # without a guard, no stage either
+    assert unbounded.spec.starvation_guard_s is None and unbounded.spec.guard_estimate_slack_s is None
+    assert ave2.spec.guard_estimate_slack_s == 7_200
+    fragment = daemon_fragment(slack, "site.swf", Choice(settings[1].label, "a rule"))
+    assert ('starvation_guard = "24h"\nstarvation_guard_slack = "2h"\nstarvation_guard_slack_after = "4h"\n'
+            'correction = "incremental"') in fragment
+    (tmp_path / "daemon.toml").write_text(fragment)  # the daemon reads it as written
+    loaded = load_config(tmp_path / "daemon.toml")
+    assert (loaded.starvation_guard_slack_s, loaded.starvation_guard_slack_after_s) == (7_200, 14_400)
+    assert parse_slacks("2h@4h, 1h@3h,2h@4h") == ((3_600, 10_800), (7_200, 14_400))
+    assert parse_slacks("none") == () and parse_slacks("90m@240m") == ((5_400, 14_400),)
+    for bad in ("2h", "2h@", "@4h", "30s@4h", "2h@25h", "0m@4h", "off@4h", ","):
+        with pytest.raises(ValueError, match="SLACK@AFTER"):
+            parse_slacks(bad)
+    with pytest.raises(ValueError, match="EASY schedulers"):
+        grid(RunSpec("slurm-backfill"), ["incremental"], slacks=((7_200, 14_400),))
+
+
+def test_tune_tries_the_slack_stage_when_asked(tmp_path: Path) -> None:
+    result = CliRunner().invoke(main, [
+        "tune", str(SAMPLE_LOG), "--replicas", "2", "--corrections", "incremental", "--guards", "24h",
+        "--slacks", "1h@2h", "--store", str(tmp_path / "t.sqlite"), "-j", "1", "--format", "json"])
+    assert result.exit_code == 0, result.output
+    payload = json.loads(result.stdout)
+    assert payload["slacks_s"] == [[3_600, 7_200]]
+    assert set(payload["earlier"]) == {"plain", "guard 24 h + incremental",
+                                       "guard 24 h, request - 1 h in front after 2 h + incremental"}
+    refused = CliRunner().invoke(main, ["tune", str(SAMPLE_LOG), "--scheduler", "slurm-backfill",
+                                        "--slacks", "1h@2h", "--store", str(tmp_path / "t.sqlite")])
+    assert refused.exit_code == 2 and "EASY schedulers" in refused.output
 
 
 def test_the_goal_sets_the_bound_beside_the_unbounded_learner_and_ave2() -> None:

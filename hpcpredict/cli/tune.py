@@ -52,6 +52,11 @@ _NAMES = {"ave_bsld": "AVEbsld", "p99_wait_s": "p99 wait h", "max_wait_s": "max 
               "protected once it has waited FACTOR - 1 times its request, or 24 h). Not tried "
               "unless asked: on KTH-SP2 it won in sample and broke the longest-wait bound out of "
               "sample (docs/tune.md).")
+@click.option("--slacks", "slacks", default="none", show_default=True, metavar="none|SLACK@AFTER,...",
+              help="Also try the guard's slack stage, e.g. 2h@4h (from 4 h of waiting, before the "
+              "24 h guard, limits at least the request less 2 h: docs/admin-guide.md). EASY "
+              "schedulers only. Not tried unless asked: the best bound measured on two archive "
+              "logs, 3-6x the AVEbsld on the third (docs/tune.md).")
 @click.option("--corrections", default="incremental,survival", show_default=True,
               help="Corrections tried, comma-separated (with every bound of the grid).")
 @click.option("--replicas", type=click.IntRange(min=2), default=10, show_default=True,
@@ -74,7 +79,8 @@ _NAMES = {"ave_bsld": "AVEbsld", "p99_wait_s": "p99 wait h", "max_wait_s": "max 
 @format_option()
 def tune(
     log: Path, scheduler: str, slurm_params: str, learning: LearningSettings, procs: int | None,
-    split: float, guards: str, xfactors: str, corrections: str, replicas: int, shake_s: int, seed: int, jobs: int | None,
+    split: float, guards: str, xfactors: str, slacks: str, corrections: str, replicas: int, shake_s: int,
+    seed: int, jobs: int | None,
     executor: str, scheduler_address: str | None, store_url: str, fragment_path: Path | None,
     lenient: bool, output_format: str,
 ) -> None:
@@ -109,6 +115,8 @@ def tune(
         tuning.grid(base, correction_names)  # validates the corrections before any replay
         given_guards_s = tuning.parse_guards(guards)
         factors = tuning.parse_xfactors(xfactors)
+        slack_pairs = tuning.parse_slacks(slacks)
+        tuning.grid(base, correction_names, slacks=slack_pairs)  # the slack's scheduler, before any replay
     except ValueError as error:
         raise click.BadParameter(str(error)) from None
     if fragment_path is not None:
@@ -129,7 +137,7 @@ def tune(
                                            executor, jobs, scheduler_address, open_store,
                                            StoreError), plain_cells, "plain")
     guards_s = given_guards_s or tuning.thresholds_s(plain_earlier.mean("p99_wait_s"))
-    tried = tuning.grid(base, correction_names, guards_s, factors)
+    tried = tuning.grid(base, correction_names, guards_s, factors, slack_pairs)
     chooser = [plain, *tried]
     choose_cells = tuning.cells(parts.earlier, chooser, replicas, shake_s, seed)
     evidence = _run(f"tune {workload.name}: choosing", choose_cells, store_url, executor, jobs,
@@ -156,6 +164,7 @@ def tune(
             "earlier_jobs": sum(job.submit_s < split_at_s for job in workload.jobs),
             "scheduler": scheduler, "replicas": replicas, "shake_s": shake_s, "seed": seed,
             "guards_s": list(guards_s), "xfactors": list(factors),
+            "slacks_s": [list(pair) for pair in slack_pairs],
             "chosen": {"label": chosen.label, "settings": chosen.spec.to_dict(), "rule": choice.rule},
             "default": default.label, "unbounded": unbounded.label, "ave2_same_bound": ave2.label,
             "earlier": {label: _summary(e) for label, e in by_label.items()},
@@ -176,7 +185,9 @@ def tune(
     click.echo(f"\nGuards tried: {', '.join(f'{g / 3600:g} h' for g in guards_s)} ({why}; plain's "
                f"p99 wait in the earlier part: {plain_earlier.mean('p99_wait_s') / 3600:.1f} h)"
                + (f"; and the xfactor rule at {', '.join(f'{x:g}' for x in factors)}, capped at 24 h"
-                  if factors else ""))
+                  if factors else "")
+               + (f"; and the slack stage at {', '.join(f'request - {s / 3600:g} h from {a / 3600:g} h' for s, a in slack_pairs)}"
+                  " of waiting, before the 24 h guard" if slack_pairs else ""))
     click.echo(f"\nEarlier part, every setting tried (means over the replicas, 95% CI):")
     _table([by_label[s.label] for s in chooser], chosen.label)
     click.echo(f"\nchosen: {chosen.label} ({choice.rule})")

@@ -134,12 +134,42 @@ def parse_xfactors(text: str) -> tuple[float, ...]:
     return tuple(sorted(factors))
 
 
+def parse_slacks(text: str) -> tuple[tuple[int, int], ...]:
+    """`--slacks`: ``none`` (no slack stage tried) or SLACK@AFTER pairs of durations in whole
+    minutes (``2h@4h,1h@3h``: the slack, and the wait from which it applies, at most the shipped
+    24 h guard), as the daemon's `starvation_guard_slack` and `starvation_guard_slack_after`."""
+    if text.strip().lower() == "none":
+        return ()
+    expected = "--slacks takes SLACK@AFTER pairs of durations in whole minutes such as 2h@4h,1h@3h (or none)"
+    pairs = set()
+    for item in (part.strip() for part in text.split(",")):
+        if not item:
+            continue
+        slack, at, after = item.partition("@")
+        try:
+            pair = (parse_starvation_guard(slack), parse_starvation_guard(after))
+        except ValueError:
+            raise ValueError(f"{expected}, got {item!r}") from None
+        if not at or None in pair or pair[0] < 60 or any(seconds % 60 for seconds in pair) \
+                or pair[1] > DEFAULT_STARVATION_GUARD_S:  # type: ignore[operator]
+            raise ValueError(f"{expected}, the wait at most 24h, got {item!r}")
+        pairs.add(pair)
+    if not pairs:
+        raise ValueError(f"{expected}, got {text!r}")
+    return tuple(sorted(pairs))  # type: ignore[arg-type]
+
+
 def grid(base: RunSpec, corrections: Sequence[str] = DEFAULT_CORRECTIONS,
          guards_s: Sequence[int] = (DEFAULT_STARVATION_GUARD_S,),
-         xfactors: Sequence[float] = ()) -> list[Setting]:
+         xfactors: Sequence[float] = (), slacks: Sequence[tuple[int, int]] = ()) -> list[Setting]:
     """The settings tried: every guard of `guards_s` (`thresholds_s`), then the xfactor rule at
-    every factor of `xfactors` under the shipped 24 h cap, with every correction, on `base` (the
-    learned predictor under the site's scheduler and learner settings)."""
+    every factor of `xfactors` and the slack stage at every (slack, after) of `slacks`, both under
+    the shipped 24 h guard, with every correction, on `base` (the learned predictor under the
+    site's scheduler and learner settings). The slack stage is modelled under the EASY schedulers
+    only (the SLURM model has the daemon's guard, not yet its slack stage)."""
+    if slacks and base.scheduler == SLURM_BACKFILL:
+        raise ValueError(f"the slack stage is modelled under the EASY schedulers, not yet {SLURM_BACKFILL}: "
+                         "tune it with --scheduler easy-sjbf")
     settings = []
     for correction in corrections:
         for seconds in guards_s:
@@ -148,6 +178,10 @@ def grid(base: RunSpec, corrections: Sequence[str] = DEFAULT_CORRECTIONS,
         for factor in xfactors:
             spec = replace(base, correction=correction, starvation_guard_s=DEFAULT_STARVATION_GUARD_S,
                            guard_rule="xfactor", guard_xfactor=float(factor))
+            settings.append(Setting(bound_label(spec), spec))
+        for slack_s, after_s in slacks:
+            spec = replace(base, correction=correction, starvation_guard_s=DEFAULT_STARVATION_GUARD_S,
+                           guard_estimate_slack_s=slack_s, guard_estimate_after_s=after_s)
             settings.append(Setting(bound_label(spec), spec))
     return settings
 
@@ -171,7 +205,8 @@ def goal_settings(chosen: Setting) -> tuple[Setting, Setting]:
     """What the chosen bound is judged against besides plain scheduling: the same learner and
     correction without a guard (the bound's cost), and AVE2 with the incremental correction
     (EASY++'s predictor) under the same guard (the predictions' worth under the bound)."""
-    unbounded = replace(chosen.spec, starvation_guard_s=None, guard_rule="wait", guard_xfactor=None)
+    unbounded = replace(chosen.spec, starvation_guard_s=None, guard_rule="wait", guard_xfactor=None,
+                        guard_estimate_slack_s=None, guard_estimate_after_s=None)
     ave2 = replace(chosen.spec, predictor="ave2", correction="incremental")
     return Setting(bound_label(unbounded), unbounded), Setting(bound_label(ave2), ave2)
 
@@ -329,6 +364,10 @@ def daemon_fragment(spec: RunSpec, history: str, choice: Choice) -> str:
     ]
     if spec.guard_rule == "xfactor":
         lines.insert(3, f"starvation_guard_xfactor = {spec.guard_xfactor:g}")
+    if spec.guard_estimate_slack_s is not None:
+        assert spec.guard_estimate_after_s is not None
+        lines[3:3] = [f'starvation_guard_slack = "{_duration(spec.guard_estimate_slack_s)}"',
+                      f'starvation_guard_slack_after = "{_duration(spec.guard_estimate_after_s)}"']
     if spec.correction == "survival":
         lines.append(f"survival_quantile = {spec.survival_quantile:g}")
     return "\n".join(lines) + "\n"
