@@ -294,6 +294,24 @@ def test_the_guard_raises_lowered_limits_to_requests_while_a_job_starves(service
     assert slurm.jobs_by_id[1].time_limit_s == 3600 and slurm.jobs_by_id[3].time_limit_s == 300
 
 
+def test_a_running_job_the_guard_gives_its_request_is_not_corrected_below_it_in_the_same_look(
+    service: PredictionService,
+) -> None:
+    """Job 1 is within the margin of its lowered 9 minutes when the guard turns on: the guard
+    gives it its hour, and the correction due on the old limit (9 -> 14 minutes) is not applied
+    over it, now or at the next look."""
+    now = 10 * DAY
+    slurm, clock = ScriptedSlurm(), Clock(now)
+    slurm.jobs_by_id = starving_machine(now)
+    slurm.jobs_by_id[1] = replace(slurm.jobs_by_id[1], start_s=now - 500)
+    watcher = watcher_for(service, slurm, clock, guard_s=DAY)
+    watcher.poll()
+    clock.now += 10
+    watcher.poll()
+    assert sorted(slurm.limit_updates) == [(1, 60), (2, 60)]
+    assert slurm.jobs_by_id[1].time_limit_s == 3600 and watcher.report.corrections == 0
+
+
 def test_the_guard_ignores_jobs_not_waiting_for_processors_and_can_be_off(service: PredictionService) -> None:
     now = 10 * DAY
     slurm, clock = ScriptedSlurm(), Clock(now)

@@ -160,8 +160,14 @@ class SlurmWatcher:
             # Reporting and correcting apart: a report that fails (the store writer stuck or
             # busy) must not cost the job its correction, nor one job's failure the others'.
             self._step(job, self._report, job)
-            self._step(job, self._guard, job, now_s)
-            if job.state == "RUNNING":
+            # A job whose limit the guard changes is not corrected in the same look: the
+            # correction would read the limit from before the guard's (a running job the guard
+            # gave its request would be "corrected" below it); the guard only raises a running
+            # job, to its request, so nothing is left to correct, and the next look reads SLURM anew.
+            guard_limit_s = self._guard_limit_s(job)
+            if guard_limit_s is not None:
+                self._step(job, self._set_guard_limit, job, guard_limit_s, now_s)
+            elif job.state == "RUNNING":
                 self._step(job, self._correct, job, now_s)
         for gone in set(self._stages) - seen:  # SLURM forgot it (MinJobAge): so can we
             del self._stages[gone]
@@ -234,13 +240,14 @@ class SlurmWatcher:
                 f"{self.xfactor:g} by its request, or {(self.guard_s or 0) / 3600:.1f} h, "
                 f"whichever first)")
 
-    def _guard(self, job: SlurmJob, now_s: int) -> None:
+    def _guard_limit_s(self, job: SlurmJob) -> int | None:
+        """The limit the guard sets for `job` now (`guard.guard_limit_s`), or None."""
         tag = parse_tag(job.admin_comment)
         if tag is None or self.guard_s is None:
-            return
-        limit_s = guard_limit_s(job.state, job.time_limit_s, tag, self.guard, self.slack_s)
-        if limit_s is None:
-            return
+            return None
+        return guard_limit_s(job.state, job.time_limit_s, tag, self.guard, self.slack_s)
+
+    def _set_guard_limit(self, job: SlurmJob, limit_s: int, now_s: int) -> None:
         self.slurm.set_time_limit(job.update_id, limit_s // 60)
         self.record(LimitChanged(job.job_id, limit_s, now_s))
         self.report.guard_changes += 1
