@@ -77,18 +77,24 @@ def test_the_xfactor_needs_a_guard_whose_duration_caps_it(tmp_path: Path) -> Non
         load_config(path).with_overrides(starvation_guard="off")
 
 
-def test_serve_takes_the_xfactor_on_its_command_line(tmp_path: Path) -> None:
-    """`--starvation-guard-xfactor` reaches the configuration's checks (refused before anything
-    is opened) and its value overrides the file's."""
+def serve_refuses(tmp_path: Path, *options: str) -> str:
+    """`hpcpredict serve` with `options` fails before it opens anything: its output."""
     from click.testing import CliRunner
 
     from hpcpredict.cli import main
+
+    done = CliRunner().invoke(main, ["serve", "--db", f"sqlite:///{tmp_path / 'x.db'}", *options])
+    assert done.exit_code != 0 and not (tmp_path / "x.db").exists()
+    return done.output
+
+
+def test_serve_takes_the_xfactor_on_its_command_line(tmp_path: Path) -> None:
+    """`--starvation-guard-xfactor` reaches the configuration's checks (refused before anything
+    is opened) and its value overrides the file's."""
     from hpcpredict.cli.daemon import _config
 
-    done = CliRunner().invoke(main, ["serve", "--db", f"sqlite:///{tmp_path / 'x.db'}",
-                                     "--starvation-guard-xfactor", "1"])
-    assert done.exit_code != 0 and "starvation_guard_xfactor: expected a number above 1" in done.output
-    assert not (tmp_path / "x.db").exists()
+    assert "starvation_guard_xfactor: expected a number above 1" in serve_refuses(
+        tmp_path, "--starvation-guard-xfactor", "1")
     path = tmp_path / "daemon.toml"
     path.write_text("[daemon]\nstarvation_guard_xfactor = 5\n")
     assert _config(path, starvation_guard_xfactor=2.0).starvation_guard_xfactor == 2.0
@@ -127,15 +133,9 @@ def test_a_bad_slack_stage_names_the_key_and_what_was_expected(tmp_path: Path, l
 
 
 def test_serve_takes_the_slack_stage_on_its_command_line(tmp_path: Path) -> None:
-    from click.testing import CliRunner
-
-    from hpcpredict.cli import main
     from hpcpredict.cli.daemon import _config
 
-    done = CliRunner().invoke(main, ["serve", "--db", f"sqlite:///{tmp_path / 'x.db'}",
-                                     "--starvation-guard-slack", "2h"])
-    assert done.exit_code != 0 and "go together" in done.output
-    assert not (tmp_path / "x.db").exists()
+    assert "go together" in serve_refuses(tmp_path, "--starvation-guard-slack", "2h")
     path = tmp_path / "daemon.toml"
     path.write_text('[daemon]\nstarvation_guard_slack = "1h"\nstarvation_guard_slack_after = "3h"\n')
     config = _config(path, starvation_guard_slack="2h", starvation_guard_slack_after="4h")

@@ -469,6 +469,15 @@ def test_the_starvation_guard_gives_running_jobs_their_requests_and_holds_loweri
     wait_for(lambda: cluster.job_fields(held)["JobState"] == "COMPLETED", 60, "the held job to run", cluster)
 
 
+def run_a_blocker(cluster: SlurmCluster, started: list[int]) -> int:
+    """A job on the whole machine for 10 minutes of the hour it asked for, running (listed in
+    `started`, for the caller to cancel): what the guard's tests make others wait behind."""
+    blocker = cluster.sbatch("--time=60", "-n", "16", script="sleep 600")
+    started.append(blocker)
+    wait_for(lambda: cluster.job_fields(blocker)["JobState"] == "RUNNING", 30, "the blocker to run", cluster)
+    return blocker
+
+
 def test_the_starvation_guard_xfactor_rule_guards_a_short_request_long_before_the_cap(
     cluster: SlurmCluster, daemon: ServeProcess
 ) -> None:
@@ -481,9 +490,7 @@ def test_the_starvation_guard_xfactor_rule_guards_a_short_request_long_before_th
                               "--starvation-guard-xfactor", "2")
     started: list[int] = []
     try:
-        blocker = cluster.sbatch("--time=60", "-n", "16", script="sleep 600")
-        started.append(blocker)
-        wait_for(lambda: cluster.job_fields(blocker)["JobState"] == "RUNNING", 30, "the blocker to run", cluster)
+        blocker = run_a_blocker(cluster, started)
         assert minutes(cluster.job_fields(blocker)["TimeLimit"]) < 60  # lowered (and maybe corrected)
         starving = cluster.sbatch("--time=1", "-n", "16", script="sleep 5")
         started.append(starving)
@@ -525,9 +532,7 @@ def test_the_starvation_guards_slack_stage_sets_requests_less_the_slack_live(
                               "10m", "--starvation-guard-slack-after", "1m")
     started: list[int] = []
     try:
-        blocker = cluster.sbatch("--time=60", "-n", "16", script="sleep 600")
-        started.append(blocker)
-        wait_for(lambda: cluster.job_fields(blocker)["JobState"] == "RUNNING", 30, "the blocker to run", cluster)
+        blocker = run_a_blocker(cluster, started)
         assert minutes(cluster.job_fields(blocker)["TimeLimit"]) < 50  # lowered (and maybe corrected)
         starving = cluster.sbatch("--time=10", "-n", "16", script="sleep 5")
         started.append(starving)
