@@ -20,9 +20,11 @@ EXACT = SlurmParams(bf_interval_s=1, bf_resolution_s=1)  # passes at every secon
 
 
 def run(jobs, params=SlurmParams(), predictor=None, correction="requested", procs=4, lead_s=0,
-        guard_s=None, xfactor=None):
+        guard_s=None, xfactor=None, slack=None):
+    slack_s, after_s = slack or (None, None)
     return simulate_slurm(jobs, procs, SlurmBackfill(params, starvation_guard_s=guard_s,
-                                                     guard_xfactor=xfactor),
+                                                     guard_xfactor=xfactor, guard_slack_s=slack_s,
+                                                     guard_slack_after_s=after_s),
                           predictor or RequestedPredictor(), CORRECTIONS[correction],
                           correction_lead_s=lead_s)
 
@@ -310,6 +312,47 @@ def test_the_live_guards_xfactor_rule_turns_it_on_after_a_multiple_of_the_reques
     assert capped.start_s == [0, 500, 60]  # unguarded (previous test)
     spec = RunSpec("slurm-backfill", starvation_guard_s=86_400, guard_rule="xfactor", guard_xfactor=5)
     assert spec.to_dict()["guard_xfactor"] == 5.0  # the daemon's rule: modelled for SLURM too
+
+
+def test_the_live_guards_slack_stage_plans_pending_jobs_on_their_request_less_the_slack():
+    """The daemon's slack stage from 50 s of waiting (B's), the guard itself at 10,000 s. With a
+    900 s slack A's estimate is its 100 s prediction (its 1,000 s request less 900): it keeps it;
+    C (predicted 10 s) is planned on 100 s and would overlap B's reservation at A's predicted end:
+    it waits, where it was backfilled at 60 without the stage. At 100 A reaches a limit within the
+    slack of its request and gets the request at once (one correction, not INCREMENTAL's steps);
+    B's reservation moves to 1,000, and C starts at the next pass (120) on its 100 s estimate, its
+    limit. B, in its own stage when A ends, runs on its estimate, its prediction. With an 800 s
+    slack A's 100 s limit is below its 200 s estimate when the stage begins (C's submission, 60):
+    it gets its request then, and C, on 200 s, fits before B's reservation at once."""
+    staged = run(GUARD_SCENARIO, predictor=PerJob(GUARD_PREDICTIONS), correction="incremental",
+                 guard_s=10_000, slack=(900, 50))
+    assert staged.start_s == [0, 500, 120]
+    assert (staged.final_prediction_s, staged.corrections) == ([1000, 10, 100], [1, 0, 0])
+    assert (staged.settings["guard_slack_s"], staged.settings["guard_slack_after_s"]) == (900, 50)
+    raised = run(GUARD_SCENARIO, predictor=PerJob(GUARD_PREDICTIONS), correction="incremental",
+                 guard_s=10_000, slack=(800, 50))
+    assert raised.start_s == [0, 500, 60]
+    assert (raised.final_prediction_s, raised.corrections) == ([1000, 10, 200], [0, 0, 0])
+    spec = RunSpec("slurm-backfill", starvation_guard_s=86_400, guard_estimate_slack_s=7_200,
+                   guard_estimate_after_s=14_400)
+    assert spec.to_dict()["guard_estimate_slack_s"] == 7_200  # the daemon's stage: modelled for SLURM
+    with pytest.raises(ValueError, match="EASY schedulers only"):
+        RunSpec("slurm-backfill", starvation_guard_s=86_400, guard_estimate_multiple=4.0,
+                guard_estimate_after_s=14_400)
+
+
+@settings(max_examples=100, deadline=None)
+@given(workloads(), slurm_params(), st.sampled_from(PREDICTORS), st.sampled_from(sorted(CORRECTIONS)),
+       st.integers(1, 2_000), st.integers(0, 1_000), st.integers(0, 2_000))
+def test_schedule_invariants_under_the_slack_stage(workload, params, predictor, correction, slack_s, after_s,
+                                                   guard_extra_s):
+    machine, jobs = workload
+    result = run(jobs, params, build_predictor(predictor, jobs), correction, machine,
+                 guard_s=after_s + guard_extra_s, slack=(slack_s, after_s))
+    assert peak_usage(result) <= machine
+    for index, job in enumerate(jobs):
+        assert result.start_s[index] >= job.submit_s
+        assert 1 <= result.initial_prediction_s[index] <= result.final_prediction_s[index] <= job.requested_s
 
 
 def test_simulate_puts_the_daemons_guard_on_slurm_backfill_by_default(sample_log):

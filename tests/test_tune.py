@@ -151,8 +151,8 @@ def test_the_slack_stage_is_in_the_grid_only_when_asked_and_its_fragment_is_the_
     for bad in ("2h", "2h@", "@4h", "30s@4h", "2h@25h", "0m@4h", "off@4h", ","):
         with pytest.raises(ValueError, match="SLACK@AFTER"):
             parse_slacks(bad)
-    with pytest.raises(ValueError, match="EASY schedulers"):
-        grid(RunSpec("slurm-backfill"), ["incremental"], slacks=((7_200, 14_400),))
+    slurm = grid(RunSpec("slurm-backfill"), ["incremental"], slacks=((7_200, 14_400),))[1]
+    assert slurm.spec.scheduler == "slurm-backfill" and slurm.spec.guard_estimate_slack_s == 7_200
 
 
 def test_tune_tries_the_slack_stage_when_asked(tmp_path: Path) -> None:
@@ -164,9 +164,15 @@ def test_tune_tries_the_slack_stage_when_asked(tmp_path: Path) -> None:
     assert payload["slacks_s"] == [[3_600, 7_200]]
     assert set(payload["earlier"]) == {"plain", "guard 24 h + incremental",
                                        "guard 24 h, request - 1 h in front after 2 h + incremental"}
-    refused = CliRunner().invoke(main, ["tune", str(SAMPLE_LOG), "--scheduler", "slurm-backfill",
-                                        "--slacks", "1h@2h", "--store", str(tmp_path / "t.sqlite")])
-    assert refused.exit_code == 2 and "EASY schedulers" in refused.output
+    refused = CliRunner().invoke(main, ["tune", str(SAMPLE_LOG), "--slacks", "1h@25h",
+                                        "--store", str(tmp_path / "t.sqlite")])
+    assert refused.exit_code == 2 and "SLACK@AFTER" in refused.output
+    slurm = CliRunner().invoke(main, [
+        "tune", str(SAMPLE_LOG), "--scheduler", "slurm-backfill", "--slurm-params", "bf_interval=60",
+        "--replicas", "2", "--corrections", "incremental", "--guards", "24h", "--slacks", "1h@2h",
+        "--store", str(tmp_path / "s.sqlite"), "-j", "1", "--format", "json"])
+    assert slurm.exit_code == 0, slurm.output
+    assert "guard 24 h, request - 1 h in front after 2 h + incremental" in json.loads(slurm.stdout)["earlier"]
 
 
 def test_the_goal_sets_the_bound_beside_the_unbounded_learner_and_ave2() -> None:

@@ -54,8 +54,8 @@ _NAMES = {"ave_bsld": "AVEbsld", "p99_wait_s": "p99 wait h", "max_wait_s": "max 
               "sample (docs/tune.md).")
 @click.option("--slacks", "slacks", default="none", show_default=True, metavar="none|SLACK@AFTER,...",
               help="Also try the guard's slack stage, e.g. 2h@4h (from 4 h of waiting, before the "
-              "24 h guard, limits at least the request less 2 h: docs/admin-guide.md). EASY "
-              "schedulers only. Not tried unless asked: the best bound measured on two archive "
+              "24 h guard, limits at least the request less 2 h: docs/admin-guide.md). Not "
+              "tried unless asked: the best bound measured on two archive "
               "logs, 3-6x the AVEbsld on the third (docs/tune.md).")
 @click.option("--corrections", default="incremental,survival", show_default=True,
               help="Corrections tried, comma-separated (with every bound of the grid).")
@@ -116,7 +116,6 @@ def tune(
         given_guards_s = tuning.parse_guards(guards)
         factors = tuning.parse_xfactors(xfactors)
         slack_pairs = tuning.parse_slacks(slacks)
-        tuning.grid(base, correction_names, slacks=slack_pairs)  # the slack's scheduler, before any replay
     except ValueError as error:
         raise click.BadParameter(str(error)) from None
     if fragment_path is not None:

@@ -208,9 +208,10 @@ class RunSpec:
                     or not 0 <= self.guard_estimate_after_s <= self.starvation_guard_s:
                 raise ValueError(f"the guard's estimate stage starts after a whole number of "
                                  f"seconds within the guard's, got {self.guard_estimate_after_s!r}")
-            if self.scheduler == SLURM_BACKFILL:
+            if self.scheduler == SLURM_BACKFILL and self.guard_estimate_slack_s is None:
                 raise ValueError(f"the guard's estimate is modelled for the EASY schedulers only, "
-                                 f"not {SLURM_BACKFILL}")
+                                 f"not {SLURM_BACKFILL} (which models the daemon's slack stage, "
+                                 "guard_estimate_slack_s)")
         elif self.guard_estimate_after_s is not None:
             raise ValueError("guard_estimate_after_s needs guard_estimate_multiple or guard_estimate_slack_s")
         if self.guard_evidence_s is not None or self.guard_evidence_cap_s is not None:
@@ -416,7 +417,9 @@ def run(
             workload.machine_procs,
             SlurmBackfill(SlurmParams.parse(spec.slurm_params),
                           starvation_guard_s=spec.starvation_guard_s,
-                          guard_xfactor=None if spec.guard_xfactor is None else float(spec.guard_xfactor)),
+                          guard_xfactor=None if spec.guard_xfactor is None else float(spec.guard_xfactor),
+                          guard_slack_s=spec.guard_estimate_slack_s,
+                          guard_slack_after_s=spec.guard_estimate_after_s),
             build_predictor(spec, workload),
             make_correction(spec.correction, survival_quantile=spec.survival_quantile),
             progress=progress,

@@ -58,8 +58,8 @@ import numpy as np
 from hpcpredict.instants import Instant
 from hpcpredict.jobs import Job
 from hpcpredict.predictors import Predictor, clip_prediction
-from hpcpredict.corrections.policies import CorrectionPolicy
-from hpcpredict.corrections.starvation import xfactor_guard_wait_s
+from hpcpredict.corrections.policies import CorrectionPolicy, RequestWithinSlack
+from hpcpredict.corrections.starvation import guard_slack_estimate_s, xfactor_guard_wait_s
 from hpcpredict.sim.profile import RunningProfile, never_fits
 from hpcpredict.sim.slurm_backfill_kernel import NEVER_FITS, backfill_pass as planned_pass, priority_order
 from hpcpredict.sim.compiled_replay import ReplayColumns, models_predictor_and_correction
@@ -91,6 +91,14 @@ class SlurmBackfill:
     # its "xfactor" rule (None: the wait rule; `corrections.starvation.xfactor_guard_wait_s`).
     starvation_guard_s: int | None = None
     guard_xfactor: float | None = None
+    # The daemon's slack stage before the guard (None: none; `simulate_slurm` says what it does).
+    guard_slack_s: int | None = None
+    guard_slack_after_s: int | None = None
+
+    def __post_init__(self) -> None:
+        if (self.guard_slack_s is None) != (self.guard_slack_after_s is None) or (
+                self.guard_slack_s is not None and self.starvation_guard_s is None):
+            raise ValueError("the guard's slack and its stage's start go together, with a guard")
 
     def order(self, now_s: int, pending: list[int], submit_s: np.ndarray, procs: np.ndarray,
               machine_procs: int) -> list[int]:
@@ -135,7 +143,13 @@ def simulate_slurm(
     SLURM itself is unchanged: the guard only moves time limits, which backfill then plans with.
     With `scheduler.guard_xfactor`, the job that has waited longest turns the guard on once it
     has waited that many times its request less one, or the guard's time, whichever first (the
-    daemon's `starvation_guard_xfactor`).
+    daemon's `starvation_guard_xfactor`). With `scheduler.guard_slack_s` (the daemon's slack
+    stage), while the longest-waiting job has waited `guard_slack_after_s` but not its guard's
+    time, pending jobs are planned with their slack estimates (the request less the slack, never
+    below the prediction) and start with them as limits, running jobs below theirs get their
+    requests for good, and a limit reached within the slack of the request is corrected to the
+    request (`RequestWithinSlack`); once it is off, pending jobs go back to their predictions.
+    The Python loop replays it.
 
     `compiled`: replay in the compiled loop (`compiled_slurm_replay`) when it models the
     predictor and the correction, as it does the defaults; the Python loop below otherwise, or
@@ -146,6 +160,9 @@ def simulate_slurm(
     wall_start = time.perf_counter()
     params = scheduler.params
     count = len(jobs)
+    slack_s, slack_after_s = scheduler.guard_slack_s, scheduler.guard_slack_after_s
+    if slack_s is not None:
+        correction = RequestWithinSlack(correction, slack_s)  # (not modelled compiled: the Python loop)
     job_ids = job_column(jobs, "job_id") if compiled else None
     if job_ids is not None and models_predictor_and_correction(predictor, correction, job_ids):
         from hpcpredict.sim import compiled_slurm_replay
@@ -188,6 +205,8 @@ def simulate_slurm(
     waits = _guard_wait_s(scheduler, requested_array)
     guard_wait_s = [None] * count if waits is None else waits.tolist()
     guarded = False  # the longest-waiting pending job has waited its guard_wait_s: limits at the requests
+    staged = False  # it has waited slack_after_s, not its guard_wait_s: pending limits at the estimates
+    estimate_s = np.zeros(count, dtype=np.int64)  # each job's slack estimate (with a slack)
     lowered_running: set[int] = set()  # running jobs whose limit is below their request
 
     def start(index: int, jumped: bool) -> None:
@@ -196,7 +215,9 @@ def simulate_slurm(
         backfilled[index] = jumped
         if guarded:  # it waited at its request: it runs with it
             prediction_s[index] = requested_s[index]
-        elif prediction_s[index] < requested_s[index]:
+        elif staged:  # it waited at its slack estimate: it runs with it
+            prediction_s[index] = estimate_s[index]
+        if prediction_s[index] < requested_s[index]:
             lowered_running.add(index)
         profile.add(index, now_s, now_s + prediction_s[index], procs[index])
         predictor.job_started(requests[index], now_s)
@@ -207,16 +228,25 @@ def simulate_slurm(
     def check_guard() -> None:
         """The live guard's test (pending jobs in submission order: the first waited longest),
         and what it does when it holds: running jobs back to their requests, for good."""
-        nonlocal guarded
+        nonlocal guarded, staged
         if guard_s is None:
             return
-        guarded = bool(pending) and now_s - submit_s[pending[0]] >= guard_wait_s[pending[0]]
+        waited_s = now_s - submit_s[pending[0]] if pending else -1
+        guarded = bool(pending) and waited_s >= guard_wait_s[pending[0]]
+        staged = slack_after_s is not None and not guarded and waited_s >= slack_after_s
         if guarded and lowered_running:
-            for index in lowered_running:
-                profile.move(index, start_s[index] + prediction_s[index],
-                             start_s[index] + requested_s[index])
-                prediction_s[index] = requested_s[index]
-            lowered_running.clear()
+            raise_to_requests(list(lowered_running))
+        elif staged and lowered_running:  # the live guard's stage: below the estimate, the request
+            raise_to_requests([index for index in lowered_running if prediction_s[index] < estimate_s[index]])
+
+    def raise_to_requests(raised: list[int]) -> None:
+        """Running jobs given their requests, for good."""
+        for index in raised:
+            profile.move(index, start_s[index] + prediction_s[index],
+                         start_s[index] + requested_s[index])
+            prediction_s[index] = requested_s[index]
+            lowered_running.discard(index)
+        if raised:
             note_change()  # raised limits are job updates: the next pass re-plans
 
     def plan_correction(index: int) -> None:
@@ -240,7 +270,8 @@ def simulate_slurm(
         order = scheduler.order(now_s, pending, submit_array, procs_array, machine_procs)
         tested = np.array(order[: params.bf_max_job_test], dtype=np.int64)
         starting = planned_pass(
-            profile.table, now_s, tested, requested_array if guarded else prediction_s,
+            profile.table, now_s, tested,
+            requested_array if guarded else estimate_s if staged else prediction_s,
             procs_array, params.bf_window_s, params.bf_resolution_s, first_reserved_start_s,
             started, jumped, params.bf_job_part_count_reserve)
         if starting == NEVER_FITS:
@@ -263,6 +294,8 @@ def simulate_slurm(
         if kind == SUBMISSION:
             predicted = clip_prediction(predictor.predict(requests[index], now_s), requested_s[index])
             prediction_s[index] = initial_prediction_s[index] = predicted
+            if slack_s is not None:
+                estimate_s[index] = guard_slack_estimate_s(predicted, requested_s[index], slack_s)
             pending.append(index)
             check_guard()
             main_pass()
@@ -344,5 +377,8 @@ def _result(jobs: Sequence[Job], machine_procs: int, scheduler: SlurmBackfill,
         wall_time_s=time.perf_counter() - wall_start,
         settings={"slurm_params": scheduler.params.to_text(),
                   "correction_lead_s": correction_lead_s,
-                  "starvation_guard_s": scheduler.starvation_guard_s},
+                  "starvation_guard_s": scheduler.starvation_guard_s,
+                  **({} if scheduler.guard_slack_s is None else {
+                      "guard_slack_s": scheduler.guard_slack_s,
+                      "guard_slack_after_s": scheduler.guard_slack_after_s})},
     )

@@ -165,11 +165,7 @@ def grid(base: RunSpec, corrections: Sequence[str] = DEFAULT_CORRECTIONS,
     """The settings tried: every guard of `guards_s` (`thresholds_s`), then the xfactor rule at
     every factor of `xfactors` and the slack stage at every (slack, after) of `slacks`, both under
     the shipped 24 h guard, with every correction, on `base` (the learned predictor under the
-    site's scheduler and learner settings). The slack stage is modelled under the EASY schedulers
-    only (the SLURM model has the daemon's guard, not yet its slack stage)."""
-    if slacks and base.scheduler == SLURM_BACKFILL:
-        raise ValueError(f"the slack stage is modelled under the EASY schedulers, not yet {SLURM_BACKFILL}: "
-                         "tune it with --scheduler easy-sjbf")
+    site's scheduler and learner settings)."""
     settings = []
     for correction in corrections:
         for seconds in guards_s:
