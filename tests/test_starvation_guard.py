@@ -580,8 +580,11 @@ def test_the_guard_is_an_option_of_a_run_and_off_by_default() -> None:
                             guard_evidence_s=900, guard_evidence_cap_s=900)
     with pytest.raises(ValueError, match="needs a starvation guard"):
         RunSpec(guard_estimate_slack_s=7_200, guard_estimate_after_s=60)
+    slurm = RunSpec(scheduler="slurm-backfill", starvation_guard_s=86_400, guard_estimate_slack_s=7_200,
+                    guard_estimate_after_s=60)  # the daemon's slack stage: modelled for SLURM too
+    assert slurm.to_dict()["guard_estimate_slack_s"] == 7_200
     with pytest.raises(ValueError, match="EASY schedulers only"):
-        RunSpec(scheduler="slurm-backfill", starvation_guard_s=86_400, guard_estimate_slack_s=7_200,
+        RunSpec(scheduler="slurm-backfill", starvation_guard_s=86_400, guard_estimate_multiple=4.0,
                 guard_estimate_after_s=60)
     assert "guard_scope" not in RunSpec(starvation_guard_s=60).to_dict()  # machine: keys unchanged
     head = RunSpec(starvation_guard_s=21_600, guard_scope="head")
