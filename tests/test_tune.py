@@ -156,12 +156,14 @@ def test_the_slack_stage_is_in_the_grid_only_when_asked_and_its_fragment_is_the_
 
 
 def test_tune_tries_the_slack_stage_when_asked(tmp_path: Path) -> None:
-    result = CliRunner().invoke(main, [
-        "tune", str(SAMPLE_LOG), "--replicas", "2", "--corrections", "incremental", "--guards", "24h",
-        "--slacks", "1h@2h", "--store", str(tmp_path / "t.sqlite"), "-j", "1", "--format", "json"])
+    options = ["tune", str(SAMPLE_LOG), "--replicas", "2", "--corrections", "incremental", "--guards", "24h",
+               "--slacks", "1h@2h", "--store", str(tmp_path / "t.sqlite"), "-j", "1"]
+    result = CliRunner().invoke(main, [*options, "--format", "json"])
     assert result.exit_code == 0, result.output
     payload = json.loads(result.stdout)
     assert payload["slacks_s"] == [[3_600, 7_200]]
+    shown = CliRunner().invoke(main, options)  # (resumed from the store: nothing replayed again)
+    assert "and the slack stage at request - 1 h from 2 h of waiting, before the 24 h guard" in shown.output
     assert set(payload["earlier"]) == {"plain", "guard 24 h + incremental",
                                        "guard 24 h, request - 1 h in front after 2 h + incremental"}
     refused = CliRunner().invoke(main, ["tune", str(SAMPLE_LOG), "--slacks", "1h@25h",

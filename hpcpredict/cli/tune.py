@@ -185,8 +185,8 @@ def tune(
                f"p99 wait in the earlier part: {plain_earlier.mean('p99_wait_s') / 3600:.1f} h)"
                + (f"; and the xfactor rule at {', '.join(f'{x:g}' for x in factors)}, capped at 24 h"
                   if factors else "")
-               + (f"; and the slack stage at {', '.join(f'request - {s / 3600:g} h from {a / 3600:g} h' for s, a in slack_pairs)}"
-                  " of waiting, before the 24 h guard" if slack_pairs else ""))
+               + (f"; and the slack stage at {_slacks_text(slack_pairs)} of waiting, before the 24 h "
+                  "guard" if slack_pairs else ""))
     click.echo(f"\nEarlier part, every setting tried (means over the replicas, 95% CI):")
     _table([by_label[s.label] for s in chooser], chosen.label)
     click.echo(f"\nchosen: {chosen.label} ({choice.rule})")
@@ -260,6 +260,11 @@ def _evidence(tuning, frame, cells, label):  # type: ignore[no-untyped-def]
 
 def _value(metric: str, value: float) -> str:
     return f"{value / 3600:,.1f}" if metric in _HOURS else f"{value:,.2f}"
+
+
+def _slacks_text(pairs: list[tuple[int, int]] | tuple[tuple[int, int], ...]) -> str:
+    """``request - 2 h from 4 h, request - 1 h from 3 h``: the slack stages tried."""
+    return ", ".join(f"request - {slack / 3600:g} h from {after / 3600:g} h" for slack, after in pairs)
 
 
 def _table(rows, chosen_label: str) -> None:  # type: ignore[no-untyped-def]

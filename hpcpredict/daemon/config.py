@@ -162,7 +162,8 @@ class DaemonConfig:
     @property
     def starvation_guard_slack_s(self) -> int | None:
         """The guard's slack in seconds, None without a slack stage."""
-        return None if self.starvation_guard_slack is None else parse_starvation_guard(self.starvation_guard_slack)
+        slack = self.starvation_guard_slack
+        return None if slack is None else parse_starvation_guard(slack)
 
     @property
     def starvation_guard_slack_after_s(self) -> int | None:

@@ -400,7 +400,8 @@ class Daemon:
                 int(self.watcher.guard.active),
             )
             gauges["hpcpredict_starvation_guard_slack"] = (
-                "1 while the starvation guard's slack stage is on (pending limits at requests less the slack).",
+                "1 while the starvation guard's slack stage is on (pending limits at requests less "
+                "the slack).",
                 int(self.watcher.guard.slack),
             )
         counters = {

@@ -662,7 +662,8 @@ class Simulation:
         they outlive it (`RequestWithinSlack`) or the guard falls due."""
         slack_s, requested_s, prediction_s = self.estimate_slack_s, self.requested_s, self.prediction_s
         assert slack_s is not None
-        pinned = [index for index in self.unpinned_running if prediction_s[index] < requested_s[index] - slack_s]
+        pinned = [index for index in self.unpinned_running
+                  if prediction_s[index] < requested_s[index] - slack_s]
         for index in pinned:
             self._pin(index)
         self.unpinned_running.difference_update(pinned)
