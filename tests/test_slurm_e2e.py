@@ -469,10 +469,10 @@ def test_the_starvation_guard_gives_running_jobs_their_requests_and_holds_loweri
     wait_for(lambda: cluster.job_fields(held)["JobState"] == "COMPLETED", 60, "the held job to run", cluster)
 
 
-def run_a_blocker(cluster: SlurmCluster, started: list[int]) -> int:
-    """A job on the whole machine for 10 minutes of the hour it asked for, running (listed in
-    `started`, for the caller to cancel): what the guard's tests make others wait behind."""
-    blocker = cluster.sbatch("--time=60", "-n", "16", script="sleep 600")
+def run_a_blocker(cluster: SlurmCluster, started: list[int], minutes: int = 60) -> int:
+    """A job on the whole machine for 10 minutes of the `minutes` it asked for, running (listed
+    in `started`, for the caller to cancel): what the guard's tests make others wait behind."""
+    blocker = cluster.sbatch(f"--time={minutes}", "-n", "16", script="sleep 600")
     started.append(blocker)
     wait_for(lambda: cluster.job_fields(blocker)["JobState"] == "RUNNING", 30, "the blocker to run", cluster)
     return blocker
@@ -522,7 +522,7 @@ def test_the_starvation_guards_slack_stage_sets_requests_less_the_slack_live(
 ) -> None:
     """``--starvation-guard-slack 10m --starvation-guard-slack-after 1m`` (docs/admin-guide.md,
     "The slack stage"): once a job waiting for the whole machine has waited a minute, the blocker
-    running on its lowered limit, below its slack estimate (60 - 10 min), gets its hour back; a
+    running on its lowered limit, below its slack estimate (240 - 10 min), gets its 4 h back; a
     job submitted then keeps its 30-minute request at submission (PREDICT holds lowering) and gets
     20 minutes (30 - 10) from the watcher; the starving job's own estimate is its lowered limit (10
     minutes less 10 is below it), so it is left there. Afterwards, the stage off, a job that reaches
@@ -532,13 +532,13 @@ def test_the_starvation_guards_slack_stage_sets_requests_less_the_slack_live(
                               "10m", "--starvation-guard-slack-after", "1m")
     started: list[int] = []
     try:
-        blocker = run_a_blocker(cluster, started)
-        assert minutes(cluster.job_fields(blocker)["TimeLimit"]) < 50  # lowered (and maybe corrected)
+        blocker = run_a_blocker(cluster, started, minutes=240)
+        assert minutes(cluster.job_fields(blocker)["TimeLimit"]) < 230  # lowered (and maybe corrected)
         starving = cluster.sbatch("--time=10", "-n", "16", script="sleep 5")
         started.append(starving)
         starving_limit = cluster.job_fields(starving)["TimeLimit"]
 
-        wait_for(lambda: minutes(cluster.job_fields(blocker)["TimeLimit"]) == 60, 150,
+        wait_for(lambda: minutes(cluster.job_fields(blocker)["TimeLimit"]) == 240, 150,
                  "the slack stage to give the blocker its request", cluster, poll_s=2)
         assert cluster.job_fields(starving)["JobState"] == "PENDING"
         assert lowering(daemon) == "0"
@@ -553,7 +553,7 @@ def test_the_starvation_guards_slack_stage_sets_requests_less_the_slack_live(
         log = (cluster.dir / "serve.log").read_text(errors="replace")
         assert f"starvation guard's slack stage on: job {starving} has waited" in log
         assert any(f"job {blocker} (running): time limit " in line
-                   and line.endswith("-> 3600 s (starvation guard slack stage)") for line in log.splitlines())
+                   and line.endswith("-> 14400 s (starvation guard slack stage)") for line in log.splitlines())
         assert "starvation guard on:" not in log.split(f"slack stage on: job {starving}")[-1]
     finally:
         for job_id in started:
