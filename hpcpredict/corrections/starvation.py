@@ -116,6 +116,14 @@ def guard_estimate_s(prediction_s: int, requested_s: int, multiple: float) -> in
     return min(requested_s, max(prediction_s, math.ceil(multiple * prediction_s)))
 
 
+def check_slack_stage(guard_s: int | None, slack_s: int | None, after_s: int | None) -> None:
+    """The slack stage's settings as the live guard and the SLURM model take them: the slack and
+    the wait from which it applies together or not at all, and only with a guard (the stage comes
+    before it). Raises ValueError."""
+    if (slack_s is None) != (after_s is None) or (slack_s is not None and guard_s is None):
+        raise ValueError("the guard's slack and its stage's start go together, with a guard")
+
+
 def guard_slack_estimate_s(prediction_s: int, requested_s: int, slack_s: int) -> int:
     """The guard's slack estimate (simulator only, issue 30): what a candidate in front of a
     guarded head is judged on instead of its request, its request less `slack_s`, never below its

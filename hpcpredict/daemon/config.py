@@ -168,8 +168,8 @@ class DaemonConfig:
     @property
     def starvation_guard_slack_after_s(self) -> int | None:
         """The wait that starts the slack stage, in seconds, None without one."""
-        return (None if self.starvation_guard_slack_after is None
-                else parse_starvation_guard(self.starvation_guard_slack_after))
+        after = self.starvation_guard_slack_after
+        return None if after is None else parse_starvation_guard(after)
 
     def with_overrides(self, **overrides: Any) -> DaemonConfig:
         """A copy with the given keys replaced; None means "not given" and keeps the value."""

@@ -235,14 +235,13 @@ def schedule_pass(
         count += 1
         waiting_count -= 1
         is_waiting[head] = 0
+        guard_end_s = now_s + requests[head]
         if estimates == ESTIMATES_AS_LIMITS and in_estimate_stage(table, head, now_s):
             predictions[head] = table[ESTIMATE_ROW, head]
-            insert(profile, now_s + predictions[head], head, need)
-            insert(by_request, now_s + predictions[head], head, need)
-        else:
-            insert(profile, now_s + predictions[head], head, need)
-            if guard:
-                insert(by_request, now_s + requests[head], head, need)
+            guard_end_s = now_s + predictions[head]
+        insert(profile, now_s + predictions[head], head, need)
+        if guard:
+            insert(by_request, guard_end_s, head, need)
     from_head = count
     if order == NO_BACKFILLING or waiting_count == 0:
         return head, count, from_head, -1, 0, 0, 0, 0

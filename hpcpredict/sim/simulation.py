@@ -510,11 +510,9 @@ class Simulation:
 
     def _plan_to_request(self, index: int, estimate_end_s: int) -> None:
         """Move a running job planned on its estimate to its requested end in the guard's
-        profile (when the estimates are limits, and the guard falls due, in the running profile
-        too: the live guard gives it its request)."""
+        profile."""
         assert self.by_request is not None
-        request_end_s = self.start_s[index] + self.requested_s[index]
-        self.by_request.move(index, estimate_end_s, request_end_s)
+        self.by_request.move(index, estimate_end_s, self.start_s[index] + self.requested_s[index])
 
     # ------------------------------------------------------------------ corrections
     # No event marks a prediction running out: before each event, the running profile (by

@@ -59,7 +59,7 @@ from hpcpredict.instants import Instant
 from hpcpredict.jobs import Job
 from hpcpredict.predictors import Predictor, clip_prediction
 from hpcpredict.corrections.policies import CorrectionPolicy, RequestWithinSlack
-from hpcpredict.corrections.starvation import guard_slack_estimate_s, xfactor_guard_wait_s
+from hpcpredict.corrections.starvation import check_slack_stage, guard_slack_estimate_s, xfactor_guard_wait_s
 from hpcpredict.sim.profile import RunningProfile, never_fits
 from hpcpredict.sim.slurm_backfill_kernel import NEVER_FITS, backfill_pass as planned_pass, priority_order
 from hpcpredict.sim.compiled_replay import ReplayColumns, models_predictor_and_correction
@@ -96,9 +96,7 @@ class SlurmBackfill:
     guard_slack_after_s: int | None = None
 
     def __post_init__(self) -> None:
-        if (self.guard_slack_s is None) != (self.guard_slack_after_s is None) or (
-                self.guard_slack_s is not None and self.starvation_guard_s is None):
-            raise ValueError("the guard's slack and its stage's start go together, with a guard")
+        check_slack_stage(self.starvation_guard_s, self.guard_slack_s, self.guard_slack_after_s)
 
     def order(self, now_s: int, pending: list[int], submit_s: np.ndarray, procs: np.ndarray,
               machine_procs: int) -> list[int]:

@@ -36,8 +36,8 @@ with when the stage ends; once the guard itself is on, every lowered limit goes 
 The simulator models exactly this (`hpcpredict.sim.simulation`: running jobs at a guarded decision
 are planned to their requests for good; `hpcpredict.sim.slurm_backfill` with ``guard_xfactor``
 judges its head, the job that has waited longest, by the xfactor rule; the slack is the EASY
-schedulers' ``guard_estimate_slack_s``, whose estimates are planned as these limits). Every decision is a pure
-function of what SLURM shows — the jobs, their limits and the plugin's mark — so after a restart
+schedulers' ``guard_estimate_slack_s``, whose estimates are planned as these limits, and the SLURM
+model's ``guard_slack_s``). Every decision is a pure function of what SLURM shows — the jobs, their limits and the plugin's mark — so after a restart
 the guard decides the same.
 """
 

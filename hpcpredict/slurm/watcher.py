@@ -53,6 +53,7 @@ from typing import Protocol
 
 from hpcpredict.job_events import JobEvent, LimitChanged
 from hpcpredict.corrections.policies import CorrectionPolicy, IncrementalCorrection, RequestWithinSlack
+from hpcpredict.corrections.starvation import check_slack_stage
 from hpcpredict.slurm import requests
 from hpcpredict.slurm.adapter import ENDED_STATES, SlurmJob
 from hpcpredict.slurm.corrector import DEFAULT_MARGIN_S, corrected_limit_s
@@ -104,8 +105,7 @@ class SlurmWatcher:
         slack_after_s: int | None = None,
         clock: Callable[[], float] = time.time,
     ) -> None:
-        if (slack_s is None) != (slack_after_s is None) or (slack_s is not None and guard_s is None):
-            raise ValueError("the guard's slack and its stage's start go together, with a guard")
+        check_slack_stage(guard_s, slack_s, slack_after_s)
         self.slurm = slurm
         self.record = record
         self.job_status = job_status
