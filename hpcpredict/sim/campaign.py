@@ -71,7 +71,7 @@ import numpy as np
 from hpcpredict.learn import all_losses, parse_loss
 from hpcpredict.learn.losses import display_name
 from hpcpredict.sim.metrics import compute_metrics
-from hpcpredict.sim.runner import RunSpec, run
+from hpcpredict.sim.runner import SEMANTICS_VERSION, RunSpec, run
 from hpcpredict.sim.shaking import DEFAULT_SEED, DEFAULT_SHAKE_S, replica
 from hpcpredict.workload import Workload, load_workload
 
@@ -115,14 +115,19 @@ class Cell:
 
     @property
     def key(self) -> str:
-        """Stable identity: the log's name and machine size, the replica, every spec setting.
+        """Stable identity: the log's name and machine size, the replica, every spec setting,
+        and the simulator's semantics version.
 
         Replica 0 is the log itself whatever the shake and seed, and keeps the identity cells had
-        before replicas existed, so stored unshaken runs are never recomputed.
+        before replicas existed, so stored unshaken runs are never recomputed. The semantics
+        version joins the identity from version 2 on (`runner.SEMANTICS_VERSION`): a run stored
+        by code that computed it differently is a different run, done again, not a stale result.
         """
         identity: dict[str, object] = {**self.log.identity(), **self.spec.to_dict()}
         if self.replica:
             identity.update(replica=self.replica, shake_s=self.shake_s, seed=self.seed)
+        if SEMANTICS_VERSION > 1:
+            identity["semantics"] = SEMANTICS_VERSION
         return hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()[:32]
 
 

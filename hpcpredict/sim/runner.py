@@ -42,6 +42,16 @@ if TYPE_CHECKING:  # the simulator and the learner load when a run starts, not w
     from hpcpredict.sim.metrics import Metrics
     from hpcpredict.sim.simulation import ProgressCallback, SimulationResult
 
+# The version of what a run computes from its settings. Campaign and `hpcpredict tune` stores
+# keep each finished run under a key of its log and settings (campaign.Cell.key), and a store
+# outlives the code that filled it: a change to the simulator, the learner or the metrics that
+# changes any run's result must bump this number, which is part of every key from version 2 on,
+# so a store filled by earlier code is not read as this code's results (its runs are run again).
+# tests/test_semantics_version.py pins one schedule per simulator option on the bundled sample
+# log and fails, naming this constant, until it is bumped. Version 1 is the code of 2026-11-28,
+# whose keys are those written before the version existed: stores made since then stay valid.
+SEMANTICS_VERSION = 1
+
 PREDICTORS: tuple[str, ...] = ("requested", "clairvoyant", "ave2", "learned")
 # Every scheduler a user can name: the EASY family (schedulers.py) and the SLURM-like model
 # (slurm_backfill.py), which has its own event loop (periodic passes) and settings.

@@ -20,6 +20,7 @@ measures the alternative.
 
 from __future__ import annotations
 
+import hashlib
 import time
 from collections import defaultdict, deque
 from collections.abc import Callable, Sequence
@@ -76,6 +77,18 @@ class SimulationResult:
 
     def wait_s(self, index: int) -> int:
         return self.start_s[index] - self.jobs[index].submit_s
+
+    def schedule_digest(self) -> str:
+        """A short hash of every job's (start, end, last planned runtime, corrections), in log
+        order: two replays agree on it exactly when they scheduled every job alike, which is how
+        a change that must not move any job is checked (benchmarks/schedule_hashes.py) and how the
+        simulator's semantics are pinned (`runner.SEMANTICS_VERSION`)."""
+        digest = hashlib.sha256()
+        for index, job in enumerate(self.jobs):
+            start_s = self.start_s[index]
+            digest.update(f"{start_s},{start_s + job.run_s},{self.final_prediction_s[index]},"
+                          f"{self.corrections[index]};".encode())
+        return digest.hexdigest()[:16]
 
 
 def simulate(

@@ -1,0 +1,163 @@
+"""The simulator's semantics version: a stored run is reused only by the code that computed it.
+
+Campaign and `hpcpredict tune` stores keep runs under a key of their settings, and a store lives
+longer than the code that filled it. `runner.SEMANTICS_VERSION` joins the key once it is bumped;
+these tests pin one replay per simulator option so that a change which moves any of them cannot
+land without the bump (and new pins), and check that a bump makes a campaign run its runs again.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+import hpcpredict.sim.campaign as campaign_module
+from hpcpredict.cli import main
+from hpcpredict.sim.campaign import load_campaign
+from hpcpredict.sim.metrics import compute_metrics
+from hpcpredict.sim.runner import SEMANTICS_VERSION, RunSpec, run
+from hpcpredict.workload import load_workload
+
+SAMPLE = Path(__file__).resolve().parent.parent / "swf" / "KTH-SP2-sample.swf"
+DAY_S = 86_400
+
+# One replay per path of the simulator and the learner a campaign can ask for, on the sample log.
+SPECS = {
+    "fcfs, requests": RunSpec("fcfs", "requested", "requested"),
+    "easy, requests": RunSpec("easy", "requested", "requested"),
+    "easy-sjbf, clairvoyant": RunSpec("easy-sjbf", "clairvoyant", "requested"),
+    "easy, ave2, doubling": RunSpec("easy", "ave2", "doubling"),
+    "learned, no guard": RunSpec(),
+    "learned, square loss": RunSpec(loss="over=square,under=square,weight=constant"),
+    "learned, guard 24 h": RunSpec(starvation_guard_s=DAY_S),
+    "learned, guard 6 h, decide on corrections": RunSpec(starvation_guard_s=21_600,
+                                                         decide_on_correction=True),
+    "learned, promise rule": RunSpec(starvation_guard_s=DAY_S, guard_rule="promise"),
+    "learned, recent rule": RunSpec(starvation_guard_s=DAY_S, guard_rule="recent",
+                                    guard_recent_multiple=2.0),
+    "learned, xfactor rule": RunSpec(starvation_guard_s=DAY_S, guard_rule="xfactor",
+                                     guard_xfactor=3.0),
+    "learned, guard 1 h, head scope": RunSpec(starvation_guard_s=3_600, guard_scope="head"),
+    "learned, guard 24 h, aged first": RunSpec(starvation_guard_s=DAY_S, aged_first_s=7_200),
+    "learned, estimate multiple": RunSpec(starvation_guard_s=DAY_S, guard_estimate_multiple=4.0,
+                                          guard_estimate_after_s=1_800),
+    "learned, slack stage": RunSpec(starvation_guard_s=DAY_S, guard_estimate_slack_s=3_600,
+                                    guard_estimate_after_s=1_800),
+    "learned, evidence": RunSpec(starvation_guard_s=3_600, guard_evidence_s=300,
+                                 guard_evidence_cap_s=DAY_S),
+    "learned, survival": RunSpec(correction="survival", survival_quantile=0.9),
+    "learned, censored, robust": RunSpec(censor_at_limit=True, feature_scaling="robust"),
+    "learned, experts": RunSpec(per_user_experts=True),
+    "learned, calibrated": RunSpec(calibration_alpha=0.5),
+    "slurm-backfill, requests": RunSpec("slurm-backfill", "requested", "requested"),
+    "slurm-backfill, learned, guard 24 h": RunSpec("slurm-backfill", starvation_guard_s=DAY_S),
+    "slurm-backfill, learned, slack stage": RunSpec(
+        "slurm-backfill", starvation_guard_s=DAY_S, guard_estimate_slack_s=3_600,
+        guard_estimate_after_s=1_800),
+}
+
+# What each version's code computes for SPECS: the schedule's digest, then the metrics'. A change
+# that moves one of them bumps SEMANTICS_VERSION and adds the new version's pins here (the old
+# ones stay, as the record of what the earlier keys meant).
+PINS: dict[int, dict[str, str]] = {
+    1: {
+        "fcfs, requests": "3597732caa2ee07b-78e8a418",
+        "easy, requests": "436864510a74d665-5717666e",
+        "easy-sjbf, clairvoyant": "1c5714821f472b62-a1ec4d7b",
+        "easy, ave2, doubling": "73cbe3c82a8ff997-2796941f",
+        "learned, no guard": "c59b6249bd286de1-7369863b",
+        "learned, square loss": "344d4ba637b43cce-d83278b0",
+        "learned, guard 24 h": "e6c1f3e1940fd18d-13f7e16a",
+        "learned, guard 6 h, decide on corrections": "98e8bbbf35954a4c-a79d86f2",
+        "learned, promise rule": "bfea296966e78f9d-a3d7123c",
+        "learned, recent rule": "9d7fdfbb23342fab-22ddf41e",
+        "learned, xfactor rule": "007c67844b649333-e3bdc09d",
+        "learned, guard 1 h, head scope": "e749ac3effe02a33-8fd5e60a",
+        "learned, guard 24 h, aged first": "b2b3f1547e5ecff5-1847efe0",
+        "learned, estimate multiple": "cc6c8a3250c72ac2-608334d4",
+        "learned, slack stage": "fefcbdecb5212cfe-0a0ef06c",
+        "learned, evidence": "f83e20f5ff0a4cb1-84f5eacc",
+        "learned, survival": "0010c53112dab725-b077b05b",
+        "learned, censored, robust": "8d93070950c14d65-ec20e7bd",
+        "learned, experts": "236d9ac83130c073-0dd0349b",
+        "learned, calibrated": "f95b5c1205c92b20-7e779eeb",
+        "slurm-backfill, requests": "5023f4363f66b6ec-08ff36c2",
+        "slurm-backfill, learned, guard 24 h": "7682114e9236e092-0876dd41",
+        "slurm-backfill, learned, slack stage": "d8afc3d2eb176014-961f9ee8",
+    },
+}
+
+
+def fingerprint(spec: RunSpec) -> str:
+    """What a store would keep of this replay: every job's schedule and the run's metrics."""
+    result = run(load_workload(SAMPLE), spec)
+    metrics = json.dumps(compute_metrics(result).to_dict(), sort_keys=True)
+    return f"{result.schedule_digest()}-{hashlib.sha256(metrics.encode()).hexdigest()[:8]}"
+
+
+def test_every_option_replays_as_the_semantics_version_pinned() -> None:
+    assert SEMANTICS_VERSION in PINS, (
+        f"SEMANTICS_VERSION {SEMANTICS_VERSION} has no pins: add PINS[{SEMANTICS_VERSION}]")
+    pinned = PINS[SEMANTICS_VERSION]
+    assert pinned.keys() == SPECS.keys()
+    moved = {name: fingerprint(spec) for name, spec in SPECS.items()}
+    moved = {name: now for name, now in moved.items() if now != pinned[name]}
+    assert not moved, (
+        f"these replays changed under SEMANTICS_VERSION {SEMANTICS_VERSION}: {moved}. Runs stored "
+        "by the earlier code would be read as this code's: bump hpcpredict.sim.runner."
+        "SEMANTICS_VERSION and add the new fingerprints as its PINS entry")
+
+
+def test_each_pinned_option_takes_its_own_path_on_the_sample() -> None:
+    """A pin that equals another's would not notice a change to its option's code."""
+    for pins in PINS.values():
+        assert len(set(pins.values())) == len(pins)
+
+
+def test_every_version_pins_replays_the_earlier_ones_did_not() -> None:
+    """A bump without a change would rerun every stored run for nothing."""
+    versions = sorted(PINS)
+    assert versions == list(range(1, len(versions) + 1))
+    for earlier, later in zip(versions, versions[1:]):
+        assert PINS[earlier] != PINS[later]
+
+
+CAMPAIGN = f"""\
+name = "versioned"
+replicas = 2
+
+[[logs]]
+name = "kth"
+path = "{SAMPLE}"
+
+[[baselines]]
+label = "EASY"
+scheduler = "easy"
+predictor = "requested"
+correction = "requested"
+"""
+
+
+def test_a_bumped_version_runs_again_what_the_earlier_code_stored(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = tmp_path / "versioned.toml"
+    path.write_text(CAMPAIGN, encoding="utf-8")
+    store = f"sqlite:///{tmp_path / 'runs.sqlite'}"
+    runner = CliRunner()
+    first = runner.invoke(main, ["campaign", str(path), "--store", store, "-j", "1"])
+    assert first.exit_code == 0, first.output
+    again = runner.invoke(main, ["campaign", str(path), "--store", store, "-j", "1"])
+    assert "2 already stored, 0 to run" in again.output
+    version_1_keys = {cell.key for cell in load_campaign(path).cells}
+
+    monkeypatch.setattr(campaign_module, "SEMANTICS_VERSION", SEMANTICS_VERSION + 1)
+    bumped_keys = {cell.key for cell in load_campaign(path).cells}
+    assert bumped_keys.isdisjoint(version_1_keys)
+    bumped = runner.invoke(main, ["campaign", str(path), "--store", store, "-j", "1"])
+    assert bumped.exit_code == 0, bumped.output
+    assert "0 already stored, 2 to run" in bumped.output
