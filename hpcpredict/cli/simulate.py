@@ -32,6 +32,7 @@ from hpcpredict.cli.options import (
 )
 from hpcpredict.corrections.starvation import default_starvation_guard_s, parse_starvation_guard
 from hpcpredict.learn.losses import parse_loss
+from hpcpredict.sim.load_scaling import MAX_LOAD_FACTOR, scaled_load
 from hpcpredict.sim.replica_stats import describe_change, tail_warning
 from hpcpredict.sim.runner import COMPARED_METRICS, PREDICTORS, RunSpec, run, run_replicated
 from hpcpredict.sim.shaking import DEFAULT_SEED, DEFAULT_SHAKE_S
@@ -127,6 +128,16 @@ BASELINE = RunSpec(scheduler="easy", predictor="requested", correction="requeste
     help="Seed of the shaken replicas (the same seed gives the same replicas).",
 )
 @click.option(
+    "--load",
+    "load",
+    type=click.FloatRange(min=0, max=MAX_LOAD_FACTOR, min_open=True),
+    default=1.0,
+    show_default=True,
+    help="Replay the log under a heavier load: every gap between submissions divided by LOAD "
+    "(1.2: jobs arriving 1.2 times as fast; below 1 lighter), jobs and runtimes unchanged. A "
+    "stress test of the starvation guard and the predictions, not a forecast (docs/evaluation.md).",
+)
+@click.option(
     "--jobs", "-j", "jobs", type=click.IntRange(min=1), default=None,
     help="Replays run at once, in processes that share the log read once (the run and its "
     "baseline, the replicas). Default: one per core this process may use.",
@@ -150,6 +161,7 @@ def simulate(
     replicas: int,
     shake_s: int,
     seed: int,
+    load: float,
     jobs: int | None,
     lenient: bool,
     output_format: str,
@@ -190,7 +202,7 @@ def simulate(
     for path, option in ((output, "--output"), (csv_path, "--csv")):
         if path is not None:
             check_file(path, option)
-    workload = load_log(log, procs, lenient)
+    workload = scaled_load(load_log(log, procs, lenient), load)
     require_jobs(workload, log)
     specs = [spec] + ([baseline_spec] if baseline and spec != baseline_spec else [])
     with progress_bar(len(workload.jobs) * len(specs) * replicas, "job", "simulating") as update:
@@ -211,6 +223,7 @@ def simulate(
             "replicas": replicas,
             "shake_s": shake_s,
             "seed": seed,
+            "load": load,
             "runs": [runs.to_dict(position) for position in range(len(specs))],
         }
         if comparison:
@@ -225,6 +238,8 @@ def simulate(
     click.echo(
         f"{workload.name}: {summary['jobs']:,} jobs, {summary['users']:,} users, "
         f"{summary['span_days']} days, {workload.machine_procs:,} processors"
+        + (f"; under {load:g}x its load (gaps between submissions divided by {load:g})"
+           if load != 1.0 else "")
     )
     for position, each in enumerate(specs):
         click.echo(f"  {'simulated' if position == 0 else 'baseline '}: {spec_title(each)} "

@@ -27,6 +27,7 @@ File format (paths relative to the file, or found in the folder given by ``--log
     name = "KTH-SP2"
     path = "../swf/KTH-SP2-sample.swf"
     procs = 100                       # optional: default MaxProcs from the header
+    load = 1.2                        # optional: submit gaps divided by this (load_scaling.py)
     [[baselines]]
     label = "EASY++"
     scheduler = "easy-sjbf"
@@ -71,6 +72,7 @@ import numpy as np
 from hpcpredict.learn import all_losses, parse_loss
 from hpcpredict.learn.losses import display_name
 from hpcpredict.sim.metrics import compute_metrics
+from hpcpredict.sim.load_scaling import check_load_factor, scaled_load
 from hpcpredict.sim.runner import SEMANTICS_VERSION, RunSpec, run
 from hpcpredict.sim.shaking import DEFAULT_SEED, DEFAULT_SHAKE_S, replica
 from hpcpredict.workload import Workload, load_workload
@@ -90,11 +92,16 @@ class LogEntry:
     # jobs submitted at or after `measure_from_s` (all of them are replayed).
     submit_until_s: int | None = None
     measure_from_s: int | None = None
+    # The log under a heavier load (`load_scaling.scaled_load`, before the parts and the shaking):
+    # its inter-arrival times divided by this. 1: the log as it is.
+    load: float = 1.0
 
     def identity(self) -> dict[str, object]:
-        """What makes two entries the same log for a run's key (the parts only when set, so
-        the keys of whole logs are what they always were)."""
+        """What makes two entries the same log for a run's key (the parts and the load only
+        when set, so the keys of whole logs as they are stay what they always were)."""
         identity: dict[str, object] = {"log": self.name, "procs": self.procs}
+        if self.load != 1.0:
+            identity["load"] = self.load
         if self.submit_until_s is not None:
             identity["submit_until_s"] = self.submit_until_s
         if self.measure_from_s is not None:
@@ -248,8 +255,15 @@ def _log_entry(
     procs = entry.get("procs")
     if procs is not None and (not isinstance(procs, int) or isinstance(procs, bool) or procs < 1):
         raise CampaignError(f"{where}: procs must be a positive integer, got {procs!r}")
+    unknown = set(entry) - {"name", "path", "procs", "load"}
+    if unknown:
+        raise CampaignError(f"{where}: unknown keys {sorted(unknown)}")
+    try:
+        load = check_load_factor(entry.get("load", 1.0))
+    except ValueError as error:
+        raise CampaignError(f"{where}: {error}") from None
     name = str(entry.get("name", log_path.name))
-    return LogEntry(name=name, path=str(log_path), procs=procs)
+    return LogEntry(name=name, path=str(log_path), procs=procs, load=load)
 
 
 def _spec(where: str, **settings: Any) -> RunSpec:
@@ -343,29 +357,33 @@ class CellResult:
 
 
 @lru_cache(maxsize=2)  # a worker runs many cells of one log in a row: load it once
-def _workload(path: str, procs: int | None, submit_until_s: int | None = None) -> Workload:
+def _workload(path: str, procs: int | None, submit_until_s: int | None = None,
+              load: float = 1.0) -> Workload:
     if submit_until_s is not None:
-        whole = _workload(path, procs)
+        whole = _workload(path, procs, None, load)
         return dataclasses.replace(
             whole, jobs=[job for job in whole.jobs if job.submit_s < submit_until_s])
+    if load != 1.0:
+        return scaled_load(_workload(path, procs), load)
     return load_workload(path, machine_procs=procs)
 
 
 @lru_cache(maxsize=2)  # ... and of one replica in a row: shake it once
 def _replica(path: str, procs: int | None, number: int, shake_s: int, seed: int,
-             submit_until_s: int | None = None) -> Workload:
-    return replica(_workload(path, procs, submit_until_s), number, shake_s=shake_s, seed=seed)
+             submit_until_s: int | None = None, load: float = 1.0) -> Workload:
+    return replica(_workload(path, procs, submit_until_s, load), number, shake_s=shake_s,
+                   seed=seed)
 
 
 def run_cell(cell: Cell) -> CellResult:
     """Simulate one cell; runs in a worker process (local or Dask), touches no store."""
     log = cell.log
     workload = _replica(log.path, log.procs, cell.replica, cell.shake_s, cell.seed,
-                        log.submit_until_s)
+                        log.submit_until_s, log.load)
     result = run(workload, cell.spec)
     measured = None
     if log.measure_from_s is not None:  # by the log's own submit times, not the shaken ones
-        later = {job.job_id for job in _workload(log.path, log.procs).jobs
+        later = {job.job_id for job in _workload(log.path, log.procs, None, log.load).jobs
                  if job.submit_s >= log.measure_from_s}
         measured = np.fromiter((job.job_id in later for job in result.jobs), dtype=bool,
                                count=len(result.jobs))
