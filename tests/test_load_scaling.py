@@ -13,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from hpcpredict.cli import main
-from hpcpredict.jobs import Job, JobRequest
+from hpcpredict.jobs import Job
 from hpcpredict.job_table import JOB_FIELDS, REQUEST_FIELDS, JobTable, job_column
 from hpcpredict.sim.campaign import CampaignError, load_campaign, run_cell
 from hpcpredict.sim.load_scaling import check_load_factor, scaled_load
@@ -21,21 +21,12 @@ from hpcpredict.sim.metrics import compute_metrics
 from hpcpredict.sim.runner import RunSpec, run
 from hpcpredict.sim.shaking import replica
 from hpcpredict.workload import Workload, load_workload
+from job_strategies import jobs_in_submission_order
 
 SAMPLE = Path(__file__).resolve().parent.parent / "swf" / "KTH-SP2-sample.swf"
 EASY = RunSpec("easy", "requested", "requested")
 
-jobs_strategy = st.lists(
-    st.tuples(st.integers(0, 100_000), st.integers(1, 64), st.integers(1, 5_000), st.integers(0, 9)),
-    min_size=1,
-    max_size=60,
-).map(
-    lambda rows: [
-        Job(JobRequest(job_id=i + 1, submit_s=submit, procs=procs, requested_s=run + 60,
-                       user_id=user), run_s=run)
-        for i, (submit, procs, run, user) in enumerate(sorted(rows))
-    ]
-)
+jobs_strategy = jobs_in_submission_order(max_submit_s=100_000, min_size=1)
 factors = st.floats(min_value=0.05, max_value=10.0, allow_nan=False)
 
 

@@ -15,6 +15,7 @@ from hpcpredict.sim.metrics import compute_metrics
 from hpcpredict.sim.runner import RunSpec, run, run_replicated
 from hpcpredict.sim.shaking import replica, shake_jobs
 from hpcpredict.workload import load_workload
+from job_strategies import jobs_in_submission_order
 
 
 def _identity(job: Job) -> tuple[int, int, int, int, int, int]:
@@ -22,17 +23,7 @@ def _identity(job: Job) -> tuple[int, int, int, int, int, int]:
     return (job.job_id, job.user_id, job.procs, job.requested_s, job.run_s, job.status)
 
 
-jobs_strategy = st.lists(
-    st.tuples(st.integers(0, 10_000), st.integers(1, 64), st.integers(1, 5_000), st.integers(0, 9)),
-    min_size=0,
-    max_size=60,
-).map(
-    lambda rows: [
-        Job(JobRequest(job_id=i + 1, submit_s=submit, procs=procs, requested_s=run + 60,
-                       user_id=user), run_s=run)
-        for i, (submit, procs, run, user) in enumerate(sorted(rows))
-    ]
-)
+jobs_strategy = jobs_in_submission_order()
 
 
 @given(jobs=jobs_strategy, shake_s=st.integers(0, 600), seed=st.integers(0, 2**32 - 1))
