@@ -10,6 +10,8 @@ share of scheduling decisions taken under the guard (against today's 24 h guard)
 from __future__ import annotations
 
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 import numpy as np
 
@@ -20,12 +22,15 @@ from hpcpredict.workload import load_workload
 CAP_S = 172_800
 
 
-def main() -> None:
-    procs = int(sys.argv[2]) if len(sys.argv) > 2 else None
-    workload = load_workload(sys.argv[1], machine_procs=procs)
-    threshold_s = simulation.recent_guard_wait_s
+@contextmanager
+def counting_guarded_decisions() -> Iterator[list[int]]:
+    """[scheduling decisions with a reservation, of which taken under the guard], counted while
+    the block replays: in the Python loop (the same schedules as the compiled one, which the
+    default guard runs in and which has no hook), its `Simulation._remember` wrapped; restored
+    after."""
     remember = simulation.Simulation._remember
-    decisions = [0, 0]  # (decisions with a reservation, of which guarded)
+    covers = simulation.Simulation.compiled_loop_covers
+    decisions = [0, 0]
 
     def counted(self: simulation.Simulation, reservation: object) -> None:
         if reservation is not None:
@@ -34,10 +39,22 @@ def main() -> None:
         remember(self, reservation)  # type: ignore[arg-type]
 
     simulation.Simulation._remember = counted  # type: ignore[method-assign]
-    run(workload, RunSpec(starvation_guard_s=86_400))
+    simulation.Simulation.compiled_loop_covers = lambda self: False  # type: ignore[method-assign]
+    try:
+        yield decisions
+    finally:
+        simulation.Simulation._remember = remember  # type: ignore[method-assign]
+        simulation.Simulation.compiled_loop_covers = covers  # type: ignore[method-assign]
+
+
+def main() -> None:
+    procs = int(sys.argv[2]) if len(sys.argv) > 2 else None
+    workload = load_workload(sys.argv[1], machine_procs=procs)
+    threshold_s = simulation.recent_guard_wait_s
+    with counting_guarded_decisions() as decisions:
+        run(workload, RunSpec(starvation_guard_s=86_400))
     print(f"guard 24 h: {100 * decisions[1] / decisions[0]:.1f}% of {decisions[0]} decisions guarded")
     for multiple in (0.5, 1.0):
-        decisions[:] = [0, 0]
         seen: list[int] = []
 
         def recorded(*args: object, **options: object) -> int:
@@ -47,8 +64,9 @@ def main() -> None:
 
         simulation.recent_guard_wait_s = recorded  # type: ignore[assignment]
         try:
-            run(workload, RunSpec(starvation_guard_s=CAP_S, guard_rule="recent",
-                                  guard_recent_multiple=multiple))
+            with counting_guarded_decisions() as decisions:
+                run(workload, RunSpec(starvation_guard_s=CAP_S, guard_rule="recent",
+                                      guard_recent_multiple=multiple))
         finally:
             simulation.recent_guard_wait_s = threshold_s
         hours = np.asarray(seen) / 3600

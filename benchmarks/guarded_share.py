@@ -1,0 +1,47 @@
+"""How often the 24 h starvation guard is due as a log's load grows (docs/results.md, "Under a
+heavier load"): one replay of the log under each load (`hpcpredict.sim.load_scaling`), the learned
+default, and the share of its scheduling decisions taken under the guard (a reservation on the
+running jobs' requests), beside plain EASY's and the default's AVEbsld.
+
+    python benchmarks/guarded_share.py ../shared/swf/KTH-SP2-1996-2.swf.gz --loads 1,1.2,1.3
+    python benchmarks/guarded_share.py ../shared/swf/CEA-Curie-2011-2.1-cln.swf.gz --procs 80640
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # the sibling script, run from anywhere
+
+from recent_guard_thresholds import counting_guarded_decisions  # noqa: E402
+
+from hpcpredict.sim.load_scaling import scaled_load  # noqa: E402
+from hpcpredict.sim.metrics import compute_metrics  # noqa: E402
+from hpcpredict.sim.runner import RunSpec, run  # noqa: E402
+from hpcpredict.workload import load_workload  # noqa: E402
+
+DEFAULT = RunSpec(starvation_guard_s=86_400)
+EASY = RunSpec("easy", "requested", "requested")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("log", type=Path)
+    parser.add_argument("--procs", type=int, default=None, help="machine size (default: the header's)")
+    parser.add_argument("--loads", default="1,1.1,1.2,1.3", help="load factors, comma-separated")
+    args = parser.parse_args()
+    workload = load_workload(args.log, machine_procs=args.procs)
+    print("| load | decisions guarded | EASY AVEbsld | default AVEbsld |\n|---|---|---|---|")
+    for load in (float(value) for value in args.loads.split(",")):
+        scaled = scaled_load(workload, load)
+        with counting_guarded_decisions() as decisions:
+            default = compute_metrics(run(scaled, DEFAULT)).ave_bsld
+        easy = compute_metrics(run(scaled, EASY)).ave_bsld
+        print(f"| x{load:g} | {100 * decisions[1] / decisions[0]:.1f}% of {decisions[0]:,} | "
+              f"{easy:.1f} | {default:.1f} |", flush=True)
+
+
+if __name__ == "__main__":
+    main()
