@@ -118,6 +118,35 @@ def worst_user(user_id: np.ndarray, bsld: np.ndarray) -> tuple[int, float]:
     return int(users[worst]), float(means[worst])
 
 
+
+def waited_share(submit_s: np.ndarray, start_s: np.ndarray, threshold_s: int) -> float:
+    """The share of a replay's span (first submission to last start) during which some job had
+    been waiting at least `threshold_s`: with the 24 h guard's threshold, the time its wait rule
+    was due (the oldest pending job has waited longest).
+
+    Why: under a long queue the guard is due most of the time, and then the predictions have
+    little left to do (docs/results.md, "Under a heavier load"); an admin reading a replay of
+    their own log should see how often that was. From the schedule alone: the union of the
+    intervals [submit + threshold, start) of the jobs that waited longer."""
+    submit = np.asarray(submit_s, dtype=np.int64)
+    start = np.asarray(start_s, dtype=np.int64)
+    if len(submit) == 0:
+        return 0.0
+    span_s = int(start.max() - submit.min())
+    due_from = submit + threshold_s
+    waited = start > due_from
+    order = np.argsort(due_from[waited], kind="stable")
+    begins, ends = due_from[waited][order].tolist(), start[waited][order].tolist()
+    covered_s, reach_s = 0, None
+    for begin, end in zip(begins, ends):
+        if reach_s is None or begin > reach_s:
+            covered_s += end - begin
+            reach_s = end
+        elif end > reach_s:
+            covered_s += end - reach_s
+            reach_s = end
+    return covered_s / span_s if span_s > 0 else 0.0
+
 # (attribute, heading, format) of the rows `metrics_table` prints, in reading order.
 _TABLE_ROWS: tuple[tuple[str, str, str], ...] = (
     ("ave_bsld", "AVEbsld (tau=10s)", "{:.2f}"),

@@ -1,0 +1,64 @@
+"""How much of a replay the starvation guard was due (`metrics.waited_share`), and `simulate`
+saying it."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from hpcpredict.cli import main
+from hpcpredict.cli.simulate import MOSTLY_DUE
+from hpcpredict.sim.metrics import waited_share
+
+SAMPLE = Path(__file__).resolve().parent.parent / "swf" / "KTH-SP2-sample.swf"
+
+
+@given(jobs=st.lists(st.tuples(st.integers(0, 200), st.integers(0, 150)), min_size=1, max_size=25),
+       threshold_s=st.integers(0, 100))
+@settings(max_examples=300, deadline=None)
+def test_the_share_is_the_seconds_some_job_had_waited_the_threshold(
+    jobs: list[tuple[int, int]], threshold_s: int
+) -> None:
+    """Against a second-by-second count: second t is covered when a job submitted at s and
+    started at b has s + threshold <= t < b."""
+    submit = [s for s, _ in jobs]
+    start = [s + wait for s, wait in jobs]
+    first, last = min(submit), max(start)
+    covered = sum(any(s + threshold_s <= t < b for s, b in zip(submit, start))
+                  for t in range(first, last))
+    expected = covered / (last - first) if last > first else 0.0
+    assert waited_share(submit, start, threshold_s) == pytest.approx(expected, abs=1e-12)
+
+
+def _due_share(load: float) -> float:
+    from hpcpredict.job_table import job_column
+    from hpcpredict.sim.load_scaling import scaled_load
+    from hpcpredict.sim.runner import RunSpec, run
+    from hpcpredict.workload import load_workload
+
+    result = run(scaled_load(load_workload(SAMPLE), load), RunSpec(starvation_guard_s=86_400))
+    return waited_share(job_column(result.jobs, "submit_s"), result.start_s, 86_400)
+
+
+def test_simulate_says_how_often_the_guard_was_due_and_when_it_was_most_of_the_time() -> None:
+    runner = CliRunner()
+    as_is, loaded = _due_share(1.0), _due_share(1.5)
+    assert as_is < MOSTLY_DUE - 0.1 and loaded > MOSTLY_DUE + 0.1  # the sample as it is, and 1.5x
+    quiet = runner.invoke(main, ["simulate", str(SAMPLE), "--no-baseline"])
+    assert quiet.exit_code == 0, quiet.output
+    assert f"due {as_is:.0%} of the time (some job had waited 24 h)" in quiet.output
+    assert "of the time or more" not in quiet.output
+    busy = runner.invoke(main, ["simulate", str(SAMPLE), "--no-baseline", "--load", "1.5"])
+    assert f"due {loaded:.0%} of the time" in busy.output
+    assert "70% of the time or more" in busy.output
+    payload = json.loads(runner.invoke(main, ["simulate", str(SAMPLE), "--no-baseline",
+                                              "--format", "json"]).output)
+    assert payload["guard_due_share"] == round(as_is, 4)
+    unbounded = runner.invoke(main, ["simulate", str(SAMPLE), "--no-baseline",
+                                     "--starvation-guard", "off", "--format", "json"])
+    assert "guard_due_share" not in json.loads(unbounded.output)
