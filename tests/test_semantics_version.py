@@ -21,6 +21,7 @@ from hpcpredict.sim.campaign import load_campaign
 from hpcpredict.sim.metrics import compute_metrics
 from hpcpredict.sim.runner import SEMANTICS_VERSION, RunSpec, run
 from hpcpredict.workload import load_workload
+from test_campaign_replicas import CAMPAIGN as REPLICATED
 
 SAMPLE = Path(__file__).resolve().parent.parent / "swf" / "KTH-SP2-sample.swf"
 DAY_S = 86_400
@@ -126,33 +127,21 @@ def test_every_version_pins_replays_the_earlier_ones_did_not() -> None:
         assert PINS[earlier] != PINS[later]
 
 
-CAMPAIGN = f"""\
-name = "versioned"
-replicas = 2
-
-[[logs]]
-name = "kth"
-path = "{SAMPLE}"
-
-[[baselines]]
-label = "EASY"
-scheduler = "easy"
-predictor = "requested"
-correction = "requested"
-"""
+# A small replicated campaign on the sample (EASY, EASY++ and the learned default), 2 replicas.
+CAMPAIGN = REPLICATED.replace("replicas = 3", "replicas = 2")
 
 
 def test_a_bumped_version_runs_again_what_the_earlier_code_stored(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    path = tmp_path / "versioned.toml"
+    path = tmp_path / "replicated.toml"
     path.write_text(CAMPAIGN, encoding="utf-8")
     store = f"sqlite:///{tmp_path / 'runs.sqlite'}"
     runner = CliRunner()
     first = runner.invoke(main, ["campaign", str(path), "--store", store, "-j", "1"])
     assert first.exit_code == 0, first.output
     again = runner.invoke(main, ["campaign", str(path), "--store", store, "-j", "1"])
-    assert "2 already stored, 0 to run" in again.output
+    assert "6 already stored, 0 to run" in again.output
     version_1_keys = {cell.key for cell in load_campaign(path).cells}
 
     monkeypatch.setattr(campaign_module, "SEMANTICS_VERSION", SEMANTICS_VERSION + 1)
@@ -160,4 +149,4 @@ def test_a_bumped_version_runs_again_what_the_earlier_code_stored(
     assert bumped_keys.isdisjoint(version_1_keys)
     bumped = runner.invoke(main, ["campaign", str(path), "--store", store, "-j", "1"])
     assert bumped.exit_code == 0, bumped.output
-    assert "0 already stored, 2 to run" in bumped.output
+    assert "0 already stored, 6 to run" in bumped.output
