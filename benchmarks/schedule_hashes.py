@@ -11,8 +11,9 @@ a module so that the checkout's own code is imported:
 
 A job's schedule is (start, end, limit, corrections): the start time, the true end (start +
 runtime), the last predicted runtime the plan used for it, and how many corrections it took;
-the hash is SHA-256 over those of every job in log order. AVEbsld is printed beside it for the
-reader, the hash is the check.
+the hash is SHA-256 over those of every job in log order (`SimulationResult.schedule_digest`,
+which trees from before 2026-11-28 lack: hash those with their own copy of this script). AVEbsld
+is printed beside it for the reader, the hash is the check.
 """
 
 from __future__ import annotations
@@ -25,7 +26,6 @@ from pathlib import Path
 import hpcpredict
 from hpcpredict.sim.metrics import compute_metrics
 from hpcpredict.sim.runner import RunSpec, run
-from hpcpredict.sim.simulation import SimulationResult
 from hpcpredict.workload import load_workload
 
 SHARED_SWF = Path(__file__).resolve().parents[2] / "shared" / "swf"
@@ -57,11 +57,6 @@ EXTRA_CONFIGURATIONS = {
 }
 
 
-def schedule_hash(result: SimulationResult) -> str:
-    """The result's `schedule_digest` (kept under this name for the scripts that import it)."""
-    return result.schedule_digest()
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--swf-dir", type=Path, default=SHARED_SWF,
@@ -81,7 +76,7 @@ def main() -> None:
             started = time.process_time()
             result = run(workload, spec)
             cpu_s = time.process_time() - started
-            print(f"{log_name} | {name} | {schedule_hash(result)} | "
+            print(f"{log_name} | {name} | {result.schedule_digest()} | "
                   f"AVEbsld {compute_metrics(result).ave_bsld:.4f}", flush=True)
             print(f"  {cpu_s:.1f} s CPU", file=sys.stderr)
 

@@ -1,6 +1,7 @@
 """Schedule hashes of the SLURM model (`--scheduler slurm-backfill`) on the three archive logs,
-to show a change to it leaves its schedules bit-identical (`schedule_hashes.py`'s hash; that
-script covers the EASY family). Run it with each tree's hpcpredict first on the path:
+to show a change to it leaves its schedules bit-identical (`schedule_hashes.py`'s hash,
+`SimulationResult.schedule_digest`, which trees from before 2026-11-28 lack; that script covers
+the EASY family). Run it with each tree's hpcpredict first on the path:
 
     PYTHONPATH=/tmp/speed-before python benchmarks/slurm_schedule_hashes.py KTH,BLUE
     PYTHONPATH=/tmp/speed-before python benchmarks/slurm_schedule_hashes.py CURIE "learned+incr+guard 24 h"
@@ -15,13 +16,10 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-import hpcpredict  # noqa: E402 - after the path: this tree's schedule_hashes
-from hpcpredict.sim.metrics import compute_metrics  # noqa: E402
-from hpcpredict.sim.runner import RunSpec, run  # noqa: E402
-from hpcpredict.workload import load_workload  # noqa: E402
-from schedule_hashes import schedule_hash  # noqa: E402
+import hpcpredict
+from hpcpredict.sim.metrics import compute_metrics
+from hpcpredict.sim.runner import RunSpec, run
+from hpcpredict.workload import load_workload
 
 SWF = Path(__file__).resolve().parents[2] / "shared" / "swf"
 LOGS = {"KTH": ("KTH-SP2-1996-2.swf.gz", None), "BLUE": ("SDSC-BLUE-2000-4.1-cln.swf.gz", None),
@@ -48,7 +46,7 @@ def main() -> None:
         for name in names:
             started = time.process_time()
             result = run(workload, CONFIGURATIONS[name])
-            print(f"{log} | {name} | {schedule_hash(result)} | AVEbsld "
+            print(f"{log} | {name} | {result.schedule_digest()} | AVEbsld "
                   f"{compute_metrics(result).ave_bsld:.4f} | {time.process_time() - started:.1f} s",
                   flush=True)
 
