@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from collections import Counter
+from functools import cache
 from pathlib import Path
 
 import numpy as np
@@ -30,8 +31,14 @@ jobs_strategy = jobs_in_submission_order(max_submit_s=100_000, min_size=1)
 factors = st.floats(min_value=0.05, max_value=10.0, allow_nan=False)
 
 
+@cache
+def _sample() -> Workload:
+    return load_workload(SAMPLE)
+
+
 def _workload(jobs) -> Workload:  # type: ignore[no-untyped-def]
-    sample = load_workload(SAMPLE)
+    """The sample's header and machine around `jobs` (the header is read once)."""
+    sample = _sample()
     return Workload(sample.path, sample.header, jobs, sample.machine_procs, sample.cleaning, [])
 
 

@@ -310,12 +310,12 @@ MOSTLY_DUE = 0.7
 
 
 def guard_due_share(result: SimulationResult, spec: RunSpec) -> float | None:
-    """How much of the replay the guard's wait rule was due (`metrics.waited_share`), or None
-    without that guard (no guard, or another rule, whose threshold is not one wait)."""
+    """How much of the replay the guard was due (`metrics.waited_share`: `simulate`'s guard is
+    the wait rule), or None without a guard."""
     from hpcpredict.job_table import job_column
     from hpcpredict.sim.metrics import waited_share
 
-    if spec.starvation_guard_s is None or spec.guard_rule != "wait" or spec.guard_xfactor is not None:
+    if spec.starvation_guard_s is None:
         return None
     return waited_share(job_column(result.jobs, "submit_s"), result.start_s, spec.starvation_guard_s)
 

@@ -118,7 +118,6 @@ def worst_user(user_id: np.ndarray, bsld: np.ndarray) -> tuple[int, float]:
     return int(users[worst]), float(means[worst])
 
 
-
 def waited_share(submit_s: np.ndarray, start_s: np.ndarray, threshold_s: int) -> float:
     """The share of a replay's span (first submission to last start) during which some job had
     been waiting at least `threshold_s`: with the 24 h guard's threshold, the time its wait rule
@@ -136,16 +135,12 @@ def waited_share(submit_s: np.ndarray, start_s: np.ndarray, threshold_s: int) ->
     due_from = submit + threshold_s
     waited = start > due_from
     order = np.argsort(due_from[waited], kind="stable")
-    begins, ends = due_from[waited][order].tolist(), start[waited][order].tolist()
-    covered_s, reach_s = 0, None
-    for begin, end in zip(begins, ends):
-        if reach_s is None or begin > reach_s:
-            covered_s += end - begin
-            reach_s = end
-        elif end > reach_s:
-            covered_s += end - reach_s
-            reach_s = end
+    covered_s, reach_s = 0, int(submit.min())  # every interval begins at or after the first submission
+    for begin, end in zip(due_from[waited][order].tolist(), start[waited][order].tolist()):
+        covered_s += max(0, end - max(begin, reach_s))  # the part not covered by earlier ones
+        reach_s = max(reach_s, end)
     return covered_s / span_s if span_s > 0 else 0.0
+
 
 # (attribute, heading, format) of the rows `metrics_table` prints, in reading order.
 _TABLE_ROWS: tuple[tuple[str, str, str], ...] = (
