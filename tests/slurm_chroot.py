@@ -28,10 +28,12 @@ ports picked free, as on the host. Needs root, debootstrap and unshare (util-lin
 from __future__ import annotations
 
 import argparse
+import ctypes
 import hashlib
 import os
 import shlex
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -44,6 +46,7 @@ MIRROR = os.environ.get("HPCPREDICT_DEBIAN_MIRROR", "http://deb.debian.org/debia
 MOUNT_POINT = "/hpcpredict"  # the checkout, inside
 SHARED_MOUNT = "/shared"  # ../shared (the real logs), read-only: tests look for it beside the checkout
 VENV = "/opt/hpcpredict-venv"
+PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
 # What the real-SLURM tests need inside (tests/slurm_cluster.py's packages, slurmdbd and MariaDB
 # for slurm-convert --sacct, Python with venv, pgrep for munge, passwd for the replays' users).
 SYSTEM_PACKAGES = (
@@ -215,14 +218,24 @@ def _enter(root: Path, script: str, *, what: str, capture: bool = True, env: dic
     }
     exports = " ".join(f"{key}={shlex.quote(value)}" for key, value in inner.items())
     body = "\n".join([*mounts, f"exec chroot $R /usr/bin/env -i {exports} /bin/sh -ec {shlex.quote(script)}"])
-    # sh is PID 1 of the namespace until it execs chroot; the test's processes end with it
-    command = ["unshare", "--mount", "--pid", "--fork", "--propagation", "private", "/bin/sh", "-ec", body]
+    # sh is PID 1 of the namespace until it execs chroot; the test's processes end with it. Each
+    # link of the chain dies with the one before it: unshare when this process dies (killed, as CI
+    # stops a run), PID 1 when unshare does (--kill-child), and the namespace with its PID 1.
+    command = ["unshare", "--kill-child", "--mount", "--pid", "--fork", "--propagation", "private",
+               "/bin/sh", "-ec", body]
     if not capture:
-        return subprocess.run(command).returncode
-    done = subprocess.run(command, capture_output=True, text=True)
+        return subprocess.run(command, preexec_fn=_die_with_parent).returncode
+    done = subprocess.run(command, capture_output=True, text=True, preexec_fn=_die_with_parent)
     if done.returncode != 0:
         raise ChrootUnavailable(f"{what} failed ({done.returncode}):\n{(done.stdout + done.stderr)[-3000:]}")
     return 0
+
+
+def _die_with_parent() -> None:
+    """In the child, before exec: SIGKILL it when its parent dies (Linux's PR_SET_PDEATHSIG)."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL) != 0:
+        raise OSError(ctypes.get_errno(), "prctl(PR_SET_PDEATHSIG)")
 
 
 def run_pytest(name: str, pytest_args: list[str], *, log=print) -> int:

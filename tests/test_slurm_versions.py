@@ -90,8 +90,17 @@ def test_the_slurm_suite_passes_on_this_release(runs, name: str) -> None:
         # a selection that ran nothing (a renamed test) must not pass as green
         summary = text.strip().splitlines()[-1] if text.strip() else ""
         if code != 0 or " passed" not in summary or " skipped" in summary:
-            failures.append(f"--- {name} {group} (exit {code}):\n{text[-4000:]}")
+            failures.append(failure_report(f"{name} {group}", code, text, log))
     assert not failures, "\n".join(failures)
+
+
+def failure_report(suite: str, code: object, text: str, log: Path) -> str:
+    """A failed suite's FAILED/ERROR lines (pytest's -rfE summary) first, then its log's tail: a
+    daemon's thread dump in a failure's message can fill the tail, and CI's output is all a reader
+    of a failed run may have."""
+    failed = [line for line in text.splitlines() if line.startswith(("FAILED ", "ERROR "))]
+    return "\n".join([f"--- {suite} (exit {code}; whole log: {log}):", *failed, "--- its log's last 4,000 characters:",
+                      text[-4000:]])
 
 
 def test_the_releases_are_what_the_docs_say() -> None:
@@ -103,3 +112,41 @@ def test_the_releases_are_what_the_docs_say() -> None:
             _unavailable(str(error))
         version = subprocess.run(["chroot", str(root), "slurmd", "-V"], capture_output=True, text=True).stdout
         assert version.split()[-1].startswith(system.slurm + "."), version
+
+
+def test_a_failure_report_names_the_failed_test_whatever_fills_the_log_after_it(tmp_path: Path) -> None:
+    text = "\n".join(["..F.", "FAILED tests/test_slurm_e2e.py::test_x - AssertionError: timed out",
+                      "thread dump " * 2000, "1 failed, 3 passed in 60.00s"])
+    report = failure_report("sid e2e", 1, text, tmp_path / "sid-e2e.log")
+    assert report.splitlines()[1] == "FAILED tests/test_slurm_e2e.py::test_x - AssertionError: timed out"
+    assert report.endswith("1 failed, 3 passed in 60.00s") and str(tmp_path / "sid-e2e.log") in report
+
+
+def test_a_killed_chroot_run_takes_every_process_inside_with_it() -> None:
+    """CI stops a run by killing it: the chroot runner (slurm_chroot.py) must then take down what it
+    started inside (slurmctld, slurmd, munged, the daemon), which otherwise keep running, orphaned,
+    in the namespace (seen when a `.ci/run` was stopped)."""
+    if os.geteuid() != 0:
+        _unavailable("entering a chroot needs root")
+    try:
+        build("sid", log=lambda _: None)
+    except ChrootUnavailable as error:
+        _unavailable(str(error))
+    marker = f"{os.getpid()}.25"  # `sleep <marker>`: a process no one else runs
+    code = f"import subprocess, time; subprocess.Popen(['sleep', '{marker}']); print('up', flush=True); time.sleep(600)"
+    runner = subprocess.Popen([sys.executable, str(SCRIPT), "exec", "sid", "-c", code], stdout=subprocess.PIPE, text=True)
+    try:
+        assert runner.stdout.readline().strip() == "up"
+        assert _running(f"sleep {marker}")
+        runner.kill()
+        runner.wait(30)
+        deadline = time.monotonic() + 15
+        while _running(f"sleep {marker}") and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert not _running(f"sleep {marker}"), "a process started inside outlived its killed runner"
+    finally:
+        subprocess.run(["pkill", "-9", "-f", f"sleep {marker}"], check=False)
+
+
+def _running(command_line: str) -> bool:
+    return subprocess.run(["pgrep", "-f", f"^{command_line}$"], capture_output=True).returncode == 0
