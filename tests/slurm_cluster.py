@@ -100,10 +100,13 @@ def wait_for(condition: Callable[[], object], timeout_s: float, what: str,
 def ensure_munge() -> None:
     """munged running, started once however many test processes start clusters at the same time
     (the suite runs in several pytest-xdist workers: the second munged would fail on the first's
-    socket)."""
+    socket). Asked of munged itself (a credential made through its socket), not of the process
+    list: the newer releases' chroots run their own munged, in PID namespaces the host's process
+    list shows, and a host test taking one of those for its own started no munged and its slurmd
+    failed to register."""
     with (Path(tempfile.gettempdir()) / "hpcpredict-munge.lock").open("w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
-        if subprocess.run(["pgrep", "-x", "munged"], capture_output=True).returncode == 0:
+        if munge_answers():
             return
         for directory in ("/run/munge", "/var/log/munge", "/var/lib/munge"):
             os.makedirs(directory, exist_ok=True)
@@ -111,6 +114,11 @@ def ensure_munge() -> None:
         if not os.path.exists("/etc/munge/munge.key"):
             subprocess.run(["runuser", "-u", "munge", "--", "/usr/sbin/mungekey", "--create"], check=True)
         subprocess.run(["runuser", "-u", "munge", "--", "/usr/sbin/munged"], check=True)
+
+
+def munge_answers() -> bool:
+    """A munged serving this system's socket (/run/munge/munge.socket.2) answers."""
+    return subprocess.run(["munge", "--no-input"], capture_output=True).returncode == 0
 
 
 class SlurmCluster:
