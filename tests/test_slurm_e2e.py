@@ -260,6 +260,28 @@ def test_a_job_first_reported_by_jobcomp_learns_from_its_prediction_s_features(
     assert row.learn_rule != "unseen", row.learn_rule
 
 
+def watcher_evidence(cluster: SlurmCluster, daemon: ServeProcess, job_id: int) -> str:
+    """What a test waiting on the watcher needs when the wait fails: what SLURM lists of the job
+    (the watcher's own ``squeue --json --states=all``), what the store holds of it, the running
+    daemon's log records (from its last start), then every thread's stack (SIGUSR1: where is the
+    watcher?). The records come first: a thread dump can fill a suite log's tail."""
+    listed = cluster.run(["squeue", "--json", "--states=all"], check=False)
+    entry = [{key: job.get(key) for key in ("job_state", "time_limit", "submit_time", "end_time", "admin_comment")}
+             for job in json.loads(listed.stdout or "{}").get("jobs", []) if job.get("job_id") == job_id]
+    row = stored_job(daemon, job_id)
+    before = (cluster.dir / "serve.log").read_text(errors="replace")
+    lines = before.splitlines()
+    started = max((i for i, line in enumerate(lines) if "serving on" in line), default=0)
+    records = lines[started:][-150:]
+    daemon.process.send_signal(signal.SIGUSR1)
+    time.sleep(2)
+    stacks = (cluster.dir / "serve.log").read_text(errors="replace")[len(before):]
+    return "\n".join([f"squeue (rc {listed.returncode}) lists the job as: {entry}",
+                      f"the store's row: {None if row is None else (row.status, row.requested_s, row.learn_rule)}",
+                      "the daemon's log since its last start:", *records,
+                      "every thread's stack:", stacks[-8000:]])
+
+
 def submitted_payload(serve: ServeProcess, job_id: int) -> dict | None:
     store = serve.store()
     try:
@@ -327,10 +349,7 @@ def test_jobs_without_a_time_limit_pass_untouched(cluster: SlurmCluster, daemon:
         wait_for(lambda: any("has no time limit: not recorded" in line for line in mentions()), 60,
                  f"the watcher's word on job {job_id}")
     except AssertionError as error:
-        daemon.process.send_signal(signal.SIGUSR1)  # every thread's stack to serve.log: where is the watcher?
-        time.sleep(2)
-        log = (cluster.dir / "serve.log").read_text(errors="replace")[-20_000:]
-        raise AssertionError(f"{error}\nserve.log, with the daemon's threads' stacks:\n{log}") from None
+        raise AssertionError(f"{error}\n{watcher_evidence(cluster, daemon, job_id)}") from None
     time.sleep(5)
     assert not any("ERROR" in line for line in mentions()), mentions()
     assert sum("has no time limit: not recorded" in line for line in mentions()) == 1, mentions()
