@@ -13,7 +13,8 @@ from conftest import SAMPLE_LOG
 from hpcpredict.cli import main
 from hpcpredict.daemon.config import load_config
 from hpcpredict.sim.campaign import Cell, LogEntry, run_cell
-from hpcpredict.sim.runner import RunSpec
+from hpcpredict.sim.guard_due import guard_due_share
+from hpcpredict.sim.runner import RunSpec, run
 from hpcpredict.sim.tune import (
     Evidence,
     Goal,
@@ -272,6 +273,11 @@ def test_tune_chooses_on_the_earlier_part_checks_on_the_later_and_resumes(tmp_pa
         later[chosen["label"]]["ave_bsld"]["mean"] / later[payload["unbounded"]]["ave_bsld"]["mean"])
     assert goal["kept"]["max_wait"] == (goal["max_wait_over_plain"] <= 1.25)
     assert "Goal (longest wait, p99 wait, the bound's cost, against AVE2):" in shown.output
+    # how often the chosen guard was due in the later period, on the history as it is
+    spec = RunSpec(**{key: value for key, value in chosen["settings"].items() if key != "label"})
+    due = guard_due_share(run(load_workload(SAMPLE_LOG), spec), spec, from_s=payload["split_s"])
+    assert payload["later_guard_due_share"] == round(due, 4) and 0 < due < 1
+    assert f"The chosen guard was due {due:.0%} of the later period" in shown.output
 
 
 def test_tune_under_the_slurm_model_is_judged_against_plain_slurm(tmp_path: Path) -> None:

@@ -33,6 +33,7 @@ from hpcpredict.cli.options import (
 )
 from hpcpredict.corrections.starvation import default_starvation_guard_s, parse_starvation_guard
 from hpcpredict.learn.losses import parse_loss
+from hpcpredict.sim.guard_due import MOSTLY_DUE, guard_due_share
 from hpcpredict.sim.load_scaling import MAX_LOAD_FACTOR, scaled_load
 from hpcpredict.sim.replica_stats import describe_change, tail_warning
 from hpcpredict.sim.runner import COMPARED_METRICS, PREDICTORS, RunSpec, run, run_replicated
@@ -220,7 +221,7 @@ def simulate(
     if csv_path is not None:
         write_jobs_csv(csv_path, main_result, workload_name=workload.name)
     comparison = runs.compare(0, 1) if len(specs) > 1 else {}
-    due_share = guard_due_share(main_result, spec)
+    due_share = guard_due_share(main_result, spec)  # simulate's guard: the wait rule
     if output_format == "json":
         payload = {
             **workload_summary(workload),
@@ -301,23 +302,6 @@ def spec_title(spec: RunSpec) -> str:
     (``EASY++ (guard 24 h) = easy-sjbf + ave2 + incremental + guard 24 h``)."""
     name = spec.published_name
     return spec.label if name is None else f"{name} = {spec.label}"
-
-
-# From this share of the time on, `simulate` says what a guard due that often did on the loaded
-# logs measured (docs/results.md, "Under a heavier load": level with AVE2 at 74-84% of the time,
-# still ahead at 47-61%).
-MOSTLY_DUE = 0.7
-
-
-def guard_due_share(result: SimulationResult, spec: RunSpec) -> float | None:
-    """How much of the replay the guard was due (`metrics.waited_share`: `simulate`'s guard is
-    the wait rule), or None without a guard."""
-    from hpcpredict.job_table import job_column
-    from hpcpredict.sim.metrics import waited_share
-
-    if spec.starvation_guard_s is None:
-        return None
-    return waited_share(job_column(result.jobs, "submit_s"), result.start_s, spec.starvation_guard_s)
 
 
 def guard_sentence(spec: RunSpec, defaulted: bool) -> str:

@@ -154,6 +154,7 @@ def tune(
              for setting in checked}
     goal = tuning.Goal.of(later[chosen.label], later["plain"], later[unbounded.label],
                           later[ave2.label])
+    due_share = _later_due_share(workload, chosen.spec, split_at_s)
     fragment = tuning.daemon_fragment(chosen.spec, log.name, choice)
     if fragment_path is not None:
         fragment_path.write_text(fragment)
@@ -171,6 +172,7 @@ def tune(
             "later_vs_default": _pairs(later[chosen.label], later.get(default.label)),
             "later_vs_plain": _pairs(later[chosen.label], later["plain"]),
             "later_goal": goal.to_dict(),
+            "later_guard_due_share": None if due_share is None else round(due_share, 4),
             "period_shift": tuning.period_shift(plain_earlier, later["plain"]),
             "daemon_toml": fragment,
         }, indent=2))
@@ -204,11 +206,39 @@ def tune(
                f"({'within' if goal.kept[0] else 'OVER'} the "
                f"{tuning.MAX_WAIT_BOUND:g}x bound) and the p99 wait is {p99_verdict}.")
     click.echo(_goal_sentence(goal, ave2.label))
+    if due_share is not None:
+        click.echo(_due_sentence(due_share, chosen.spec))
     shift = tuning.period_shift(plain_earlier, later["plain"])
     if shift is not None:
         click.echo(shift)
     click.echo(f"\ndaemon.toml{f' (written to {fragment_path})' if fragment_path else ''}:\n")
     click.echo(fragment, nl=False)
+
+
+def _later_due_share(workload, spec, split_at_s: int) -> float | None:  # type: ignore[no-untyped-def]
+    """How much of the later period the chosen guard was due, on the history as it is (one more
+    replay: the stored runs keep metrics, not schedules)."""
+    from hpcpredict.sim.guard_due import guard_due_share
+    from hpcpredict.sim.runner import run
+
+    if spec.starvation_guard_s is None:
+        return None
+    return guard_due_share(run(workload, spec), spec, from_s=split_at_s)
+
+
+def _due_sentence(share: float, spec) -> str:  # type: ignore[no-untyped-def]
+    """How often the chosen guard was due out of sample, and what that has meant elsewhere."""
+    from hpcpredict.sim.guard_due import MOSTLY_DUE
+
+    waited = (f"{spec.starvation_guard_s / 3600:g} h" if spec.guard_rule == "wait" else
+              f"{spec.guard_xfactor:g} - 1 times its request, at most {spec.starvation_guard_s / 3600:g} h")
+    sentence = (f"The chosen guard was due {share:.0%} of the later period (the history as it is; "
+                f"some job had waited {waited}).")
+    if share >= MOSTLY_DUE:
+        sentence += (f" Due {MOSTLY_DUE:.0%} of the time or more: every job is then planned on its "
+                     "request, and on the loaded logs measured so the learned limits did no better "
+                     "than AVE2's under the same guard (docs/results.md, \"Under a heavier load\").")
+    return sentence
 
 
 def _goal_sentence(goal, ave2_label: str) -> str:  # type: ignore[no-untyped-def]

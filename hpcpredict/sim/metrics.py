@@ -118,24 +118,28 @@ def worst_user(user_id: np.ndarray, bsld: np.ndarray) -> tuple[int, float]:
     return int(users[worst]), float(means[worst])
 
 
-def waited_share(submit_s: np.ndarray, start_s: np.ndarray, threshold_s: int) -> float:
-    """The share of a replay's span (first submission to last start) during which some job had
-    been waiting at least `threshold_s`: with the 24 h guard's threshold, the time its wait rule
-    was due (the oldest pending job has waited longest).
+def waited_share(submit_s: np.ndarray, start_s: np.ndarray, threshold_s: int | np.ndarray,
+                 from_s: int | None = None) -> float:
+    """The share of a replay's span (first submission, or `from_s`, to last start) during which
+    some job had been waiting at least its threshold (`threshold_s`: one for all, or one per job):
+    with the 24 h guard's threshold, the time its wait rule was due (the oldest pending job has
+    waited longest); with the xfactor rule's per-job thresholds, that rule's.
 
     Why: under a long queue the guard is due most of the time, and then the predictions have
     little left to do (docs/results.md, "Under a heavier load"); an admin reading a replay of
     their own log should see how often that was. From the schedule alone: the union of the
-    intervals [submit + threshold, start) of the jobs that waited longer."""
+    intervals [submit + threshold, start) of the jobs that waited longer. `from_s` counts the
+    time from then on only (`tune`'s later part), jobs submitted before it included."""
     submit = np.asarray(submit_s, dtype=np.int64)
     start = np.asarray(start_s, dtype=np.int64)
     if len(submit) == 0:
         return 0.0
-    span_s = int(start.max() - submit.min())
-    due_from = submit + threshold_s
+    first_s = int(submit.min()) if from_s is None else int(from_s)
+    span_s = int(start.max()) - first_s
+    due_from = submit + np.asarray(threshold_s, dtype=np.int64)
     waited = start > due_from
     order = np.argsort(due_from[waited], kind="stable")
-    covered_s, reach_s = 0, int(submit.min())  # every interval begins at or after the first submission
+    covered_s, reach_s = 0, first_s  # nothing before the span's first second counts
     for begin, end in zip(due_from[waited][order].tolist(), start[waited][order].tolist()):
         covered_s += max(0, end - max(begin, reach_s))  # the part not covered by earlier ones
         reach_s = max(reach_s, end)

@@ -1,0 +1,35 @@
+"""How much of a replay a starvation guard was due, and what that has meant on the logs measured.
+
+Under a long queue some job has nearly always waited the guard's time, so the guard is due nearly
+all the time, every job is then planned on its request, and the predictions have little left to
+do: on the loaded logs measured (docs/results.md, "Under a heavier load") the learned limits did
+no better than AVE2's under the same guard once it was due 74-84% of the time, and were still ahead
+at 47-61%. `simulate` and `tune` say how often it was, so that an admin can tell that regime from
+their own history.
+"""
+
+from __future__ import annotations
+
+from hpcpredict.corrections.starvation import xfactor_guard_wait_s
+from hpcpredict.job_table import job_column
+from hpcpredict.sim.metrics import waited_share
+from hpcpredict.sim.runner import RunSpec
+from hpcpredict.sim.simulation import SimulationResult
+
+# From this share of the time on, the commands say what a guard due that often did on the loaded
+# logs measured (the module doc).
+MOSTLY_DUE = 0.7
+
+
+def guard_due_share(result: SimulationResult, spec: RunSpec, from_s: int | None = None) -> float | None:
+    """The share of the replay (from `from_s` on, if given) during which the guard's rule was due
+    for some job: the wait rule's time, or the xfactor rule's per-job times (`metrics.waited_share`).
+    None without a guard, or for a rule whose due times depend on more than the job (the
+    "recent" and "promise" rules)."""
+    if spec.starvation_guard_s is None or spec.guard_rule not in ("wait", "xfactor"):
+        return None
+    submit = job_column(result.jobs, "submit_s")
+    threshold_s = (spec.starvation_guard_s if spec.guard_rule == "wait" else
+                   xfactor_guard_wait_s(job_column(result.jobs, "requested_s"), spec.guard_xfactor,
+                                        spec.starvation_guard_s))
+    return waited_share(submit, result.start_s, threshold_s, from_s)
