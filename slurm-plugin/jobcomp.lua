@@ -29,6 +29,11 @@ local STATE_NAMES = {
 }
 
 local number = loaded and common.number or tonumber
+-- The limit SLURM's backfill scheduler gives a job submitted without one, in a partition with no
+-- MaxTime, when it starts it (a year, YEAR_MINUTES); the main scheduler leaves the same job
+-- UNLIMITED. No user asked for it: without the plugin's mark it is no request
+-- (hpcpredict/slurm/requests.py, BACKFILL_NO_LIMIT_S).
+local BACKFILL_NO_LIMIT_MIN = 365 * 24 * 60
 
 local function report_line(job)
 	local state_code = (number(job.job_state) or 0) % 256
@@ -46,6 +51,9 @@ local function report_line(job)
 		lowered_kill = 1
 	end
 	local requested = request_s or limit_s
+	if not request_s and limit_s == BACKFILL_NO_LIMIT_MIN * 60 then
+		requested = 0 -- no time_limit sent: the daemon acknowledges the job and does not record it
+	end
 	-- the processors the plugin predicted for (its mark), else SLURM's count: docs/protocol.md
 	local procs = tonumber(comment:match("hpcpredict:[^ ]*,procs=(%d+)")) or math.max(1, number(job.total_cpus) or 1)
 	local line = string.format(

@@ -68,11 +68,18 @@ class ServeProcess:
         return Store(self.db)
 
 
+def plugged_cluster(*extra_config: str) -> SlurmCluster:
+    """A cluster with both plugin scripts, set to talk to the daemon in its folder (not started)."""
+    conf = f"socket={{dir}}/hpcpredict.sock\ntimeout_ms={TIMEOUT_MS}\nspool={{dir}}/jobcomp.spool\n"
+    slurm = SlurmCluster(job_submit_lua=PLUGIN_DIR / "job_submit.lua", jobcomp_lua=PLUGIN_DIR / "jobcomp.lua",
+                         extra_config=list(extra_config))
+    slurm.extra_files["hpcpredict_slurm.conf"] = conf.format(dir=slurm.dir)
+    return slurm
+
+
 @pytest.fixture(scope="module")
 def cluster() -> Iterator[SlurmCluster]:
-    conf = f"socket={{dir}}/hpcpredict.sock\ntimeout_ms={TIMEOUT_MS}\nspool={{dir}}/jobcomp.spool\n"
-    slurm = SlurmCluster(job_submit_lua=PLUGIN_DIR / "job_submit.lua", jobcomp_lua=PLUGIN_DIR / "jobcomp.lua")
-    slurm.extra_files["hpcpredict_slurm.conf"] = conf.format(dir=slurm.dir)
+    slurm = plugged_cluster()
     slurm.start_or_skip()
     yield slurm
     slurm.cleanup()
@@ -331,7 +338,10 @@ def test_daemon_hung_sbatch_returns_within_the_timeout(cluster: SlurmCluster, da
 def test_jobs_without_a_time_limit_pass_untouched(cluster: SlurmCluster, daemon: ServeProcess) -> None:
     """No --time (the partition has no DefaultTime): the plugin leaves the job alone, the watcher
     says so once and never logs an ERROR at its polls, jobcomp.lua's END (no time_limit) is
-    acknowledged, not refused, and the job is not recorded (watcher.py's module doc)."""
+    acknowledged, not refused, and the job is not recorded (watcher.py's module doc). On a loaded
+    machine SLURM's backfill scheduler may be the one that starts it, with a year's limit: failed
+    here once in CI on 26.05 (the job learned as a one-year request) before that year was read as
+    no request (test_a_job_without_a_limit_started_by_slurms_backfill_is_not_recorded)."""
     job_id = cluster.sbatch(script="sleep 3")
     fields = cluster.job_fields(job_id)
     assert "hpcpredict" not in fields.get("AdminComment", "")
@@ -640,3 +650,49 @@ def test_the_survival_correction_raises_a_limit_to_the_users_runtime_median(clus
         assert minutes(cluster.job_fields(job)["TimeLimit"]) == 3
     finally:
         survival.stop()
+
+
+# ---------------------------------------------------------------------------- SLURM's backfill year
+@pytest.fixture(scope="module")
+def backfilling_cluster() -> Iterator[SlurmCluster]:
+    """Jobs started by SLURM's backfill scheduler, not its main one: the main scheduler waits for
+    its ten-minute pass (``defer``: not at submission), the backfill looks every second."""
+    slurm = plugged_cluster("SchedulerParameters=defer,bf_interval=1,sched_interval=600")
+    slurm.start_or_skip()
+    yield slurm
+    slurm.cleanup()
+
+
+def test_a_job_without_a_limit_started_by_slurms_backfill_is_not_recorded(backfilling_cluster: SlurmCluster) -> None:
+    """SLURM's backfill scheduler gives a job submitted without --time (MaxTime=INFINITE) a year's
+    limit when it starts it, where the main scheduler leaves it UNLIMITED (backfill.c; seen in
+    CI on 26.05, where a job so started was learned as a one-year request and the watcher never
+    said a word of it). The year is no request: the watcher says the job has none, jobcomp.lua's
+    END carries no time_limit, and nothing is recorded."""
+    cluster = backfilling_cluster
+    daemon = ServeProcess(cluster)
+    daemon.start()
+    try:
+        started_by_backfill = []
+        for _ in range(3):  # the main scheduler may still take one (a job's end can wake it)
+            job_id = cluster.sbatch(script="sleep 2")
+            wait_for(lambda j=job_id: cluster.job_fields(j)["JobState"] == "COMPLETED", 60, "the job's end", cluster)
+            if cluster.job_fields(job_id)["TimeLimit"] == "365-00:00:00":
+                started_by_backfill.append(job_id)
+                break
+        assert started_by_backfill, "SLURM's backfill started none of the jobs: the case was not exercised"
+        (job_id,) = started_by_backfill
+
+        def said() -> bool:
+            log = (cluster.dir / "serve.log").read_text(errors="replace")
+            return f"job {job_id} has no time limit: not recorded" in log
+
+        try:
+            wait_for(said, 60, f"the watcher's word on job {job_id}")
+        except AssertionError as error:
+            raise AssertionError(f"{error}\n{watcher_evidence(cluster, daemon, job_id)}") from None
+        time.sleep(3)  # jobcomp.lua's END has long been answered; one more look of the watcher
+        assert stored_job(daemon, job_id) is None
+        assert f"job {job_id}: daemon refused" not in (cluster.dir / "slurmctld.log").read_text(errors="replace")
+    finally:
+        daemon.stop()

@@ -32,7 +32,7 @@ from sqlalchemy import select
 from hpcpredict.daemon.config import DaemonConfig
 from hpcpredict.jobs import JobRequest
 from hpcpredict.slurm.adapter import SlurmJob
-from hpcpredict.slurm.requests import job_request
+from hpcpredict.slurm.requests import BACKFILL_NO_LIMIT_S, job_request
 from hpcpredict.slurm.tag import parse_tag
 
 PLUGIN_DIR = Path(__file__).resolve().parent.parent / "slurm-plugin"
@@ -430,11 +430,12 @@ def test_a_finished_job_is_learned_by_the_daemon(plugin_dir: Path, daemon: Runni
         assert row.killed_at_lowered_limit is False
 
 
-@pytest.mark.parametrize("limit", [NO_VAL, INFINITE])
+@pytest.mark.parametrize("limit", [NO_VAL, INFINITE, BACKFILL_NO_LIMIT_S // 60])
 def test_a_job_without_a_time_limit_is_acknowledged_and_not_recorded(
     plugin_dir: Path, daemon: Running, limit: int
 ) -> None:
-    """No --time (SLURM holds no limit: INFINITE, or NO_VAL): jobcomp.lua sends no time_limit, and
+    """No --time (SLURM holds no limit: INFINITE, or NO_VAL, or the year its backfill scheduler
+    gives such a job when it starts it): jobcomp.lua sends no time_limit, and
     the daemon acknowledges the END without recording the job (docs/protocol.md), so the report
     is neither spooled nor logged as refused, and nothing is learned."""
     result = run_lua(plugin_dir, "jobcomp.lua", "comp", **finished(job_id=70, time_limit=limit, admin_comment="none"))
@@ -446,6 +447,16 @@ def test_a_job_without_a_time_limit_is_acknowledged_and_not_recorded(
         client.request("SUBMIT", job=72, uid=1000, procs=2, time_limit=600, submit=900)
         assert client.request("END", job=72, uid=1000, procs=2, run=90, end=990)["applied"] == "1"
     assert daemon.service.job_status(72) == "ended"
+
+
+def test_a_year_asked_for_is_a_request_when_the_plugin_marked_it(plugin_dir: Path) -> None:
+    """The backfill's year is no request only without the plugin's mark: a user who asked for a
+    year (--time=365-0) was marked with it, and jobcomp.lua reports it."""
+    settings(plugin_dir, socket=plugin_dir / "none.sock", spool=plugin_dir / "jobcomp.spool")
+    mark = f"hpcpredict:request_s={BACKFILL_NO_LIMIT_S},prediction_s=540,mode=lower,procs=4"
+    run_lua(plugin_dir, "jobcomp.lua", "comp", **finished(job_id=73, time_limit=BACKFILL_NO_LIMIT_S // 60,
+                                                          admin_comment=mark))
+    assert f" time_limit={BACKFILL_NO_LIMIT_S}" in (plugin_dir / "jobcomp.spool").read_text()
 
 
 def test_a_timeout_below_the_request_is_a_lowered_kill(plugin_dir: Path, daemon: Running) -> None:

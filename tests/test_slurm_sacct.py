@@ -69,6 +69,10 @@ def test_the_plugins_mark_gives_the_original_request() -> None:
         ({"State": "CANCELLED by 0", "NodeList": "None assigned", "AllocCPUS": "0"}, "CANCELLED", False, 300),
         ({"State": "TIMEOUT", "TimelimitRaw": "UNLIMITED"}, "TIMEOUT", True, None),
         ({"State": "FAILED", "TimelimitRaw": "Partition_Limit"}, "FAILED", True, None),
+        # the year SLURM's backfill gives a job without a limit when it starts it: no request
+        ({"State": "COMPLETED", "TimelimitRaw": "525600"}, "COMPLETED", True, None),
+        ({"State": "COMPLETED", "TimelimitRaw": "525600",
+          "AdminComment": "hpcpredict:request_s=31536000,prediction_s=600,mode=lower"}, "COMPLETED", True, 31_536_000),
     ],
 )
 def test_states_limits_and_jobs_that_never_ran(

@@ -28,6 +28,7 @@ from hpcpredict.slurm.guard import (
     WAITING_FOR_MACHINE, GuardStatus, guard_limit_s, guard_status, guard_threshold_s, plugin_limit_s,
     slack_limit_s,
 )
+from hpcpredict.slurm.requests import BACKFILL_NO_LIMIT_S
 from hpcpredict.slurm.tag import PredictionTag
 from hpcpredict.slurm.watcher import SlurmWatcher
 
@@ -211,6 +212,27 @@ def test_a_job_without_a_time_limit_is_said_once_and_never_an_error(
     assert report.errors == 0 and report.unlimited == 1
     assert [r.levelname for r in caplog.records if "job 5" in r.getMessage()] == ["INFO"]
     assert service.job_status(5) is None and service.job_status(6) == "submitted"
+
+
+def test_the_year_slurms_backfill_gives_a_job_without_a_limit_is_no_request(
+    service: PredictionService, caplog: pytest.LogCaptureFixture
+) -> None:
+    """SLURM's backfill scheduler starts a job submitted without --time (partition MaxTime=INFINITE)
+    with a year's limit, where its main scheduler leaves it UNLIMITED (seen on a real 26.05, where
+    such a job was learned as a one-year request). First seen so, it is left out as a job without
+    a limit; a job the plugin marked with a year asked for is reported as usual."""
+    slurm, clock = ScriptedSlurm(), Clock(1_000)
+    watcher = watcher_for(service, slurm, clock)
+    slurm.jobs_by_id[7] = Job(7, state="RUNNING", start_s=990, time_limit_s=BACKFILL_NO_LIMIT_S, admin_comment="")
+    slurm.jobs_by_id[8] = Job(8, time_limit_s=BACKFILL_NO_LIMIT_S,
+                              admin_comment=f"hpcpredict:request_s={BACKFILL_NO_LIMIT_S},prediction_s=600,mode=record")
+    with caplog.at_level("INFO", logger="hpcpredict.slurm.watcher"):
+        watcher.poll()
+        slurm.jobs_by_id[7] = replace(slurm.jobs_by_id[7], state="COMPLETED", end_s=1_100)
+        report = watcher.poll()
+    assert report.errors == 0 and report.unlimited == 1
+    assert any("job 7 has no time limit" in r.getMessage() for r in caplog.records)
+    assert service.job_status(7) is None and service.job_status(8) == "submitted"
 
 
 def test_slurm_unreachable_is_counted_not_fatal(service: PredictionService) -> None:

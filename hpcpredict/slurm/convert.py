@@ -29,6 +29,7 @@ from datetime import datetime
 from pathlib import Path
 
 from hpcpredict.slurm.adapter import Runner, SlurmError, run_command
+from hpcpredict.slurm.requests import request_s
 from hpcpredict.slurm.tag import parse_tag
 from hpcpredict.swf import MISSING, SwfRecord
 
@@ -88,7 +89,7 @@ def _filetxt_job(line: str) -> HistoryJob:
         submit_s=_local_time(fields["SubmitTime"]) or start or end or 0,
         start_s=None if never_ran else start,
         end_s=end or 0,
-        requested_s=None if limit in ("UNLIMITED", "Partition_Limit") else 60 * int(limit),
+        requested_s=None if limit in ("UNLIMITED", "Partition_Limit") else request_s(None, 60 * int(limit)),
     )
 
 
@@ -172,8 +173,8 @@ def _sacct_job(line: str) -> HistoryJob:
         requested_s: int | None = tag.request_s  # lowered by hpcpredict: the user's request
     elif limit in ("UNLIMITED", "Partition_Limit", "INVALID", ""):
         requested_s = None
-    else:
-        requested_s = 60 * int(limit)
+    else:  # SLURM's limit; its backfill's year for a job without one is no request
+        requested_s = request_s(None, 60 * int(limit))
     return HistoryJob(
         job_id=int(fields["JobIDRaw"]),
         uid=int(fields["UID"]),
