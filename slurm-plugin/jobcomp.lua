@@ -32,7 +32,7 @@ local number = loaded and common.number or tonumber
 -- The limit SLURM's backfill scheduler gives a job submitted without one, in a partition with no
 -- MaxTime, when it starts it (a year, YEAR_MINUTES); the main scheduler leaves the same job
 -- UNLIMITED. No user asked for it: without the plugin's mark it is no request
--- (hpcpredict/slurm/requests.py, BACKFILL_NO_LIMIT_S).
+-- (hpcpredict/slurm/tag.py, BACKFILL_NO_LIMIT_S).
 local BACKFILL_NO_LIMIT_MIN = 365 * 24 * 60
 
 local function report_line(job)

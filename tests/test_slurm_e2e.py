@@ -68,11 +68,12 @@ class ServeProcess:
         return Store(self.db)
 
 
-def plugged_cluster(*extra_config: str) -> SlurmCluster:
-    """A cluster with both plugin scripts, set to talk to the daemon in its folder (not started)."""
+def plugged_cluster(**options: object) -> SlurmCluster:
+    """A cluster with both plugin scripts, set to talk to the daemon in its folder (not started);
+    `options` go to SlurmCluster."""
     conf = f"socket={{dir}}/hpcpredict.sock\ntimeout_ms={TIMEOUT_MS}\nspool={{dir}}/jobcomp.spool\n"
     slurm = SlurmCluster(job_submit_lua=PLUGIN_DIR / "job_submit.lua", jobcomp_lua=PLUGIN_DIR / "jobcomp.lua",
-                         extra_config=list(extra_config))
+                         **options)  # type: ignore[arg-type]
     slurm.extra_files["hpcpredict_slurm.conf"] = conf.format(dir=slurm.dir)
     return slurm
 
@@ -654,34 +655,34 @@ def test_the_survival_correction_raises_a_limit_to_the_users_runtime_median(clus
 
 # ---------------------------------------------------------------------------- SLURM's backfill year
 @pytest.fixture(scope="module")
-def backfilling_cluster() -> Iterator[SlurmCluster]:
-    """Jobs started by SLURM's backfill scheduler, not its main one: the main scheduler waits for
-    its ten-minute pass (``defer``: not at submission), the backfill looks every second."""
-    slurm = plugged_cluster("SchedulerParameters=defer,bf_interval=1,sched_interval=600")
+def two_node_cluster() -> Iterator[SlurmCluster]:
+    slurm = plugged_cluster(nodes=2, node_cpus=2, extra_config=["SchedulerParameters=bf_interval=1"])
     slurm.start_or_skip()
     yield slurm
     slurm.cleanup()
 
 
-def test_a_job_without_a_limit_started_by_slurms_backfill_is_not_recorded(backfilling_cluster: SlurmCluster) -> None:
+def test_a_job_without_a_limit_started_by_slurms_backfill_is_not_recorded(two_node_cluster: SlurmCluster) -> None:
     """SLURM's backfill scheduler gives a job submitted without --time (MaxTime=INFINITE) a year's
     limit when it starts it, where the main scheduler leaves it UNLIMITED (backfill.c; seen in
     CI on 26.05, where a job so started was learned as a one-year request and the watcher never
     said a word of it). The year is no request: the watcher says the job has none, jobcomp.lua's
-    END carries no time_limit, and nothing is recorded."""
-    cluster = backfilling_cluster
+    END carries no time_limit, and nothing is recorded.
+
+    Only the backfill scheduler can start the job: node1 is busy, a job waiting for the whole of
+    node1 stops the main scheduler's pass at it, and the job without a limit asks for node2."""
+    cluster = two_node_cluster
     daemon = ServeProcess(cluster)
     daemon.start()
+    busy = blocked = None
     try:
-        started_by_backfill = []
-        for _ in range(3):  # the main scheduler may still take one (a job's end can wake it)
-            job_id = cluster.sbatch(script="sleep 2")
-            wait_for(lambda j=job_id: cluster.job_fields(j)["JobState"] == "COMPLETED", 60, "the job's end", cluster)
-            if cluster.job_fields(job_id)["TimeLimit"] == "365-00:00:00":
-                started_by_backfill.append(job_id)
-                break
-        assert started_by_backfill, "SLURM's backfill started none of the jobs: the case was not exercised"
-        (job_id,) = started_by_backfill
+        busy = cluster.sbatch("--time=10", "-w", "node1", "-n", "1", script="sleep 300")
+        wait_for(lambda: cluster.job_fields(busy)["JobState"] == "RUNNING", 60, "node1 busy", cluster)
+        blocked = cluster.sbatch("--time=10", "-w", "node1", "-n", "2", script="sleep 1")
+        job_id = cluster.sbatch("-w", "node2", "-n", "1", script="sleep 2")
+        wait_for(lambda: cluster.job_fields(job_id)["JobState"] == "COMPLETED", 60, "the job's end", cluster)
+        assert cluster.job_fields(job_id)["TimeLimit"] == "365-00:00:00", (
+            "not started by SLURM's backfill: the case was not exercised", cluster.job_fields(job_id))
 
         def said() -> bool:
             log = (cluster.dir / "serve.log").read_text(errors="replace")
@@ -695,4 +696,7 @@ def test_a_job_without_a_limit_started_by_slurms_backfill_is_not_recorded(backfi
         assert stored_job(daemon, job_id) is None
         assert f"job {job_id}: daemon refused" not in (cluster.dir / "slurmctld.log").read_text(errors="replace")
     finally:
+        for job in (blocked, busy):
+            if job is not None:
+                cluster.run(["scancel", str(job)], check=False)
         daemon.stop()

@@ -32,7 +32,8 @@ from sqlalchemy import select
 from hpcpredict.daemon.config import DaemonConfig
 from hpcpredict.jobs import JobRequest
 from hpcpredict.slurm.adapter import SlurmJob
-from hpcpredict.slurm.requests import BACKFILL_NO_LIMIT_S, job_request
+from hpcpredict.slurm.requests import job_request
+from hpcpredict.slurm.tag import BACKFILL_NO_LIMIT_S
 from hpcpredict.slurm.tag import parse_tag
 
 PLUGIN_DIR = Path(__file__).resolve().parent.parent / "slurm-plugin"

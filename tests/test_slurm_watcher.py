@@ -28,8 +28,7 @@ from hpcpredict.slurm.guard import (
     WAITING_FOR_MACHINE, GuardStatus, guard_limit_s, guard_status, guard_threshold_s, plugin_limit_s,
     slack_limit_s,
 )
-from hpcpredict.slurm.requests import BACKFILL_NO_LIMIT_S
-from hpcpredict.slurm.tag import PredictionTag
+from hpcpredict.slurm.tag import BACKFILL_NO_LIMIT_S, PredictionTag
 from hpcpredict.slurm.watcher import SlurmWatcher
 
 

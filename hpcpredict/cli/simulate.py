@@ -33,7 +33,6 @@ from hpcpredict.cli.options import (
 )
 from hpcpredict.corrections.starvation import default_starvation_guard_s, parse_starvation_guard
 from hpcpredict.learn.losses import parse_loss
-from hpcpredict.sim.guard_due import MOSTLY_DUE, guard_due_share
 from hpcpredict.sim.load_scaling import MAX_LOAD_FACTOR, scaled_load
 from hpcpredict.sim.replica_stats import describe_change, tail_warning
 from hpcpredict.sim.runner import COMPARED_METRICS, PREDICTORS, RunSpec, run, run_replicated
@@ -221,6 +220,8 @@ def simulate(
     if csv_path is not None:
         write_jobs_csv(csv_path, main_result, workload_name=workload.name)
     comparison = runs.compare(0, 1) if len(specs) > 1 else {}
+    from hpcpredict.sim.guard_due import MOSTLY_DUE, guard_due_share
+
     due_share = guard_due_share(main_result, spec)  # simulate's guard: the wait rule
     if output_format == "json":
         payload = {

@@ -29,8 +29,7 @@ from datetime import datetime
 from pathlib import Path
 
 from hpcpredict.slurm.adapter import Runner, SlurmError, run_command
-from hpcpredict.slurm.requests import request_s
-from hpcpredict.slurm.tag import parse_tag
+from hpcpredict.slurm.tag import parse_tag, request_s
 from hpcpredict.swf import MISSING, SwfRecord
 
 _STATUS = {"COMPLETED": 1, "CANCELLED": 5}  # everything else that ended: 0 (failed)

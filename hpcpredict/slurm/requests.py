@@ -20,29 +20,11 @@ from __future__ import annotations
 from hpcpredict.job_events import Ended, Started, Submitted
 from hpcpredict.jobs import JobRequest, label_id
 from hpcpredict.slurm.adapter import SlurmJob
-from hpcpredict.slurm.tag import PredictionTag
+from hpcpredict.slurm.tag import PredictionTag, request_s
 
 
 class NoTimeLimitError(ValueError):
     """A job with no time limit: hpcpredict predicts fractions of a request, and there is none."""
-
-
-# The limit SLURM's backfill scheduler gives a job submitted without one, in a partition with no
-# MaxTime, when it is the backfill scheduler that starts it: a year (YEAR_MINUTES; backfill.c sets
-# ``job_ptr->time_limit = comp_time_limit`` when the job's limit was NO_VAL), where the main
-# scheduler leaves the same job UNLIMITED. Seen on 22.05 and 26.05 (tests/test_slurm_e2e.py). No
-# user asked for it: a job showing it and no mark of the plugin has no request.
-BACKFILL_NO_LIMIT_S = 365 * 24 * 3600
-
-
-def request_s(tag: PredictionTag | None, time_limit_s: int | None) -> int | None:
-    """What the user asked for: the request the plugin recorded in its mark (the limit SLURM
-    shows may be the lowered one), else the limit SLURM holds; None when there is neither, or
-    when SLURM's limit is the year its backfill scheduler gives a job with none
-    (`BACKFILL_NO_LIMIT_S`)."""
-    if tag is not None:
-        return tag.request_s
-    return None if time_limit_s == BACKFILL_NO_LIMIT_S else time_limit_s
 
 
 def has_request(job: SlurmJob, tag: PredictionTag | None) -> bool:

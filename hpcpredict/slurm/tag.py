@@ -49,3 +49,21 @@ def parse_tag(admin_comment: str | None) -> PredictionTag | None:
     procs = match.group(4)
     return PredictionTag(int(match.group(1)), int(match.group(2)), match.group(3),
                          None if procs is None else int(procs), match.group(5))
+
+
+# The limit SLURM's backfill scheduler gives a job submitted without one, in a partition with no
+# MaxTime, when it is the backfill scheduler that starts it: a year (YEAR_MINUTES; backfill.c sets
+# ``job_ptr->time_limit = comp_time_limit`` when the job's limit was NO_VAL), where the main
+# scheduler leaves the same job UNLIMITED. Seen on 22.05 and 26.05 (tests/test_slurm_e2e.py). No
+# user asked for it: a job showing it and no mark of the plugin has no request.
+BACKFILL_NO_LIMIT_S = 365 * 24 * 3600
+
+
+def request_s(tag: PredictionTag | None, time_limit_s: int | None) -> int | None:
+    """What the user asked for: the request the plugin recorded in its mark (the limit SLURM
+    shows may be the lowered one), else the limit SLURM holds; None when there is neither, or
+    when SLURM's limit is the year its backfill scheduler gives a job with none
+    (`BACKFILL_NO_LIMIT_S`)."""
+    if tag is not None:
+        return tag.request_s
+    return None if time_limit_s == BACKFILL_NO_LIMIT_S else time_limit_s
