@@ -48,7 +48,7 @@ SHARED_MOUNT = "/shared"  # ../shared (the real logs), read-only: tests look for
 VENV = "/opt/hpcpredict-venv"
 PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
 # What the real-SLURM tests need inside (tests/slurm_cluster.py's packages, slurmdbd and MariaDB
-# for slurm-convert --sacct, Python with venv, pgrep for munge, passwd for the replays' users).
+# for slurm-convert --sacct, Python with venv, procps, passwd for the replays' users).
 SYSTEM_PACKAGES = (
     "slurmctld", "slurmd", "slurm-client", "munge", "lua5.1", "lua-socket", "slurmdbd",
     "mariadb-server", "python3", "python3-venv", "procps", "passwd", "ca-certificates",

@@ -290,6 +290,19 @@ def watcher_evidence(cluster: SlurmCluster, daemon: ServeProcess, job_id: int) -
                       "every thread's stack:", stacks[-8000:]])
 
 
+def wait_for_no_limit_word(cluster: SlurmCluster, daemon: ServeProcess, job_id: int) -> None:
+    """Wait (60 s) for the watcher to say `job_id` has no time limit; if it does not, fail with
+    `watcher_evidence`."""
+    def said() -> bool:
+        log = (cluster.dir / "serve.log").read_text(errors="replace")
+        return f"job {job_id} has no time limit: not recorded" in log
+
+    try:
+        wait_for(said, 60, f"the watcher's word on job {job_id}")
+    except AssertionError as error:
+        raise AssertionError(f"{error}\n{watcher_evidence(cluster, daemon, job_id)}") from None
+
+
 def submitted_payload(serve: ServeProcess, job_id: int) -> dict | None:
     store = serve.store()
     try:
@@ -356,11 +369,7 @@ def test_jobs_without_a_time_limit_pass_untouched(cluster: SlurmCluster, daemon:
     # The watcher's first look may come after the end: the daemon was restarted just before (the
     # fail-open tests) and a loaded machine's squeue can take seconds; SLURM shows the job for
     # MinJobAge, so the watcher must still see it. Then two more looks (every 2 s), not one ERROR.
-    try:
-        wait_for(lambda: any("has no time limit: not recorded" in line for line in mentions()), 60,
-                 f"the watcher's word on job {job_id}")
-    except AssertionError as error:
-        raise AssertionError(f"{error}\n{watcher_evidence(cluster, daemon, job_id)}") from None
+    wait_for_no_limit_word(cluster, daemon, job_id)
     time.sleep(5)
     assert not any("ERROR" in line for line in mentions()), mentions()
     assert sum("has no time limit: not recorded" in line for line in mentions()) == 1, mentions()
@@ -683,15 +692,7 @@ def test_a_job_without_a_limit_started_by_slurms_backfill_is_not_recorded(two_no
         wait_for(lambda: cluster.job_fields(job_id)["JobState"] == "COMPLETED", 60, "the job's end", cluster)
         assert cluster.job_fields(job_id)["TimeLimit"] == "365-00:00:00", (
             "not started by SLURM's backfill: the case was not exercised", cluster.job_fields(job_id))
-
-        def said() -> bool:
-            log = (cluster.dir / "serve.log").read_text(errors="replace")
-            return f"job {job_id} has no time limit: not recorded" in log
-
-        try:
-            wait_for(said, 60, f"the watcher's word on job {job_id}")
-        except AssertionError as error:
-            raise AssertionError(f"{error}\n{watcher_evidence(cluster, daemon, job_id)}") from None
+        wait_for_no_limit_word(cluster, daemon, job_id)
         time.sleep(3)  # jobcomp.lua's END has long been answered; one more look of the watcher
         assert stored_job(daemon, job_id) is None
         assert f"job {job_id}: daemon refused" not in (cluster.dir / "slurmctld.log").read_text(errors="replace")
