@@ -159,6 +159,21 @@ def test_simulate_verdict_names_max_wait_beside_avebsld(runner: CliRunner, sampl
     assert "--replicas 10" in verdict  # one replay is flagged as such
 
 
+@pytest.mark.parametrize(("guard", "advice"), [
+    ([], "This is with a 24 h starvation guard on: `hpcpredict tune` chooses"),
+    (["--starvation-guard", "off"], "Turn a starvation guard on (--starvation-guard 24h"),
+])
+def test_a_worse_tail_is_met_with_advice_for_the_bound_the_replay_ran_under(
+    runner: CliRunner, sample_log: Path, guard: list[str], advice: str
+) -> None:
+    """On the sample the learned limits lower AVEbsld and lengthen the p99 wait, guard or not;
+    'keep a guard on' said to a replay that had one would send the admin nowhere."""
+    result = runner.invoke(main, ["simulate", str(sample_log), *guard])
+    assert result.exit_code == 0, result.output
+    assert "the unluckiest jobs wait longer" in result.output
+    assert advice in result.output
+
+
 def test_simulate_replicas_report_means_cis_and_paired_comparison(
     runner: CliRunner, sample_log: Path
 ) -> None:

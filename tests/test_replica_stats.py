@@ -91,9 +91,10 @@ def test_a_better_average_with_a_worse_tail_is_said_plainly() -> None:
                                baseline)
     longer = paired_difference([b * 1.5 for b in baseline], baseline)
     noisy = paired_difference([b + j for b, j in zip(baseline, [9.0, -8.0, 7.0, -6.0, 3.0])], baseline)
-    warning = tail_warning(better, {"max wait": longer, "p99 wait": noisy})
+    warning = tail_warning(better, {"max wait": longer, "p99 wait": noisy}, "Tune it.")
     assert warning is not None and "the unluckiest jobs wait longer" in warning
+    assert warning.endswith("wait far longer. Tune it.")
     assert "max wait +50% (significantly)" in warning and "p99 wait +1% (within the noise)" in warning
     shorter = paired_difference(baseline, [b * 1.5 for b in baseline])
-    assert tail_warning(better, {"max wait": shorter}) is None  # the tail got better too
-    assert tail_warning(longer, {"max wait": longer}) is None  # the average got worse: no such case
+    assert tail_warning(better, {"max wait": shorter}, "") is None  # the tail got better too
+    assert tail_warning(longer, {"max wait": longer}, "") is None  # the average got worse: no such case

@@ -31,7 +31,9 @@ from hpcpredict.cli.options import (
     scheduler_option,
     slurm_settings_options,
 )
-from hpcpredict.corrections.starvation import default_starvation_guard_s, parse_starvation_guard
+from hpcpredict.corrections.starvation import (
+    DEFAULT_STARVATION_GUARD_S, default_starvation_guard_s, parse_starvation_guard,
+)
 from hpcpredict.learn.losses import parse_loss
 from hpcpredict.sim.load_scaling import MAX_LOAD_FACTOR, scaled_load
 from hpcpredict.sim.replica_stats import describe_change, tail_warning
@@ -276,7 +278,8 @@ def simulate(
         for metric, difference in comparison.items():
             click.echo(f"  {describe_change(COMPARED_METRICS[metric], difference)}")
         warning = tail_warning(comparison["ave_bsld"], {
-            COMPARED_METRICS[metric]: comparison[metric] for metric in ("p99_wait_s", "max_wait_s")})
+            COMPARED_METRICS[metric]: comparison[metric] for metric in ("p99_wait_s", "max_wait_s")},
+            tail_advice(spec.starvation_guard_s))
         if warning:
             click.echo(f"\n{warning}")
         if replicas == 1:
@@ -284,6 +287,18 @@ def simulate(
     for path in (output, csv_path):
         if path is not None:
             click.echo(f"wrote {path}" + (" (replica 0: the log as it is)" if replicas > 1 else ""))
+
+
+def tail_advice(guard_s: int | None) -> str:
+    """What to do when the average improves and the tail worsens: turn a guard on, or, when one
+    was on, tune it on the site's own history."""
+    if guard_s is None:
+        return (f"Turn a starvation guard on (--starvation-guard "
+                f"{DEFAULT_STARVATION_GUARD_S // 3600}h, hpcpredict's default for the learned "
+                "predictor), or choose one with `hpcpredict tune` (docs/tune.md).")
+    return (f"This is with a {guard_s / 3600:g} h starvation guard on: `hpcpredict tune` chooses the "
+            "bound and correction on your own history and checks the choice on a later part of it "
+            "(docs/tune.md).")
 
 
 def guard_option_s(starvation_guard: str | None, scheduler: str, predictor: str) -> int | None:

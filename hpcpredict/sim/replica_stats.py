@@ -149,11 +149,12 @@ def describe_change(name: str, difference: PairedDifference) -> str:
 
 
 def tail_warning(
-    average: PairedDifference, tails: dict[str, PairedDifference]
+    average: PairedDifference, tails: dict[str, PairedDifference], advice: str
 ) -> str | None:
     """The sentence an administrator needs when the average gets better and the tail worse:
-    `average` is AVEbsld's difference, `tails` the waits' (name -> difference). None when the
-    average is not better, or no tail is worse on average over the replicas."""
+    `average` is AVEbsld's difference, `tails` the waits' (name -> difference), `advice` what to
+    do about it, which depends on the bound the replay ran under (the caller knows it). None when
+    the average is not better, or no tail is worse on average over the replicas."""
     if not average.mean < 0:
         return None
     worse = {name: tail for name, tail in tails.items() if tail.mean > 0}
@@ -168,8 +169,7 @@ def tail_warning(
     return (
         f"In plain words: the average job waits less (AVEbsld {average.relative:+.1%}{firm}), but "
         f"the unluckiest jobs wait longer ({', '.join(parts)}): a gain on average paid by a few "
-        "jobs that wait far longer. Keep a starvation guard on, or choose one with "
-        "`hpcpredict tune` (docs/tune.md)."
+        f"jobs that wait far longer. {advice}"
     )
 
 
