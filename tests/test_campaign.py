@@ -594,6 +594,45 @@ def _exited(pid: int) -> bool:
         return True
 
 
+def test_a_worker_of_a_campaign_started_with_sigint_ignored_ignores_it_too() -> None:
+    """Started in the background of a non-interactive shell, the campaign's process ignores
+    SIGINT; `quiet_on_interrupt` must not make its workers the only processes a stray SIGINT to
+    the group ends (the parent would carry on with a broken pool)."""
+    from concurrent.futures import ProcessPoolExecutor
+
+    from hpcpredict.sim.campaign import quiet_on_interrupt
+
+    before = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        pool = ProcessPoolExecutor(max_workers=1, initializer=quiet_on_interrupt)
+        try:
+            worker = pool.submit(_pid).result(timeout=60)
+            time.sleep(0.3)
+            os.kill(worker, signal.SIGINT)
+            time.sleep(1.0)
+            assert not _exited(worker), "the worker exited on a SIGINT its campaign ignores"
+            assert pool.submit(_pid).result(timeout=60) == worker  # and still works
+        finally:
+            pool.shutdown(wait=True, cancel_futures=True)
+    finally:
+        signal.signal(signal.SIGINT, before)
+
+
+def _python_default_sigint() -> None:
+    """What Python installs at start when SIGINT is not ignored: a run started in the background
+    by a non-interactive shell inherits SIGINT ignored, and the control below would then never
+    exit (seen in a backgrounded `.ci/run`)."""
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
+def _quiet_in_the_foreground() -> None:
+    """`quiet_on_interrupt` in a worker of a campaign run from a terminal (SIGINT not ignored)."""
+    from hpcpredict.sim.campaign import quiet_on_interrupt
+
+    _python_default_sigint()
+    quiet_on_interrupt()
+
+
 @pytest.mark.parametrize("quiet", [True, False])
 def test_a_local_worker_interrupted_while_idle_exits_without_a_traceback(
     quiet: bool, capfd: pytest.CaptureFixture[str]
@@ -604,9 +643,8 @@ def test_a_local_worker_interrupted_while_idle_exits_without_a_traceback(
     traceback shows."""
     from concurrent.futures import ProcessPoolExecutor
 
-    from hpcpredict.sim.campaign import quiet_on_interrupt
-
-    pool = ProcessPoolExecutor(max_workers=1, initializer=quiet_on_interrupt if quiet else None)
+    pool = ProcessPoolExecutor(max_workers=1,
+                               initializer=_quiet_in_the_foreground if quiet else _python_default_sigint)
     try:
         worker = pool.submit(_pid).result(timeout=60)
         time.sleep(0.3)  # back in call_queue.get, waiting for the next cell

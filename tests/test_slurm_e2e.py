@@ -598,6 +598,9 @@ def test_the_starvation_guards_slack_stage_sets_requests_less_the_slack_live(
         assert tag is not None and tag.mode == "lower" and tag.prediction_s < 20 * 60, tag
         wait_for(lambda: minutes(cluster.job_fields(newcomer)["TimeLimit"]) == 20, 30,
                  "the watcher to give the newcomer its slack estimate", cluster, poll_s=1)
+        # The limit is SLURM's as soon as scontrol returns; the daemon's record of the change is
+        # written after it, by the store's writer (failed once in CI on 24.11 under load).
+        wait_for(lambda: corrections(daemon, newcomer) != [], 30, "the daemon to record the change", cluster)
         assert corrections(daemon, newcomer) == [(1800, 1200)]
         assert cluster.job_fields(starving)["TimeLimit"] == starving_limit
         log = (cluster.dir / "serve.log").read_text(errors="replace")

@@ -444,7 +444,12 @@ def quiet_on_interrupt() -> None:
     """A local worker's Ctrl-C (the terminal signals the whole process group): exit, not a
     KeyboardInterrupt whose traceback multiprocessing prints when the signal finds the worker
     waiting for its next cell. The campaign's own process says what was stored and how to resume
-    (cli/campaign.py); a run in flight is lost either way and computed again on resume."""
+    (cli/campaign.py); a run in flight is lost either way and computed again on resume. A
+    campaign started with SIGINT ignored (in the background of a non-interactive shell) keeps it
+    ignored in its workers too, as in its own process: a stray SIGINT to the group must not take
+    the workers away from a parent that carries on."""
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        return
 
     def exit_quietly(signum: int, frame: object) -> None:
         raise SystemExit(128 + signum)
