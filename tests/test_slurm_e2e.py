@@ -116,6 +116,17 @@ def corrections(serve: ServeProcess, job_id: int) -> list[tuple[int, int]]:
         store.close()
 
 
+def wait_for_recorded_limit(cluster: SlurmCluster, serve: ServeProcess, job_id: int, limit_s: int) -> None:
+    """Wait (30 s) until the daemon's last recorded limit change of `job_id` is to `limit_s`. The
+    watcher records a change after scontrol returns, so SLURM shows a limit before the store does
+    (a test reading the store at once failed on 24.11 under load)."""
+    def recorded() -> bool:
+        changes = corrections(serve, job_id)
+        return bool(changes) and changes[-1][1] == limit_s
+
+    wait_for(recorded, 30, f"the daemon to record job {job_id}'s limit of {limit_s} s", cluster)
+
+
 def minutes(limit: str) -> int:
     """SLURM's "[D-]HH:MM:SS" -> whole minutes."""
     days, _, clock = limit.rpartition("-")
@@ -487,7 +498,7 @@ def test_the_starvation_guard_gives_running_jobs_their_requests_and_holds_loweri
     wait_for(lambda: minutes(cluster.job_fields(blocker)["TimeLimit"]) == 60, 120,
              "the guard to give the blocker its request", cluster, poll_s=2)
     assert cluster.job_fields(starving)["JobState"] == "PENDING"
-    assert corrections(daemon, blocker)[-1][1] == 3600
+    wait_for_recorded_limit(cluster, daemon, blocker, 3600)
     with DaemonClient(daemon.socket) as client:
         assert client.request("PING")["lower"] == "0"
         # The model has learned only the dozen jobs the earlier tests ran, and its prediction for a
@@ -550,11 +561,16 @@ def test_the_starvation_guard_xfactor_rule_guards_a_short_request_long_before_th
         wait_for(lambda: minutes(cluster.job_fields(blocker)["TimeLimit"]) == 60, 150,
                  "the xfactor rule to give the blocker its request", cluster, poll_s=2)
         assert cluster.job_fields(starving)["JobState"] == "PENDING"
-        assert corrections(daemon, blocker)[-1][1] == 3600
-        log = (cluster.dir / "serve.log").read_text(errors="replace")
+        wait_for_recorded_limit(cluster, daemon, blocker, 3600)
+
+        def guard_gave_the_hour() -> bool:  # logged just after the record
+            log = (cluster.dir / "serve.log").read_text(errors="replace")
+            return any(f"job {blocker} (running): time limit " in line
+                       and line.endswith("-> 3600 s (starvation guard on)") for line in log.splitlines())
+
         # the guard, not the corrector, gave the hour back, and by the xfactor rule's threshold
-        assert any(f"job {blocker} (running): time limit " in line and line.endswith("-> 3600 s (starvation guard on)")
-                   for line in log.splitlines()), log[-3000:]
+        wait_for(guard_gave_the_hour, 10, "the guard's log line on the blocker", cluster)
+        log = (cluster.dir / "serve.log").read_text(errors="replace")
         assert f"starvation guard on: job {starving} has waited" in log
         assert "s (>= 60 s: an expansion factor of 2 by its request, or 24.0 h, whichever first)" in log
         assert lowering(daemon) == "0"
@@ -598,9 +614,7 @@ def test_the_starvation_guards_slack_stage_sets_requests_less_the_slack_live(
         assert tag is not None and tag.mode == "lower" and tag.prediction_s < 20 * 60, tag
         wait_for(lambda: minutes(cluster.job_fields(newcomer)["TimeLimit"]) == 20, 30,
                  "the watcher to give the newcomer its slack estimate", cluster, poll_s=1)
-        # The limit is SLURM's as soon as scontrol returns; the daemon's record of the change is
-        # written after it, by the store's writer (failed once in CI on 24.11 under load).
-        wait_for(lambda: corrections(daemon, newcomer) != [], 30, "the daemon to record the change", cluster)
+        wait_for_recorded_limit(cluster, daemon, newcomer, 1200)
         assert corrections(daemon, newcomer) == [(1800, 1200)]
         assert cluster.job_fields(starving)["TimeLimit"] == starving_limit
         log = (cluster.dir / "serve.log").read_text(errors="replace")
