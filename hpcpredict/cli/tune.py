@@ -107,6 +107,7 @@ def tune(
     """
     from hpcpredict.sim import tune as tuning
     from hpcpredict.sim.campaign_store import StoreError, open_store
+    from hpcpredict.sim.guard_due import replayed_due_share
 
     try:
         base = RunSpec(scheduler, "learned", "incremental", slurm_params=slurm_params,
@@ -154,7 +155,7 @@ def tune(
              for setting in checked}
     goal = tuning.Goal.of(later[chosen.label], later["plain"], later[unbounded.label],
                           later[ave2.label])
-    due_share = _later_due_share(workload, chosen.spec, split_at_s)
+    due_share = replayed_due_share(workload, chosen.spec, split_at_s)
     fragment = tuning.daemon_fragment(chosen.spec, log.name, choice)
     if fragment_path is not None:
         fragment_path.write_text(fragment)
@@ -213,17 +214,6 @@ def tune(
         click.echo(shift)
     click.echo(f"\ndaemon.toml{f' (written to {fragment_path})' if fragment_path else ''}:\n")
     click.echo(fragment, nl=False)
-
-
-def _later_due_share(workload, spec, split_at_s: int) -> float | None:  # type: ignore[no-untyped-def]
-    """How much of the later period the chosen guard was due, on the history as it is (one more
-    replay: the stored runs keep metrics, not schedules)."""
-    from hpcpredict.sim.guard_due import guard_due_share
-    from hpcpredict.sim.runner import run
-
-    if spec.starvation_guard_s is None:
-        return None
-    return guard_due_share(run(workload, spec), spec, from_s=split_at_s)
 
 
 def _due_sentence(share: float, spec) -> str:  # type: ignore[no-untyped-def]

@@ -13,8 +13,9 @@ from __future__ import annotations
 from hpcpredict.corrections.starvation import xfactor_guard_wait_s
 from hpcpredict.job_table import job_column
 from hpcpredict.sim.metrics import waited_share
-from hpcpredict.sim.runner import RunSpec
+from hpcpredict.sim.runner import RunSpec, run
 from hpcpredict.sim.simulation import SimulationResult
+from hpcpredict.workload import Workload
 
 # From this share of the time on, the commands say what a guard due that often did on the loaded
 # logs measured (the module doc).
@@ -33,3 +34,12 @@ def guard_due_share(result: SimulationResult, spec: RunSpec, from_s: int | None 
                    xfactor_guard_wait_s(job_column(result.jobs, "requested_s"), spec.guard_xfactor,
                                         spec.starvation_guard_s))
     return waited_share(submit, result.start_s, threshold_s, from_s)
+
+
+def replayed_due_share(workload: Workload, spec: RunSpec, from_s: int | None = None) -> float | None:
+    """`guard_due_share` of one replay of `workload` as it is under `spec`: what `tune` reports for
+    its chosen setting over the later period (the campaign store keeps metrics, not schedules, so
+    this is one more replay). None without a guard."""
+    if spec.starvation_guard_s is None:
+        return None
+    return guard_due_share(run(workload, spec), spec, from_s)
