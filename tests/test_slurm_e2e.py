@@ -563,14 +563,14 @@ def test_the_starvation_guard_xfactor_rule_guards_a_short_request_long_before_th
         assert cluster.job_fields(starving)["JobState"] == "PENDING"
         wait_for_recorded_limit(cluster, daemon, blocker, 3600)
 
-        def guard_gave_the_hour() -> bool:  # logged just after the record
+        def log_once_the_guard_gave_the_hour() -> str | None:  # logged just after the record
             log = (cluster.dir / "serve.log").read_text(errors="replace")
-            return any(f"job {blocker} (running): time limit " in line
-                       and line.endswith("-> 3600 s (starvation guard on)") for line in log.splitlines())
+            return log if any(f"job {blocker} (running): time limit " in line
+                              and line.endswith("-> 3600 s (starvation guard on)")
+                              for line in log.splitlines()) else None
 
         # the guard, not the corrector, gave the hour back, and by the xfactor rule's threshold
-        wait_for(guard_gave_the_hour, 10, "the guard's log line on the blocker", cluster)
-        log = (cluster.dir / "serve.log").read_text(errors="replace")
+        log = wait_for(log_once_the_guard_gave_the_hour, 10, "the guard's log line on the blocker", cluster)
         assert f"starvation guard on: job {starving} has waited" in log
         assert "s (>= 60 s: an expansion factor of 2 by its request, or 24.0 h, whichever first)" in log
         assert lowering(daemon) == "0"
