@@ -698,7 +698,11 @@ def test_a_job_without_a_limit_started_by_slurms_backfill_is_not_recorded(two_no
     END carries no time_limit, and nothing is recorded.
 
     Only the backfill scheduler can start the job: node1 is busy, a job waiting for the whole of
-    node1 stops the main scheduler's pass at it, and the job without a limit asks for node2."""
+    node1 stops the main scheduler's pass for the partition, and the job without a limit asks for
+    node2. The waiting job excludes node2 rather than naming node1: the main scheduler passes over
+    a job that names its nodes (`-w`) and only withholds those nodes from the jobs behind it
+    (job_scheduler.c), so it could start the job on node2 itself, as it once did in CI on 24.11;
+    a job that merely cannot run fails the partition, and none behind it is tried."""
     cluster = two_node_cluster
     daemon = ServeProcess(cluster)
     daemon.start()
@@ -706,7 +710,7 @@ def test_a_job_without_a_limit_started_by_slurms_backfill_is_not_recorded(two_no
     try:
         busy = cluster.sbatch("--time=10", "-w", "node1", "-n", "1", script="sleep 300")
         wait_for(lambda: cluster.job_fields(busy)["JobState"] == "RUNNING", 60, "node1 busy", cluster)
-        blocked = cluster.sbatch("--time=10", "-w", "node1", "-n", "2", script="sleep 1")
+        blocked = cluster.sbatch("--time=10", "--exclude=node2", "-n", "2", script="sleep 1")
         job_id = cluster.sbatch("-w", "node2", "-n", "1", script="sleep 2")
         wait_for(lambda: cluster.job_fields(job_id)["JobState"] == "COMPLETED", 60, "the job's end", cluster)
         assert cluster.job_fields(job_id)["TimeLimit"] == "365-00:00:00", (
