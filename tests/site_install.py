@@ -44,6 +44,15 @@ BUILD_TIMEOUT_S = 1800
 # Loopback up, plus an address of global scope on it (still nowhere but this namespace): getaddrinfo
 # with AI_ADDRCONFIG, as slurmdbd calls it, finds no name at all on a host with loopback only.
 NETWORK_SETUP = 'ip link set lo up && ip addr add 10.254.254.1/32 dev lo && echo "127.0.0.1 $(hostname)" >> /etc/hosts'
+# An overlay shows a folder's own files, not what is mounted below it: the mounts under /etc,
+# /var, /usr and /opt (e.g. a local package index a chroot binds at /opt/pypi: tests/slurm_chroot.py)
+# are bound aside before the overlays and back on top of them after, shallowest first.
+HIDDEN_MOUNTS_KEEP = """mkdir {s}/kept
+findmnt -rn -o TARGET | grep -E '^/(etc|var|usr|opt)/' | awk '{{ print length, $0 }}' | sort -n | cut -d' ' -f2- > {s}/kept/list || true
+n=0
+while read -r target; do n=$((n+1)); mkdir {s}/kept/$n; mount --bind "$target" {s}/kept/$n; done < {s}/kept/list"""
+HIDDEN_MOUNTS_RESTORE = """n=0
+while read -r target; do n=$((n+1)); mkdir -p "$target"; mount --bind {s}/kept/$n "$target"; done < {s}/kept/list"""
 HOST_TMP = "/run/hpsite-host-tmp"  # the host's /tmp, inside a namespace with a /tmp of its own
 SYSTEM_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
@@ -133,6 +142,7 @@ class SiteNamespace:
         script = f"""set -eu
 mount -t tmpfs -o mode=0755 hpsite {s}
 mkdir {s}/opt.u {s}/opt.w {s}/prefix.u {s}/prefix.w {s}/munge
+{HIDDEN_MOUNTS_KEEP.format(s=s)}
 mount -t overlay hpsite-opt -o lowerdir=/opt,upperdir={s}/opt.u,workdir={s}/opt.w /opt
 mkdir -p {PREFIX}
 mount -t overlay hpsite-prefix -o lowerdir={self.prefix},upperdir={s}/prefix.u,workdir={s}/prefix.w {PREFIX}
@@ -140,10 +150,12 @@ for d in etc var usr; do
   mkdir {s}/$d.u {s}/$d.w
   mount -t overlay hpsite-$d -o lowerdir=/$d,upperdir={s}/$d.u,workdir={s}/$d.w /$d
 done
-if [ -d /run/munge ]; then mount --bind /run/munge {s}/munge; fi
+{HIDDEN_MOUNTS_RESTORE.format(s=s)}
+mkdir -p /run/munge  # the system's, whose munged may start after this (slurm_cluster.ensure_munge)
+mount --bind /run/munge {s}/munge
 mount -t tmpfs -o mode=0755 hpsite-run /run
 mkdir -p /run/munge /run/lock
-if mountpoint -q {s}/munge; then mount --bind {s}/munge /run/munge; fi
+mount --bind {s}/munge /run/munge
 {f"mkdir {HOST_TMP} && mount --bind /tmp {HOST_TMP} && mount -t tmpfs -o mode=1777 hpsite-tmp /tmp" if self.private_tmp else ""}
 {NETWORK_SETUP if self.private_network else ""}
 echo ready
@@ -179,7 +191,10 @@ exec sleep infinity
         """`command` run inside the namespace (as root, with the caller's environment)."""
         assert self.holder is not None
         namespaces = ["--mount", "--net"] if self.private_network else ["--mount"]
-        return ["nsenter", f"--target={self.holder.pid}", *namespaces, "--", *command]
+        # --root: the holder's root, not the mount namespace's (entering a mount namespace resets
+        # the root to the namespace's own, which inside a chroot — tests/slurm_chroot.py — is the
+        # host's); --wd=/ inside it
+        return ["nsenter", f"--target={self.holder.pid}", *namespaces, "--root", "--wd=/", "--", *command]
 
     def bind(self, host_path: Path, inside: str | None = None) -> None:
         """The host's folder `host_path` at `inside` (default: the same path) in the namespace."""

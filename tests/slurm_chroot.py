@@ -13,13 +13,16 @@ with that system's Python:
 ``build`` makes ``CACHE_DIR/<suite>`` (``/var/cache/hpcpredict-chroots`` unless
 ``HPCPREDICT_CHROOT_CACHE`` says otherwise) with ``debootstrap --variant=minbase``, installs
 `SYSTEM_PACKAGES` with apt inside, and a venv at `VENV` with the project's dependencies from
-PyPI (the checkout itself is imported from `MOUNT_POINT`, where every run mounts it).
+PyPI (the checkout itself is imported from `MOUNT_POINT`, where every run mounts it), then the
+site tests' venv of the system's own python3 (tests/site_install.py).
 It is kept between runs and rebuilt when its package list changes (a stamp file holds a digest
 of what it was built from); the venv is refreshed when the project's dependencies change.
 
 ``run`` enters the chroot in new mount and PID namespaces (``unshare --mount --pid --fork``):
-/proc, /dev, /sys, a fresh /run and /tmp, the checkout at `MOUNT_POINT` and ../shared (read-only)
-are mounted there only, so nothing stays mounted on the host whatever happens, and every process
+the root bound on itself (a mount, as a system's / is), /proc, /dev, /sys, a fresh /run and /tmp,
+the checkout at `MOUNT_POINT`, ../shared and the local folders the host's pip settings name
+(read-only; the settings are copied) are mounted there only, so nothing stays mounted on the host
+whatever happens, and every process
 started inside — munged with the chroot's own key, slurmctld, slurmd, the daemon — ends with the
 namespace when the run ends. The network is the host's: the test clusters listen on loopback
 ports picked free, as on the host. Needs root, debootstrap and unshare (util-linux).
@@ -48,10 +51,13 @@ SHARED_MOUNT = "/shared"  # ../shared (the real logs), read-only: tests look for
 VENV = "/opt/hpcpredict-venv"
 PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
 # What the real-SLURM tests need inside (tests/slurm_cluster.py's packages, slurmdbd and MariaDB
-# for slurm-convert --sacct, Python with venv, procps, passwd for the replays' users).
+# for slurm-convert --sacct, Python with venv, procps, passwd for the replays' users), and the
+# site tests (tests/site_install.py, the quick start: git lists the checkout's files, curl is
+# the page's health check, iproute2 the namespace's loopback).
 SYSTEM_PACKAGES = (
     "slurmctld", "slurmd", "slurm-client", "munge", "lua5.1", "lua-socket", "slurmdbd",
     "mariadb-server", "python3", "python3-venv", "procps", "passwd", "ca-certificates",
+    "git", "curl", "iproute2",
 )
 
 
@@ -116,6 +122,12 @@ def _requirements() -> list[str]:
 
 def _python_stamp() -> str:
     return _digest(*_requirements())
+
+
+def _site_stamp() -> str:
+    import tomllib
+
+    return _digest("site", *tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["dependencies"])
 
 
 def _read(path: Path) -> str:
@@ -190,6 +202,16 @@ def _build_locked(system: System, log) -> Path:
         ]), what="pip install inside the chroot")
         venv_stamp.write_text(_python_stamp() + "\n")
         log(f"{system.suite}: venv built in {time.monotonic() - began:.0f} s")
+    # the site tests' venv of Debian's own python3 (tests/site_install.py keeps it, keyed by the
+    # dependencies, in the chroot's /var/cache): built here, where a build is expected, not in
+    # the first test that needs it
+    site_stamp = root / ".hpcpredict-site"
+    if _read(site_stamp) != _site_stamp():
+        began = time.monotonic()
+        log("/usr/bin/python3 tests/site_install.py: the site tests' venv (inside)")
+        _enter(root, f"cd {MOUNT_POINT}\nexec /usr/bin/python3 tests/site_install.py", what="the site tests' venv")
+        site_stamp.write_text(_site_stamp() + "\n")
+        log(f"{system.suite}: the site tests' venv built in {time.monotonic() - began:.0f} s")
     return root
 
 
@@ -197,6 +219,9 @@ def _enter(root: Path, script: str, *, what: str, capture: bool = True, env: dic
     """Run `script` (sh) inside `root`, in new mount and PID namespaces (module doc)."""
     mounts = [
         f"R={shlex.quote(str(root))}",
+        # the root a mount of its own, as a system's / is: a mount namespace made inside (the
+        # site tests' `unshare --propagation private`) must be able to change its propagation
+        "mount --bind $R $R",
         "mount -t proc proc $R/proc",
         "mount --rbind /dev $R/dev",
         "mount --rbind /sys $R/sys",
@@ -204,17 +229,20 @@ def _enter(root: Path, script: str, *, what: str, capture: bool = True, env: dic
         "mount -t tmpfs -o mode=1777 tmpfs $R/tmp",
         f"mkdir -p $R{MOUNT_POINT} && mount --bind {shlex.quote(str(REPO))} $R{MOUNT_POINT}",
         "cp /etc/resolv.conf $R/etc/resolv.conf 2>/dev/null || true",
-        # the host's CA bundle and pip settings, so pip reaches the same index the same way
-        "mkdir -p $R/etc/ssl/host && mount --bind -o ro /etc/ssl $R/etc/ssl/host",
-        "[ -f /etc/pip.conf ] && cp /etc/pip.conf $R/etc/pip.conf || true",
+        # the host's CA bundle and pip settings, so that pip (the venv's, and a site's install
+        # inside: tests/site_install.py) reaches the same index the same way: the chroot's system
+        # trusts what the host's does (a copy, not a mount: a site test's overlay of /etc would
+        # not show a mount under it)
+        "[ -f /etc/ssl/certs/ca-certificates.crt ] && cp /etc/ssl/certs/ca-certificates.crt"
+        " $R/etc/ssl/certs/ca-certificates.crt || true",
+        *_host_pip_setup(),
     ]
     shared = REPO.parent / "shared"
     if shared.is_dir():
         mounts.append(f"mkdir -p $R{SHARED_MOUNT} && mount --bind -o ro {shlex.quote(str(shared))} $R{SHARED_MOUNT}")
     inner = {
         "PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
-        "HOME": "/root", "LANG": "C.UTF-8", "PIP_CERT": "/etc/ssl/host/certs/ca-certificates.crt",
-        "PIP_DISABLE_PIP_VERSION_CHECK": "1", "PYTHONDONTWRITEBYTECODE": "1", **(env or {}),
+        "HOME": "/root", "LANG": "C.UTF-8", "PIP_DISABLE_PIP_VERSION_CHECK": "1", "PYTHONDONTWRITEBYTECODE": "1", **(env or {}),
     }
     exports = " ".join(f"{key}={shlex.quote(value)}" for key, value in inner.items())
     body = "\n".join([*mounts, f"exec chroot $R /usr/bin/env -i {exports} /bin/sh -ec {shlex.quote(script)}"])
@@ -229,6 +257,49 @@ def _enter(root: Path, script: str, *, what: str, capture: bool = True, env: dic
     if done.returncode != 0:
         raise ChrootUnavailable(f"{what} failed ({done.returncode}):\n{(done.stdout + done.stderr)[-3000:]}")
     return 0
+
+
+# Where pip reads its settings, for root (the tests run as root, inside as outside).
+PIP_CONFIG_FILES = ("/etc/pip.conf", "/etc/xdg/pip/pip.conf", "/root/.config/pip/pip.conf", "/root/.pip/pip.conf")
+_PIP_LOCATIONS = ("find-links", "index-url", "extra-index-url", "constraint", "requirement")
+
+
+def _host_pip_setup() -> list[str]:
+    """Shell lines that give the chroot the host's pip settings: its config files, copied to the
+    same paths, and the local folders they name (a wheel folder, a file:// index and the files
+    beside its ``simple/``), bound read-only at the same paths. A site test's install inside
+    (tests/site_install.py) runs with no network of its own, as on the host, and finds its build
+    requirements where the host's pip does."""
+    import configparser
+    from urllib.parse import urlparse
+
+    lines, folders, files = [], set(), set()
+    for config_file in map(Path, PIP_CONFIG_FILES):
+        if not config_file.is_file():
+            continue
+        files.add(config_file)
+        parser = configparser.ConfigParser(interpolation=None)
+        try:
+            parser.read(config_file)
+        except configparser.Error:
+            continue
+        for section in parser.sections():
+            for key in _PIP_LOCATIONS:
+                for value in parser.get(section, key, fallback="").split():
+                    path = Path(urlparse(value).path if value.startswith("file:") else value)
+                    if not path.is_absolute() or not path.exists():
+                        continue
+                    if path.is_file():
+                        files.add(path)
+                    else:
+                        folders.add(path.parent if path.name == "simple" else path)
+    for path in sorted(files):
+        target = f"$R{shlex.quote(str(path))}"
+        lines.append(f"mkdir -p $(dirname {target}) && cp {shlex.quote(str(path))} {target}")
+    for path in sorted(folders):
+        target = f"$R{shlex.quote(str(path))}"
+        lines.append(f"mkdir -p {target} && mount --bind -o ro {shlex.quote(str(path))} {target}")
+    return lines
 
 
 def _die_with_parent() -> None:

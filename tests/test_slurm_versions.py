@@ -3,7 +3,10 @@ chroot (tests/slurm_chroot.py), beside the host's 22.05 that the rest of the sui
 
 A focused subset runs on each: job_submit.lua in lower and record mode, jobcomp.lua, the corrector
 across a daemon restart, the starvation guard, arrays, heterogeneous jobs, jobs without --time,
-fail-open, the CLI backend, ``slurm-convert --sacct`` on slurmdbd + MariaDB, and the replay smoke.
+fail-open, the CLI backend, ``slurm-convert --sacct`` on slurmdbd + MariaDB, the replay smoke,
+and the site tests as that Debian's site runs them: a root-owned install made with its own
+/usr/bin/python3 (3.13 on trixie, 3.14 on sid), the daemon and the views as an unprivileged user
+with no home, and docs/quickstart-cluster.md word for word as SlurmUser.
 The two long waits (the corrector's, ~100 s, and the guard's two tests, wait and xfactor rules,
 ~170 s on the host's 22.05), the other end-to-end tests and
 the rest run in four pytest processes, each on its own cluster, and both releases at once: the
@@ -33,13 +36,16 @@ REPO = Path(__file__).resolve().parent.parent
 SCRIPT = REPO / "tests" / "slurm_chroot.py"
 E2E = "tests/test_slurm_e2e.py"
 LONG = ("corrected_in_time", "starvation_guard")
-# pytest arguments of each process run inside a chroot (all `-m slurm`)
+# pytest arguments of each process run inside a chroot
 GROUPS = {
-    "corrector": [E2E, "-k", LONG[0]],
-    "guard": [E2E, "-k", LONG[1]],
-    "e2e": [E2E, "-k", " and ".join(f"not {name}" for name in LONG)],
-    "rest": ["tests/test_slurm_adapter.py", "tests/test_slurm_replay.py", "tests/test_slurm_sacct.py",
+    "corrector": ["-m", "slurm", E2E, "-k", LONG[0]],
+    "guard": ["-m", "slurm", E2E, "-k", LONG[1]],
+    "e2e": ["-m", "slurm", E2E, "-k", " and ".join(f"not {name}" for name in LONG)],
+    "rest": ["-m", "slurm", "tests/test_slurm_adapter.py", "tests/test_slurm_replay.py", "tests/test_slurm_sacct.py",
              "tests/test_slurm_conf.py"],
+    # as a site on that Debian runs it: its own python3's root-owned install, the daemon and the
+    # views as SlurmUser with no home, the quick start word for word
+    "site": ["-m", "site", "tests/test_site_install.py", "tests/test_quickstart_cluster.py"],
 }
 TIMEOUT_S = 1200
 
@@ -67,7 +73,7 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, list[tu
     for name in SYSTEMS:
         for group, arguments in GROUPS.items():
             log = folder / f"{name}-{group}.log"
-            command = [sys.executable, str(SCRIPT), "run", name, "--", "-m", "slurm", "-q", "-rfEs", *arguments]
+            command = [sys.executable, str(SCRIPT), "run", name, "--", "-q", "-rfEs", *arguments]
             started[name].append((group, subprocess.Popen(command, stdout=log.open("w"), stderr=subprocess.STDOUT), log))
     yield started
     for processes in started.values():
