@@ -9,7 +9,10 @@ Two pieces:
 
 * `dependencies_prefix`: a folder holding ``venv/``, a venv made by ``/usr/bin/python3`` *as if at*
   ``/opt/hpcpredict/venv`` (a venv's scripts name their absolute path), with hpcpredict's
-  dependencies installed and not hpcpredict itself. Built once per set of dependencies (keyed by
+  dependencies installed and not hpcpredict itself, and the wheels that building hpcpredict
+  needs (pyproject.toml's build-system requires) in ``build-wheels/``, which the venv's pip.conf
+  names: the quick start's ``pip install`` runs in a namespace with no network (the admin API's
+  fixed port), and finds them there on any machine. Built once per set of dependencies (keyed by
   their hash) under ``/var/cache/hpcpredict-tests`` and reused: a first build downloads ~150 MB
   and takes a minute or two, a reuse nothing. `.ci/run` installs python3-venv and python3-pip.
 * `SiteNamespace`: a private mount namespace, held open by a sleeping process and entered with
@@ -44,15 +47,6 @@ BUILD_TIMEOUT_S = 1800
 # Loopback up, plus an address of global scope on it (still nowhere but this namespace): getaddrinfo
 # with AI_ADDRCONFIG, as slurmdbd calls it, finds no name at all on a host with loopback only.
 NETWORK_SETUP = 'ip link set lo up && ip addr add 10.254.254.1/32 dev lo && echo "127.0.0.1 $(hostname)" >> /etc/hosts'
-# An overlay shows a folder's own files, not what is mounted below it: the mounts under /etc,
-# /var, /usr and /opt (e.g. a local package index a chroot binds at /opt/pypi: tests/slurm_chroot.py)
-# are bound aside before the overlays and back on top of them after, shallowest first.
-HIDDEN_MOUNTS_KEEP = """mkdir {s}/kept
-findmnt -rn -o TARGET | grep -E '^/(etc|var|usr|opt)/' | awk '{{ print length, $0 }}' | sort -n | cut -d' ' -f2- > {s}/kept/list || true
-n=0
-while read -r target; do n=$((n+1)); mkdir {s}/kept/$n; mount --bind "$target" {s}/kept/$n; done < {s}/kept/list"""
-HIDDEN_MOUNTS_RESTORE = """n=0
-while read -r target; do n=$((n+1)); mkdir -p "$target"; mount --bind {s}/kept/$n "$target"; done < {s}/kept/list"""
 HOST_TMP = "/run/hpsite-host-tmp"  # the host's /tmp, inside a namespace with a /tmp of its own
 SYSTEM_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
@@ -67,6 +61,11 @@ def dependencies() -> list[str]:
     return list(project["dependencies"])
 
 
+def build_requirements() -> list[str]:
+    """What pip installs to build hpcpredict (pyproject.toml's build-system requires)."""
+    return list(tomllib.loads((REPO_ROOT / "pyproject.toml").read_text())["build-system"]["requires"])
+
+
 def _check_tools() -> None:
     if os.geteuid() != 0:
         raise SiteUnavailable("a site's install needs root (it mounts, creates users, installs in /opt)")
@@ -79,11 +78,16 @@ def _check_tools() -> None:
         raise SiteUnavailable(f"{DEBIAN_PYTHON} with venv and ensurepip is needed: apt-get install python3-venv python3-pip")
 
 
+def prefix_inputs() -> list[str]:
+    """What the prefix is built from, besides the Python that builds it (a change rebuilds it)."""
+    return [*dependencies(), *build_requirements(), "v2"]
+
+
 def dependencies_prefix() -> Path:
     """The cached prefix (module doc), built now if it is not there yet; one build at a time."""
     _check_tools()
     version = subprocess.run([str(DEBIAN_PYTHON), "-VV"], capture_output=True, text=True).stdout.strip()
-    key = hashlib.sha256("\n".join([version, *dependencies(), "v1"]).encode()).hexdigest()[:16]
+    key = hashlib.sha256("\n".join([version, *prefix_inputs()]).encode()).hexdigest()[:16]
     prefix = CACHE_ROOT / f"prefix-{key}"
     if (prefix / ".complete").exists():
         return prefix
@@ -96,6 +100,7 @@ def dependencies_prefix() -> Path:
         building.chmod(0o755)
         scratch = Path(tempfile.mkdtemp(prefix="hpbuild"))
         requirements = " ".join(f"'{requirement}'" for requirement in dependencies())
+        build_requires = " ".join(f"'{requirement}'" for requirement in build_requirements())
         # umask 022 as a root shell has it: pytest's own umask (conftest's private_umask) would make
         # the venv unreadable to the unprivileged user the tests run it as.
         script = f"""set -eu
@@ -107,6 +112,8 @@ mkdir -p {PREFIX}
 mount --bind {building} {PREFIX}
 {DEBIAN_PYTHON} -m venv {PREFIX}/venv
 {PREFIX}/venv/bin/pip install --quiet --disable-pip-version-check {requirements}
+{PREFIX}/venv/bin/pip download --quiet --disable-pip-version-check --only-binary=:all: --dest {PREFIX}/build-wheels {build_requires}
+printf '[global]\\nfind-links = {PREFIX}/build-wheels\\n' > {PREFIX}/venv/pip.conf
 """
         try:
             done = subprocess.run(["unshare", "--mount", "--propagation", "private", "bash", "-c", script],
@@ -142,7 +149,6 @@ class SiteNamespace:
         script = f"""set -eu
 mount -t tmpfs -o mode=0755 hpsite {s}
 mkdir {s}/opt.u {s}/opt.w {s}/prefix.u {s}/prefix.w {s}/munge
-{HIDDEN_MOUNTS_KEEP.format(s=s)}
 mount -t overlay hpsite-opt -o lowerdir=/opt,upperdir={s}/opt.u,workdir={s}/opt.w /opt
 mkdir -p {PREFIX}
 mount -t overlay hpsite-prefix -o lowerdir={self.prefix},upperdir={s}/prefix.u,workdir={s}/prefix.w {PREFIX}
@@ -150,7 +156,6 @@ for d in etc var usr; do
   mkdir {s}/$d.u {s}/$d.w
   mount -t overlay hpsite-$d -o lowerdir=/$d,upperdir={s}/$d.u,workdir={s}/$d.w /$d
 done
-{HIDDEN_MOUNTS_RESTORE.format(s=s)}
 mkdir -p /run/munge  # the system's, whose munged may start after this (slurm_cluster.ensure_munge)
 mount --bind /run/munge {s}/munge
 mount -t tmpfs -o mode=0755 hpsite-run /run

@@ -20,9 +20,8 @@ of what it was built from); the venv is refreshed when the project's dependencie
 
 ``run`` enters the chroot in new mount and PID namespaces (``unshare --mount --pid --fork``):
 the root bound on itself (a mount, as a system's / is), /proc, /dev, /sys, a fresh /run and /tmp,
-the checkout at `MOUNT_POINT`, ../shared and the local folders the host's pip settings name
-(read-only; the settings are copied) are mounted there only, so nothing stays mounted on the host
-whatever happens, and every process
+the checkout at `MOUNT_POINT` and ../shared (read-only) are mounted there only, so nothing stays
+mounted on the host whatever happens, and every process
 started inside — munged with the chroot's own key, slurmctld, slurmd, the daemon — ends with the
 namespace when the run ends. The network is the host's: the test clusters listen on loopback
 ports picked free, as on the host. Needs root, debootstrap and unshare (util-linux).
@@ -125,9 +124,9 @@ def _python_stamp() -> str:
 
 
 def _site_stamp() -> str:
-    import tomllib
+    from site_install import prefix_inputs
 
-    return _digest("site", *tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["dependencies"])
+    return _digest("site", *prefix_inputs())
 
 
 def _read(path: Path) -> str:
@@ -229,13 +228,13 @@ def _enter(root: Path, script: str, *, what: str, capture: bool = True, env: dic
         "mount -t tmpfs -o mode=1777 tmpfs $R/tmp",
         f"mkdir -p $R{MOUNT_POINT} && mount --bind {shlex.quote(str(REPO))} $R{MOUNT_POINT}",
         "cp /etc/resolv.conf $R/etc/resolv.conf 2>/dev/null || true",
-        # the host's CA bundle and pip settings, so that pip (the venv's, and a site's install
+        # the host's CA bundle and pip settings, so that pip (the venv's, and the site tests'
         # inside: tests/site_install.py) reaches the same index the same way: the chroot's system
         # trusts what the host's does (a copy, not a mount: a site test's overlay of /etc would
         # not show a mount under it)
         "[ -f /etc/ssl/certs/ca-certificates.crt ] && cp /etc/ssl/certs/ca-certificates.crt"
         " $R/etc/ssl/certs/ca-certificates.crt || true",
-        *_host_pip_setup(),
+        "[ -f /etc/pip.conf ] && cp /etc/pip.conf $R/etc/pip.conf || true",
     ]
     shared = REPO.parent / "shared"
     if shared.is_dir():
@@ -257,49 +256,6 @@ def _enter(root: Path, script: str, *, what: str, capture: bool = True, env: dic
     if done.returncode != 0:
         raise ChrootUnavailable(f"{what} failed ({done.returncode}):\n{(done.stdout + done.stderr)[-3000:]}")
     return 0
-
-
-# Where pip reads its settings, for root (the tests run as root, inside as outside).
-PIP_CONFIG_FILES = ("/etc/pip.conf", "/etc/xdg/pip/pip.conf", "/root/.config/pip/pip.conf", "/root/.pip/pip.conf")
-_PIP_LOCATIONS = ("find-links", "index-url", "extra-index-url", "constraint", "requirement")
-
-
-def _host_pip_setup() -> list[str]:
-    """Shell lines that give the chroot the host's pip settings: its config files, copied to the
-    same paths, and the local folders they name (a wheel folder, a file:// index and the files
-    beside its ``simple/``), bound read-only at the same paths. A site test's install inside
-    (tests/site_install.py) runs with no network of its own, as on the host, and finds its build
-    requirements where the host's pip does."""
-    import configparser
-    from urllib.parse import urlparse
-
-    lines, folders, files = [], set(), set()
-    for config_file in map(Path, PIP_CONFIG_FILES):
-        if not config_file.is_file():
-            continue
-        files.add(config_file)
-        parser = configparser.ConfigParser(interpolation=None)
-        try:
-            parser.read(config_file)
-        except configparser.Error:
-            continue
-        for section in parser.sections():
-            for key in _PIP_LOCATIONS:
-                for value in parser.get(section, key, fallback="").split():
-                    path = Path(urlparse(value).path if value.startswith("file:") else value)
-                    if not path.is_absolute() or not path.exists():
-                        continue
-                    if path.is_file():
-                        files.add(path)
-                    else:
-                        folders.add(path.parent if path.name == "simple" else path)
-    for path in sorted(files):
-        target = f"$R{shlex.quote(str(path))}"
-        lines.append(f"mkdir -p $(dirname {target}) && cp {shlex.quote(str(path))} {target}")
-    for path in sorted(folders):
-        target = f"$R{shlex.quote(str(path))}"
-        lines.append(f"mkdir -p {target} && mount --bind -o ro {shlex.quote(str(path))} {target}")
-    return lines
 
 
 def _die_with_parent() -> None:
