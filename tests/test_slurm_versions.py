@@ -9,7 +9,7 @@ and the site tests as that Debian's site runs them: a root-owned install made wi
 with no home, and docs/quickstart-cluster.md word for word as SlurmUser.
 The two long waits (the corrector's, ~100 s, and the guard's two tests, wait and xfactor rules,
 ~170 s on the host's 22.05), the other end-to-end tests and
-the rest run in four pytest processes, each on its own cluster, and both releases at once: the
+the rest and the site tests run in five pytest processes, each on its own cluster, and both releases at once: the
 whole costs about the longest of them, not their sum. Both chroots are built first (cached between runs:
 /var/cache/hpcpredict-chroots; .ci/run starts the builds in the background before the suite).
 Measured on 2026-11-26 on the 2-core machine while it ran eight replay clusters and other
@@ -17,8 +17,8 @@ developers' tests (load 10-20): the two releases' runs took 3.4 min with the chr
 longest process: the guard, 3 min 24 s); a cold build took 8.5 min per chroot, both at once
 (debootstrap + apt 3.2 min, the venv 5 min). With the site group (2026-11-29): both releases
 6.3 min alone on the 2-core machine (each release's quick start 2.2-2.8 min beside its guard
-tests), a whole fresh-clone CI 690 s where it was 584 s; a cold build of each chroot, with this
-machine's local package index, 2.6 min (system 70 s, venv 44 s, the site venv 42 s). Run one release by hand with ``pytest --slurm-system 24.11 -m slurm``.
+tests), a whole fresh-clone CI 690 s where it was 584 s; a cold build of each chroot on this
+machine, 2.6 min (system 70 s, venv 44 s, the site venv 42 s). Run one release by hand with ``pytest --slurm-system 24.11 -m slurm``.
 """
 
 from __future__ import annotations
