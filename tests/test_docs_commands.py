@@ -1,6 +1,7 @@
 """Every `hpcpredict` command a reader can paste from the documentation parses with today's
 options: the code blocks of README.md, docs/ and slurm-plugin/, and the deploy/ files (whose
-commands stand in comments and in the unit's ExecStart).
+commands stand in comments and in the unit's ExecStart). The commands the prose names in
+backticks are held to their option names and choices (prose may leave out an argument).
 
 `test_cli_help.py` checks the examples of each command's --help; these are the other place a
 renamed option or a removed choice would leave a sysadmin with a command that no longer runs.
@@ -112,6 +113,65 @@ def parse_problem(words: list[str] | None) -> str | None:
         return error.format_message()
 
 
+# A command named in the prose: `hpcpredict NAME ...` in backticks (a span may wrap a line).
+_SPAN = re.compile(r"`(hpcpredict\s+[^`]+)`")
+_SHELL_OPERATORS = ("|", ";", "&&", ">", "2>", ">>", "2>&1")
+_UPPERCASE_PLACEHOLDER = re.compile(r"^[A-Z][A-Z_0-9]*$")  # LOG, ID, UID, N
+
+
+def mentioned_commands(path: Path) -> list[tuple[int, list[str]]]:
+    """The `hpcpredict` commands in a Markdown file's prose (inline code, not fenced blocks), as
+    (line number, words after `hpcpredict`); those with a placeholder are left out."""
+    text = path.read_text(encoding="utf-8")
+    prose = re.sub(r"```.*?```", lambda block: "\n" * block.group(0).count("\n"), text, flags=re.S)
+    found = []
+    for match in _SPAN.finditer(prose):
+        span = " ".join(match.group(1).split())
+        if _ALTERNATIVE.search(span):
+            continue
+        try:
+            words = shlex.split(span, comments=True)
+        except ValueError:
+            continue
+        command = list(itertools.takewhile(lambda word: word not in _SHELL_OPERATORS, words[1:]))
+        if not command or command[0] not in COMMANDS:
+            continue
+        if any(_PLACEHOLDER_WORD.search(word) or _UPPERCASE_PLACEHOLDER.match(word) for word in command):
+            continue
+        found.append((prose.count("\n", 0, match.start()) + 1, command))
+    return found
+
+
+def naming_problem(words: list[str]) -> str | None:
+    """Why click refuses an option name or a choice in `hpcpredict WORDS`; prose may leave out an
+    argument or an option's value, so those are no problem here."""
+    name, *args = words
+    try:
+        with COMMANDS[name].make_context(f"hpcpredict {name}", args):
+            return None
+    except click.NoSuchOption as error:
+        return error.format_message()
+    except click.MissingParameter:
+        return None
+    except click.BadParameter as error:
+        message = error.format_message()
+        return None if "does not exist" in message else message
+    except (click.UsageError, click.exceptions.Exit):
+        return None
+
+
+@pytest.mark.parametrize("path", [path for path in documentation_files() if path.suffix == ".md"],
+                         ids=lambda p: str(p.relative_to(REPO_ROOT)))
+def test_every_command_named_in_the_prose_uses_todays_options(
+    path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(REPO_ROOT)
+    problems = [f"{path.relative_to(REPO_ROOT)}:{number}: `hpcpredict {shlex.join(words)}`: {problem}"
+                for number, words in mentioned_commands(path)
+                if (problem := naming_problem(words)) is not None]
+    assert not problems, "\n".join(problems)
+
+
 @pytest.mark.parametrize("path", documentation_files(), ids=lambda p: str(p.relative_to(REPO_ROOT)))
 def test_every_documented_command_parses_with_todays_options(
     path: Path, monkeypatch: pytest.MonkeyPatch
@@ -128,6 +188,8 @@ def test_the_documentation_has_commands_to_check() -> None:
     counts = {str(path.relative_to(REPO_ROOT)): len(documented_commands(path)) for path in documentation_files()}
     assert sum(counts.values()) >= 100, counts
     assert counts["README.md"] >= 10 and counts["deploy/hpcpredict.service"] == 1, counts
+    named = sum(len(mentioned_commands(path)) for path in documentation_files() if path.suffix == ".md")
+    assert named >= 50, named
 
 
 def test_a_stale_command_is_caught(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -158,3 +220,19 @@ def test_a_stale_command_is_caught(tmp_path: Path, monkeypatch: pytest.MonkeyPat
     unit.write_text("ExecStart=/opt/venv/bin/hpcpredict serve --confg /etc/hpcpredict/daemon.toml\n")
     [(_, words)] = documented_commands(unit)
     assert "--confg" in parse_problem(words)
+
+
+def test_a_stale_option_named_in_the_prose_is_caught(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """In prose, a wrong option name or choice is refused, even across a line break; a left-out
+    argument or value, a placeholder and a code block are not read as problems."""
+    monkeypatch.chdir(REPO_ROOT)
+    page = tmp_path / "page.md"
+    page.write_text("Run `hpcpredict simulate --starvation-gaurd 24h` or `hpcpredict tune\n"
+                    "--scheduler fifo`; `hpcpredict tune --replicas` and `hpcpredict errors --user UID`\n"
+                    "and `hpcpredict simulate --feature-scaling robust | less` are fine.\n"
+                    "```\nhpcpredict simulate --not-prose\n```\n", encoding="utf-8")
+    commands = mentioned_commands(page)
+    assert [number for number, _ in commands] == [1, 1, 2, 3], commands
+    problems = [naming_problem(words) for _, words in commands]
+    assert "--starvation-gaurd" in problems[0] and "fifo" in problems[1]
+    assert problems[2:] == [None, None]
