@@ -15,6 +15,9 @@ What is not word for word, and why:
   gives them, with uncommitted changes) instead;
 * ``apt-get install ...`` runs with ``--simulate``: the packages are checked installed first
   (tests/system_packages.py installed them), and a real install would write the host's /usr;
+* the page's ``python3 -m venv`` and ``pip install`` run on a venv that already holds the
+  dependencies, with the wheels its build needs in a folder its pip.conf names
+  (tests/site_install.py): downloaded once, not at every run, and the namespace has no network;
 * ``systemctl`` has no systemd behind it: ``daemon-reload`` does nothing, ``enable --now``,
   ``restart``, ``status`` and ``disable --now hpcpredict`` start, check and stop the unit the page
   copied to /etc/systemd/system, with its directives applied by tests/unit_emulation.py (read from
