@@ -137,10 +137,9 @@ def _ecdf(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 @contextmanager
 def _figure(path: Path, title: str, ylabel: str) -> Iterator[Any]:
     """One axes to draw on; titled, gridded, legended and saved as PNG on exit."""
-    import matplotlib
+    from hpcpredict.headless_plots import pyplot
 
-    matplotlib.use("Agg")  # files only: works on a headless server
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     fig, ax = plt.subplots(figsize=(7.5, 4.5))
     try:

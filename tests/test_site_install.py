@@ -80,3 +80,22 @@ def test_train_names_the_command_that_makes_its_folder(site: SiteNamespace) -> N
     assert status == 1 and "Traceback" not in output, output
     assert ("/var/lib/hpq-missing: cannot create the database's folder (Permission denied); as root, make it "
             f"this user's first: install -d -o {USER} -g {USER} -m 0750 /var/lib/hpq-missing") in output
+
+
+def test_the_views_write_their_page_quietly_as_the_user(site: SiteNamespace) -> None:
+    """`errors` and `report` on a trained store, as the user with no home: the page and its plots,
+    and not a word from matplotlib or fontconfig about folders it cannot write (they used to print
+    two warnings and four "Fontconfig error" lines on every report: hpcpredict/headless_plots.py);
+    the temporary folder they get instead is gone after."""
+    db = f"sqlite:///{work(site)}/views.db"
+    status, output = as_user(site, "hpcpredict", "train", SAMPLE, "--db", db)
+    assert status == 0, output
+    status, output = as_user(site, "hpcpredict", "errors", "--db", db)
+    assert status == 0 and "jobs judged: 4,997 history" in output, output
+    left_before = site.shell("find /tmp -maxdepth 1 -name 'hpcpredict-matplotlib-*' | wc -l").stdout
+    status, output = as_user(site, "hpcpredict", "report", "--db", db, "--out", f"{work(site)}/page")
+    assert status == 0 and output.strip().splitlines() == [
+        f"4,997 jobs reported: {work(site)}/page/index.html; jobs judged: 4,997 history + 0 live (--source both)"], output
+    written = site.run(["ls", f"{work(site)}/page"]).stdout.split()
+    assert "index.html" in written and sum(name.endswith(".png") for name in written) == 3, written
+    assert site.shell("find /tmp -maxdepth 1 -name 'hpcpredict-matplotlib-*' | wc -l").stdout == left_before

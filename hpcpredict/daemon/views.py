@@ -302,10 +302,9 @@ def _plot_over_time(judged: pd.DataFrame, path: Path) -> Path:
     jobs' ends, in local time like the page's dates; `train`'s history replay and the live jobs
     as separate lines (the replay judges a model still learning the history: not the same
     thing as live predictions), the legend below the plots where it covers nothing."""
-    import matplotlib
+    from hpcpredict.headless_plots import pyplot
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     # fromtimestamp per job, not one UTC offset: the machine's rules, summer time included.
     ends = pd.Series(pd.to_datetime([datetime.fromtimestamp(int(t)) for t in judged["end_s"]]),

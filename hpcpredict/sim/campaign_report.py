@@ -334,10 +334,9 @@ def _baseline_values(baselines: pd.DataFrame, log: str) -> list[float]:
 
 
 def _plots(learned: pd.DataFrame, baselines: pd.DataFrame, logs: list[str], out_dir: Path) -> list[Path]:
-    import matplotlib
+    from hpcpredict.headless_plots import pyplot
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     from matplotlib.ticker import FuncFormatter, LogLocator, MaxNLocator, NullFormatter
 
