@@ -39,8 +39,8 @@ def pyplot() -> ModuleType:
 
 def _home_is_writable() -> bool:
     """Can matplotlib make its folders where it looks first (under ``~``, or XDG's folders)?"""
-    folders = [os.environ.get("XDG_CONFIG_HOME"), os.environ.get("XDG_CACHE_HOME")]
-    candidates = [Path(folder) for folder in folders if folder] or [Path.home()]
+    home = Path.home()
+    candidates = [Path(os.environ.get(variable) or home) for variable in ("XDG_CONFIG_HOME", "XDG_CACHE_HOME")]
     for candidate in candidates:
         existing = candidate
         while not existing.exists() and existing != existing.parent:
