@@ -14,7 +14,8 @@ Two pieces:
   names: the quick start's ``pip install`` runs in a namespace with no network (the admin API's
   fixed port), and finds them there on any machine. Built once per set of dependencies (keyed by
   their hash) under ``/var/cache/hpcpredict-tests`` and reused: a first build downloads ~150 MB
-  and takes a minute or two, a reuse nothing. `.ci/run` installs python3-venv and python3-pip.
+  and takes a minute or two, a reuse nothing; a build first removes the prefixes no test has
+  used for a week (`prune_stale_prefixes`). `.ci/run` installs python3-venv and python3-pip.
 * `SiteNamespace`: a private mount namespace, held open by a sleeping process and entered with
   ``nsenter``, in which ``/etc``, ``/var`` and ``/opt`` are overlays of the host's whose writes
   go to a tmpfs and vanish with it, ``/run`` is a fresh tmpfs (as on a booted host) with the host's
@@ -44,6 +45,8 @@ PREFIX = Path("/opt/hpcpredict")
 CACHE_ROOT = Path("/var/cache/hpcpredict-tests")
 DEBIAN_PYTHON = Path("/usr/bin/python3")
 BUILD_TIMEOUT_S = 1800
+LAST_USED = ".last-used"  # touched each time a test takes the prefix
+STALE_AFTER_S = 7 * 24 * 3600  # a prefix unused this long is removed before the next build
 # Loopback up, plus an address of global scope on it (still nowhere but this namespace): getaddrinfo
 # with AI_ADDRCONFIG, as slurmdbd calls it, finds no name at all on a host with loopback only.
 NETWORK_SETUP = 'ip link set lo up && ip addr add 10.254.254.1/32 dev lo && echo "127.0.0.1 $(hostname)" >> /etc/hosts'
@@ -90,12 +93,15 @@ def dependencies_prefix() -> Path:
     key = hashlib.sha256("\n".join([version, *prefix_inputs()]).encode()).hexdigest()[:16]
     prefix = CACHE_ROOT / f"prefix-{key}"
     if (prefix / ".complete").exists():
+        (prefix / LAST_USED).touch()
         return prefix
     CACHE_ROOT.mkdir(parents=True, exist_ok=True)
     with (CACHE_ROOT / ".lock").open("w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)  # another session may be building the same prefix
         if (prefix / ".complete").exists():
+            (prefix / LAST_USED).touch()
             return prefix
+        prune_stale_prefixes(CACHE_ROOT)
         building = Path(tempfile.mkdtemp(prefix=f"building-{key}-", dir=CACHE_ROOT))
         building.chmod(0o755)
         scratch = Path(tempfile.mkdtemp(prefix="hpbuild"))
@@ -125,8 +131,25 @@ printf '[global]\\nfind-links = {PREFIX}/build-wheels\\n' > {PREFIX}/venv/pip.co
             shutil.rmtree(building, ignore_errors=True)
             raise SiteUnavailable(f"building the dependency venv failed: {done.stderr[-2000:]}")
         (building / ".complete").touch()
+        (building / LAST_USED).touch()
         building.rename(prefix)
     return prefix
+
+
+def prune_stale_prefixes(cache_root: Path, *, now: float | None = None) -> list[Path]:
+    """Remove the prefixes (and killed builds' leftovers) of `cache_root` that no test has used
+    for `STALE_AFTER_S`: each is ~700 MB, and every change of the dependencies makes a new one.
+    Called before a build, under the build lock; a prefix another checkout still uses is touched
+    at each use, so it stays. What was removed."""
+    now = time.time() if now is None else now
+    removed = []
+    for folder in sorted([*cache_root.glob("prefix-*"), *cache_root.glob("building-*")]):
+        stamp = folder / LAST_USED
+        last = (stamp if stamp.exists() else folder).stat().st_mtime
+        if now - last > STALE_AFTER_S:
+            shutil.rmtree(folder, ignore_errors=True)
+            removed.append(folder)
+    return removed
 
 
 class SiteNamespace:
