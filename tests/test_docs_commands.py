@@ -61,29 +61,40 @@ def documented_lines(path: Path) -> list[tuple[int, str]]:
     return kept
 
 
-def documented_commands(path: Path) -> list[tuple[int, list[str] | None]]:
-    """The `hpcpredict` commands in `path`, each as (line number, words after `hpcpredict`):
+def shell_commands(text: str) -> list[list[str]] | None:
+    """The `hpcpredict` commands in a shell line, each as its words after `hpcpredict`:
     `hpcpredict NAME` (or a path ending in it) as a shell word, up to the next shell operator
-    (`;`, `&&`, `|`, `)`, a redirection) or comment, quotes as the shell reads them. A line the
-    shell could not read (an unclosed quote) is kept as a problem: its words are None."""
+    (`;`, `&&`, `|`, `)`, a redirection) or comment, quotes as the shell reads them. None when the
+    shell could not read the line (an unclosed quote)."""
+    lexer = shlex.shlex(_FD_NUMBER.sub("", text), posix=True, punctuation_chars=True)
+    lexer.whitespace_split = True
+    try:
+        words = list(lexer)
+    except ValueError:
+        return None
+    commands = []
+    for start, word in enumerate(words[:-1]):
+        if (word == "hpcpredict" or word.endswith("/hpcpredict")) and words[start + 1] in COMMANDS:
+            commands.append(list(itertools.takewhile(
+                lambda token: not (token and all(c in lexer.punctuation_chars for c in token)),
+                words[start + 1:])))
+    return commands
+
+
+def documented_commands(path: Path) -> list[tuple[int, list[str] | None]]:
+    """The `hpcpredict` commands in `path`'s lines to paste (`documented_lines`, `shell_commands`),
+    each as (line number, words after `hpcpredict`); a line the shell could not read is kept as
+    a problem, its words None."""
     found: list[tuple[int, list[str] | None]] = []
     for number, text in documented_lines(path):
         if not _NAMED.search(text) or _ALTERNATIVE.search(text):
             continue
-        lexer = shlex.shlex(_FD_NUMBER.sub("", text), posix=True, punctuation_chars=True)
-        lexer.whitespace_split = True
-        try:
-            words = list(lexer)
-        except ValueError:
+        commands = shell_commands(text)
+        if commands is None:
             found.append((number, None))
             continue
-        for start, word in enumerate(words[:-1]):
-            if (word == "hpcpredict" or word.endswith("/hpcpredict")) and words[start + 1] in COMMANDS:
-                command = list(itertools.takewhile(
-                    lambda token: not (token and all(c in lexer.punctuation_chars for c in token)),
-                    words[start + 1:]))
-                if not any(_PLACEHOLDER_WORD.search(token) for token in command):
-                    found.append((number, command))
+        found.extend((number, command) for command in commands
+                     if not any(_PLACEHOLDER_WORD.search(word) for word in command))
     return found
 
 
@@ -94,28 +105,31 @@ def documentation_files() -> list[Path]:
     return [path for path in files if path.is_file()]
 
 
-def parse_problem(words: list[str] | None) -> str | None:
-    """Why click refuses `hpcpredict WORDS`, or None when it parses (a missing file aside)."""
-    if words is None:
-        return "the shell cannot read this line (an unclosed quote?)"
+def refusal(words: list[str]) -> click.ClickException | None:
+    """What click raises when parsing `hpcpredict WORDS` (without running it), or None when it
+    parses; a file that does not exist here (a site's log) is no refusal."""
     name, *args = words
     try:
         with COMMANDS[name].make_context(f"hpcpredict {name}", args):
             return None
     except click.exceptions.Exit:  # --help, --version
         return None
-    except click.BadParameter as error:
-        message = error.format_message()
-        if "does not exist" in message and not isinstance(error, click.MissingParameter):
-            return None
-        return message
     except click.UsageError as error:
-        return error.format_message()
+        missing_file = (isinstance(error, click.BadParameter) and not isinstance(error, click.MissingParameter)
+                        and "does not exist" in error.format_message())
+        return None if missing_file else error
+
+
+def parse_problem(words: list[str] | None) -> str | None:
+    """Why click refuses `hpcpredict WORDS`, or None when it parses (a missing file aside)."""
+    if words is None:
+        return "the shell cannot read this line (an unclosed quote?)"
+    error = refusal(words)
+    return None if error is None else error.format_message()
 
 
 # A command named in the prose: `hpcpredict NAME ...` in backticks (a span may wrap a line).
 _SPAN = re.compile(r"`(hpcpredict\s+[^`]+)`")
-_SHELL_OPERATORS = ("|", ";", "&&", ">", "2>", ">>", "2>&1")
 _UPPERCASE_PLACEHOLDER = re.compile(r"^[A-Z][A-Z_0-9]*$")  # LOG, ID, UID, N
 
 
@@ -129,35 +143,20 @@ def mentioned_commands(path: Path) -> list[tuple[int, list[str]]]:
         span = " ".join(match.group(1).split())
         if _ALTERNATIVE.search(span):
             continue
-        try:
-            words = shlex.split(span, comments=True)
-        except ValueError:
-            continue
-        command = list(itertools.takewhile(lambda word: word not in _SHELL_OPERATORS, words[1:]))
-        if not command or command[0] not in COMMANDS:
-            continue
-        if any(_PLACEHOLDER_WORD.search(word) or _UPPERCASE_PLACEHOLDER.match(word) for word in command):
-            continue
-        found.append((prose.count("\n", 0, match.start()) + 1, command))
+        number = prose.count("\n", 0, match.start()) + 1
+        found.extend((number, command) for command in shell_commands(span) or []
+                     if not any(_PLACEHOLDER_WORD.search(word) or _UPPERCASE_PLACEHOLDER.match(word)
+                                for word in command))
     return found
 
 
 def naming_problem(words: list[str]) -> str | None:
     """Why click refuses an option name or a choice in `hpcpredict WORDS`; prose may leave out an
     argument or an option's value, so those are no problem here."""
-    name, *args = words
-    try:
-        with COMMANDS[name].make_context(f"hpcpredict {name}", args):
-            return None
-    except click.NoSuchOption as error:
-        return error.format_message()
-    except click.MissingParameter:
-        return None
-    except click.BadParameter as error:
-        message = error.format_message()
-        return None if "does not exist" in message else message
-    except (click.UsageError, click.exceptions.Exit):
-        return None
+    error = refusal(words)
+    wrong_name = isinstance(error, click.NoSuchOption) or (
+        isinstance(error, click.BadParameter) and not isinstance(error, click.MissingParameter))
+    return error.format_message() if wrong_name else None
 
 
 @pytest.mark.parametrize("path", [path for path in documentation_files() if path.suffix == ".md"],
