@@ -22,8 +22,9 @@ of what it was built from); the venv is refreshed when the project's dependencie
 the root bound on itself (a mount, as a system's / is), /proc, /dev, /sys, a fresh /run and /tmp,
 the checkout at `MOUNT_POINT` and ../shared (read-only) are mounted there only, so nothing stays
 mounted on the host whatever happens, and every process started inside — munged with the
-chroot's own key, slurmctld, slurmd, the daemon — ends with the namespace when the run ends. The network is the host's: the test clusters listen on loopback
-ports picked free, as on the host. Needs root, debootstrap and unshare (util-linux).
+chroot's own key, slurmctld, slurmd, the daemon — ends with the namespace when the run ends.
+The network is the host's: the test clusters listen on loopback ports picked free, as on the
+host. Needs root, debootstrap and unshare (util-linux).
 """
 
 from __future__ import annotations

@@ -17,8 +17,9 @@ developers' tests (load 10-20): the two releases' runs took 3.4 min with the chr
 longest process: the guard, 3 min 24 s); a cold build took 8.5 min per chroot, both at once
 (debootstrap + apt 3.2 min, the venv 5 min). With the site group (2026-11-29): both releases
 6.3 min alone on the 2-core machine (each release's quick start 2.2-2.8 min beside its guard
-tests), a whole fresh-clone CI 690 s where it was 584 s; a cold build of each chroot on this
-machine, 2.6 min (system 70 s, venv 44 s, the site venv 42 s). Run one release by hand with ``pytest --slurm-system 24.11 -m slurm``.
+tests; ``python -m pytest tests/test_slurm_versions.py``), a whole fresh-clone CI 632-690 s where it
+was 584 s; a cold build of each chroot on this machine, 2.6 min (system 70 s, venv 44 s, the site
+venv 42 s; ``python tests/slurm_chroot.py build trixie``). Run one release by hand with ``pytest --slurm-system 24.11 -m slurm``.
 """
 
 from __future__ import annotations
