@@ -251,14 +251,15 @@ def test_a_poll_that_raises_outside_any_job_does_not_end_the_watchers_thread(
     service: PredictionService,
 ) -> None:
     """Its thread is the only one that corrects: a failure outside the per-job handling (here
-    the clock, once) is logged and counted, and the next poll comes as usual."""
+    the clock, once, at the first poll: its first call is the watcher's creation, from which its
+    heartbeat's age counts) is logged and counted, and the next poll comes as usual."""
     slurm = ScriptedSlurm()
     slurm.jobs_by_id[1] = Job(1)
     calls = []
 
     def flaky_clock() -> float:
         calls.append(None)
-        if len(calls) == 1:
+        if len(calls) == 2:
             raise RuntimeError("clock went away")
         return 1_000
 

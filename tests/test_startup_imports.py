@@ -126,3 +126,34 @@ def test_the_bar_is_drawn_for_a_person_at_a_terminal(monkeypatch: pytest.MonkeyP
         update(5)
         update(10)
     assert "simulating:" in screen.getvalue() and "/10 [" in screen.getvalue()
+
+
+def test_the_failsafe_imports_no_model_no_store_and_no_numerics(tmp_path: Path) -> None:
+    """The failsafe must not share the daemon's fate (issue 50): a look of `failsafe` (a fresh
+    heartbeat: no SLURM command) and `restore-limits` (no squeue on this PATH: an error) import
+    none of the heavy libraries, nor the daemon's store, service or model modules."""
+    import time
+
+    from hpcpredict.slurm.heartbeat import Heartbeat, write_heartbeat
+
+    write_heartbeat(tmp_path / "hb", Heartbeat(time.time() + 60, 1, 1))  # fresh for the probe's start
+    look = ["failsafe", "--once", "--heartbeat", str(tmp_path / "hb"), "--status", str(tmp_path / "st")]
+    probe = (
+        "import json, sys\nfrom hpcpredict.cli import main\n"
+        f"for args in ({look!r}, ['restore-limits', '--dry-run'], ['restore-limits']):\n"
+        "    try:\n        main(args, prog_name='hpcpredict')\n    except SystemExit:\n        pass\n"
+        f"heavy = {HEAVY!r}\n"
+        "print(json.dumps([sorted(m for m in sys.modules if m.startswith('hpcpredict.')),"
+        " sorted({m.split('.')[0] for m in sys.modules} & set(heavy))]))"
+    )
+    env = {**os.environ, "PYTHONPATH": str(REPO_ROOT), "PATH": str(tmp_path)}  # no SLURM command
+    done = subprocess.run([sys.executable, "-c", probe], cwd=REPO_ROOT, env=env, capture_output=True,
+                          text=True, timeout=120, check=True)
+    loaded, heavy = json.loads(done.stdout.strip().splitlines()[-1])
+    assert heavy == [] and "squeue: not found" in done.stderr, done.stderr
+    assert "hpcpredict.slurm.failsafe" in loaded
+    # (the CLI's shared options bring the learner's defaults and the corrections' names: plain Python)
+    assert not {m for m in loaded if m.startswith(("hpcpredict.features", "hpcpredict.learn.predictor",
+                                                   "hpcpredict.learn.nag", "hpcpredict.daemon.store",
+                                                   "hpcpredict.daemon.service", "hpcpredict.daemon.server"))
+                or "kernel" in m}, loaded

@@ -6,6 +6,7 @@
     daemon.py     serve, train, errors, report,         the prediction daemon and its database
                   slurm-convert
     replay.py     replay-slurm, replay-compare          a log on a real SLURM, beside the simulator
+    failsafe.py   failsafe, restore-limits              lowered limits back to requests, no daemon
     options.py    the options several commands share, and the deprecated names of renamed ones
     common.py     progress bars, reading a log, checking output paths
 
@@ -37,6 +38,8 @@ COMMAND_MODULES = {
     "replay-slurm": "replay",
     "replay-compare": "replay",
     "tune": "tune",
+    "failsafe": "failsafe",
+    "restore-limits": "failsafe",
 }
 
 

@@ -23,6 +23,12 @@
     correction = "incremental"    # how the corrector raises limits: incremental | survival (§8)
     survival_quantile = 0.5       # with "survival": the user's runtime quantile given the elapsed time
 
+    [failsafe]                    # read by `hpcpredict failsafe` too (hpcpredict/slurm/failsafe.py)
+    heartbeat = "/var/lib/hpcpredict/watcher.heartbeat"  # the watcher writes it after each vouched look
+    status = "/var/lib/hpcpredict/failsafe.status"       # the failsafe writes it at each look
+    stale_after_s = 40            # no vouched look for this long: limits back to requests, no lowering
+    interval_s = 5                # the failsafe's looks at the heartbeat
+
     [learner]                     # must be the same for `train` and `serve`
     loss = "eloss"
     eta = 5000.0
@@ -54,6 +60,7 @@ from hpcpredict.corrections import CORRECTION_NAMES, make_correction
 from hpcpredict.corrections.policies import CorrectionPolicy
 from hpcpredict.corrections.starvation import DEFAULT_STARVATION_GUARD_S, is_expansion_factor, parse_starvation_guard
 from hpcpredict.corrections.survival import DEFAULT_SURVIVAL_QUANTILE
+from hpcpredict.slurm.failsafe import FailsafeConfig, FailsafeConfigError
 from hpcpredict.learn.defaults import (
     DEFAULT_CALIBRATION_ALPHA,
     DEFAULT_CENSOR_AT_LIMIT,
@@ -146,6 +153,7 @@ class DaemonConfig:
     correction: str = "incremental"
     survival_quantile: float = DEFAULT_SURVIVAL_QUANTILE
     learner: LearnerConfig = field(default_factory=LearnerConfig)
+    failsafe: FailsafeConfig = field(default_factory=FailsafeConfig)
 
     def predictor_factory(self) -> LearnedPredictor:
         return self.learner.build(self.time_zone)
@@ -243,9 +251,14 @@ def load_config(path: str | os.PathLike[str] | None) -> DaemonConfig:
         raise ConfigError(f"{path}: cannot read the configuration ({error.strerror})") from error
     except tomllib.TOMLDecodeError as error:
         raise ConfigError(f"{path}: not valid TOML ({error})") from error
-    unknown_sections = set(data) - {"daemon", "learner"}
+    unknown_sections = set(data) - {"daemon", "learner", "failsafe"}
     if unknown_sections:
-        raise ConfigError(f"{path}: unknown section(s) {sorted(unknown_sections)}; expected [daemon], [learner]")
+        raise ConfigError(f"{path}: unknown section(s) {sorted(unknown_sections)}; expected [daemon], "
+                          "[learner], [failsafe]")
+    try:
+        failsafe = FailsafeConfig.from_section(dict(data.get("failsafe", {})), str(path))
+    except FailsafeConfigError as error:
+        raise ConfigError(str(error)) from None
     daemon = dict(data.get("daemon", {}))
     learner = dict(data.get("learner", {}))
     for section, keys, allowed in (("daemon", daemon, _DAEMON_KEYS), ("learner", learner, _LEARNER_KEYS)):
@@ -255,7 +268,7 @@ def load_config(path: str | os.PathLike[str] | None) -> DaemonConfig:
     if "socket_mode" in daemon:
         daemon["socket_mode"] = parse_mode(daemon["socket_mode"], where=f"{path}: [daemon] socket_mode")
     try:
-        config = DaemonConfig(**daemon, learner=LearnerConfig(**learner))
+        config = DaemonConfig(**daemon, learner=LearnerConfig(**learner), failsafe=failsafe)
     except TypeError as error:
         raise ConfigError(f"{path}: {error}") from error
     try:
@@ -384,6 +397,11 @@ def _checked(config: DaemonConfig) -> DaemonConfig:
             f"correction_margin_s ({config.correction_margin_s}) must cover two looks at SLURM "
             f"({config.slurm_interval_s:g} s each) and SLURM's 30 s limit check"
         )
+    if config.slurm and config.failsafe.stale_after_s < 2 * config.slurm_interval_s + 10:
+        raise ConfigError(
+            f"[failsafe] stale_after_s ({config.failsafe.stale_after_s:g}) must cover two looks at "
+            f"SLURM ({config.slurm_interval_s:g} s each) and 10 s for a look itself: a healthy "
+            "watcher's heartbeat would otherwise read as stale")
     try:
         guard_s = config.starvation_guard_s
     except ValueError as error:

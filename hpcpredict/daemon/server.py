@@ -45,6 +45,7 @@ from hpcpredict.daemon.writer import DEFAULT_MAX_BACKLOG, StoreWriter, WriterBus
 from hpcpredict.daemon.systemd_notify import notify
 from hpcpredict.job_events import JobEvent
 from hpcpredict.jobs import JobRequest
+from hpcpredict.slurm.failsafe import read_status
 
 if TYPE_CHECKING:
     from hpcpredict.daemon.http_api import AdminApi, HttpLimits
@@ -251,6 +252,8 @@ class Daemon:
             xfactor=self.config.starvation_guard_xfactor,
             slack_s=self.config.starvation_guard_slack_s,
             slack_after_s=self.config.starvation_guard_slack_after_s,
+            heartbeat=self.config.failsafe.heartbeat,
+            stale_after_s=self.config.failsafe.stale_after_s,
         )
         self.handlers.lowering_hold = self.watcher.holds_lowering
         self.watcher.start()
@@ -366,12 +369,27 @@ class Daemon:
             "uptime_s": round(time.time() - self.started_at, 3),
             "socket": self.config.socket,
             "slurm": None if self.watcher is None else dataclasses.asdict(self.watcher.report),
+            "watcher": None if self.watcher is None else {
+                "heartbeat": self.watcher.heartbeat,
+                "heartbeat_age_s": round(self.watcher.heartbeat_age_s(), 3),
+                "stale_after_s": self.watcher.stale_after_s,
+                "stale": self.watcher.is_stale(),
+            },
+            "failsafe": self._failsafe_health(),
             "starvation_guard": None if self.watcher is None else {
                 "after_s": self.watcher.guard_s, "xfactor": self.watcher.xfactor,
                 "slack_s": self.watcher.slack_s, "slack_after_s": self.watcher.slack_after_s,
                 **dataclasses.asdict(self.watcher.guard)
             },
         }
+
+    def _failsafe_health(self) -> dict[str, object] | None:
+        """The failsafe's last status (its own process writes it at every look), with its age:
+        None when no failsafe has written one where the configuration says."""
+        status = read_status(self.config.failsafe.status)
+        if status is None:
+            return None
+        return {**dataclasses.asdict(status), "age_s": round(max(0.0, time.time() - status.time_s), 3)}
 
     def metric_values(self) -> tuple[dict[str, tuple[str, float]], dict[str, tuple[str, float]]]:
         """(gauges, counters) of the service's state, name -> (help, value); from memory, for
@@ -403,6 +421,28 @@ class Daemon:
                 "1 while the starvation guard's slack stage is on (pending limits at requests less "
                 "the slack).",
                 int(self.watcher.guard.slack),
+            )
+            gauges["hpcpredict_watcher_heartbeat_age_seconds"] = (
+                "Seconds since the watcher's last look that vouched for every lowered limit (the "
+                f"failsafe restores limits past {self.watcher.stale_after_s:g}).",
+                self.watcher.heartbeat_age_s(),
+            )
+            gauges["hpcpredict_watcher_stale"] = (
+                "1 while the watcher's heartbeat is older than the failsafe's bound (PREDICT holds "
+                "lowering).", int(self.watcher.is_stale()),
+            )
+        failsafe = read_status(self.config.failsafe.status)
+        if failsafe is not None:
+            gauges["hpcpredict_failsafe_status_age_seconds"] = (
+                "Seconds since the failsafe's last look (it looks every "
+                f"{self.config.failsafe.interval_s:g} s).", max(0.0, time.time() - failsafe.time_s),
+            )
+            gauges["hpcpredict_failsafe_restoring"] = (
+                "1 while the failsafe finds the watcher's heartbeat stale and puts lowered limits "
+                "back to the requests.", int(failsafe.state == "restoring"),
+            )
+            gauges["hpcpredict_failsafe_restored"] = (
+                "Limits the failsafe put back since it started.", failsafe.restored_total,
             )
         counters = {
             "hpcpredict_event_failures_total": ("Events whose transaction failed.", self.service.event_failures),

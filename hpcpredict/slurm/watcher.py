@@ -41,15 +41,24 @@ with it (the plugin, which sees no ``--time``, does not predict it).
 A job first seen already running is submitted at its real submission time with the model of
 now (the daemon was down at its submission): its features are an approximation, as for any
 job the daemon learns without having seen its submission.
+
+After every look in which each limit change it owed succeeded, the watcher writes its heartbeat
+(`heartbeat.py`): the failsafe (`failsafe.py`, a process of its own) puts every lowered limit back
+at its request once that file is older than `stale_after_s`, and `holds_lowering` tells PREDICT
+not to lower new jobs over the same bound, so a watcher that is stuck (a slow squeue, a store
+writer that does not answer) or failing (scontrol refused) stops the lowering it cannot follow.
+A look whose only failures are in reporting (the store) still vouches for the limits.
 """
 
 from __future__ import annotations
 
 import logging
+import os
 import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Protocol
 
 from hpcpredict.job_events import JobEvent, LimitChanged
@@ -58,7 +67,9 @@ from hpcpredict.corrections.starvation import check_slack_stage
 from hpcpredict.slurm import requests
 from hpcpredict.slurm.adapter import ENDED_STATES, SlurmJob
 from hpcpredict.slurm.corrector import DEFAULT_MARGIN_S, corrected_limit_s
+from hpcpredict.slurm.failsafe import DEFAULT_STALE_AFTER_S
 from hpcpredict.slurm.guard import DEFAULT_GUARD_S, GuardStatus, guard_limit_s, guard_status
+from hpcpredict.slurm.heartbeat import Heartbeat, write_heartbeat
 from hpcpredict.slurm.tag import parse_tag
 
 logger = logging.getLogger(__name__)
@@ -81,6 +92,7 @@ class WatchReport:
     corrections: int = 0
     guard_changes: int = 0  # limits the starvation guard set (raised to requests, or lowered back)
     errors: int = 0
+    limit_failures: int = 0  # limit changes SLURM refused or did not answer (the look is not vouched for)
     unlimited: int = 0  # jobs without a time limit, left out (module doc)
     last_error: str = ""
     corrected_jobs: list[int] = field(default_factory=list)
@@ -104,8 +116,12 @@ class SlurmWatcher:
         xfactor: float | None = None,
         slack_s: int | None = None,
         slack_after_s: int | None = None,
+        heartbeat: str | None = None,
+        stale_after_s: float = DEFAULT_STALE_AFTER_S,
         clock: Callable[[], float] = time.time,
     ) -> None:
+        """`heartbeat`: the file the failsafe reads (None: none written, as in tests without
+        one); `stale_after_s`: past this since the last vouched look, PREDICT holds lowering."""
         check_slack_stage(guard_s, slack_s, slack_after_s)
         self.slurm = slurm
         self.record = record
@@ -121,6 +137,12 @@ class SlurmWatcher:
         # Replaced whole at each poll (one attribute write): PREDICT reads it from another thread.
         self.guard = GuardStatus()
         self.clock = clock
+        self.heartbeat = heartbeat
+        self.stale_after_s = stale_after_s
+        # The last look that vouched for every lowered limit; a new watcher counts from its
+        # creation (a job lowered before its first look has a minute: the failsafe's budget).
+        self.vouched_at_s = clock()
+        self._heartbeat_failing = False
         self.report = WatchReport()
         self._stages: dict[int, int] = {}
         self._stop = threading.Event()
@@ -148,12 +170,14 @@ class SlurmWatcher:
     def poll(self) -> WatchReport:
         """One look at SLURM: report what is new, correct what is due."""
         self.report.polls += 1
+        began_s = self.clock()
+        limit_failures = self.report.limit_failures
         try:
             jobs = self.slurm.jobs()
         except Exception as error:  # noqa: BLE001 - SLURM down or slow: try again next poll
             self._failed(f"cannot read SLURM's jobs: {error}")
             return self.report
-        now_s = int(self.clock())
+        now_s = int(began_s)
         self._update_guard(guard_status(jobs, now_s, self.guard_s, self.xfactor, self.slack_after_s))
         seen = set()
         for job in jobs:
@@ -172,7 +196,42 @@ class SlurmWatcher:
                 self._step(job, self._correct, job, now_s)
         for gone in set(self._stages) - seen:  # SLURM forgot it (MinJobAge): so can we
             del self._stages[gone]
+        if self.report.limit_failures == limit_failures:
+            self._vouch(began_s)
         return self.report
+
+    # ------------------------------------------------------------------ the heartbeat
+    def _vouch(self, began_s: float) -> None:
+        """Every limit change this look owed went through: say so in the heartbeat (the time the
+        look began: SLURM's view it acted on), then in memory for `holds_lowering`."""
+        if self.heartbeat is not None:
+            try:
+                beat = Heartbeat(began_s, os.getpid(), self.report.polls)
+                try:
+                    write_heartbeat(self.heartbeat, beat)
+                except FileNotFoundError:  # a per-user state folder not made yet (a site's is systemd's)
+                    Path(self.heartbeat).parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+                    write_heartbeat(self.heartbeat, beat)
+            except OSError as error:
+                if not self._heartbeat_failing:  # said once, counted every time
+                    logger.error("cannot write the heartbeat %s (%s): the failsafe will put lowered "
+                                 "limits back and PREDICT holds lowering until it can", self.heartbeat,
+                                 error.strerror or error)
+                self._heartbeat_failing = True
+                self.report.errors += 1
+                self.report.last_error = f"cannot write the heartbeat {self.heartbeat}: {error}"
+                return
+            if self._heartbeat_failing:
+                logger.info("the heartbeat %s is written again", self.heartbeat)
+            self._heartbeat_failing = False
+        self.vouched_at_s = began_s
+
+    def heartbeat_age_s(self) -> float:
+        """Seconds since the last look that vouched for every lowered limit."""
+        return max(0.0, self.clock() - self.vouched_at_s)
+
+    def is_stale(self) -> bool:
+        return self.heartbeat_age_s() > self.stale_after_s
 
     # ------------------------------------------------------------------ reporting
     def _report(self, job: SlurmJob) -> None:
@@ -222,8 +281,11 @@ class SlurmWatcher:
         self.guard = status
 
     def holds_lowering(self) -> str | None:
-        """Why PREDICT must tell the plugin not to lower a new job now (None: it may): the guard
-        is on, or its slack stage (the watcher gives the job its slack estimate at its next look)."""
+        """Why PREDICT must tell the plugin not to lower a new job now (None: it may): the watcher
+        has not vouched for the lowered limits within `stale_after_s`, or the guard is on, or its
+        slack stage (the watcher gives the job its slack estimate at its next look)."""
+        if self.is_stale():  # the failsafe is putting limits back, or is about to
+            return "watcher_stale"
         guard = self.guard  # (one read: the poll replaces it from another thread)
         if guard.active:
             return "starvation_guard"
@@ -249,7 +311,7 @@ class SlurmWatcher:
         return guard_limit_s(job.state, job.time_limit_s, tag, self.guard, self.slack_s)
 
     def _set_guard_limit(self, job: SlurmJob, limit_s: int, now_s: int) -> None:
-        self.slurm.set_time_limit(job.update_id, limit_s // 60)
+        self._set_limit(job, limit_s)
         self.record(LimitChanged(job.job_id, limit_s, now_s))
         self.report.guard_changes += 1
         stage = "on" if self.guard.active else "slack stage" if self.guard.slack else "off"
@@ -273,12 +335,21 @@ class SlurmWatcher:
         )
         if limit_s is None:
             return
-        self.slurm.set_time_limit(job.update_id, limit_s // 60)
+        self._set_limit(job, limit_s)
         self.record(LimitChanged(job.job_id, limit_s, now_s))
         self.report.corrections += 1
         self.report.corrected_jobs.append(job.job_id)
         logger.info("job %d: time limit %d -> %d s (elapsed %d s)", job.job_id, job.time_limit_s,
                     limit_s, now_s - job.start_s)
+
+    def _set_limit(self, job: SlurmJob, limit_s: int) -> None:
+        """SLURM's limit of `job` to `limit_s`; a failure is counted as a limit failure, which
+        keeps this look from vouching for the limits (module doc)."""
+        try:
+            self.slurm.set_time_limit(job.update_id, limit_s // 60)
+        except Exception:
+            self.report.limit_failures += 1
+            raise
 
     def _step(self, job: SlurmJob, action: Callable[..., None], *arguments: object) -> None:
         try:
