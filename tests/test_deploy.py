@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import shutil
 import subprocess
 import sys
@@ -151,7 +152,8 @@ def test_unit_paths_match_the_example_config() -> None:
         assert option in unit
 
 
-def test_unit_file_verifies(tmp_path: Path) -> None:
+@pytest.mark.parametrize("name", ["hpcpredict.service", "hpcpredict-failsafe.service"])
+def test_unit_file_verifies(tmp_path: Path, name: str) -> None:
     """systemd-analyze verify: unknown keys, bad values and a missing ExecStart binary all show.
 
     The binary is pointed at this test's interpreter's hpcpredict (the unit's /opt path does not
@@ -163,11 +165,11 @@ def test_unit_file_verifies(tmp_path: Path) -> None:
     hpcpredict = Path(sys.executable).parent / "hpcpredict"
     if not hpcpredict.exists():
         skip_or_fail(f"no hpcpredict entry point beside {sys.executable}")
-    unit = tmp_path / "hpcpredict.service"
-    unit.write_text((DEPLOY / "hpcpredict.service").read_text().replace(
+    unit = tmp_path / name
+    unit.write_text((DEPLOY / name).read_text().replace(
         "/opt/hpcpredict/venv/bin/hpcpredict", str(hpcpredict)))
     done = subprocess.run([analyze, "verify", str(unit)], capture_output=True, text=True, timeout=60)
-    problems = [line for line in done.stderr.splitlines() if "hpcpredict.service" in line]
+    problems = [line for line in done.stderr.splitlines() if name in line]
     assert done.returncode == 0 and not problems, done.stderr
 
 
@@ -186,15 +188,15 @@ def test_quickstart_names_only_files_the_repository_has() -> None:
         assert (root / relative).is_file(), relative
 
 
-def unit_settings() -> dict[str, list[str]]:
-    """The unit's [Service] keys and their values, in order (a key may repeat)."""
+def unit_settings(name: str = "hpcpredict.service", section_name: str = "[Service]") -> dict[str, list[str]]:
+    """The unit's keys of `section_name` and their values, in order (a key may repeat)."""
     settings: dict[str, list[str]] = {}
     section = ""
-    for line in (DEPLOY / "hpcpredict.service").read_text().splitlines():
+    for line in (DEPLOY / name).read_text().splitlines():
         line = line.strip()
         if line.startswith("["):
             section = line
-        elif section == "[Service]" and "=" in line and not line.startswith("#"):
+        elif section == section_name and "=" in line and not line.startswith("#"):
             key, _, value = line.partition("=")
             settings.setdefault(key, []).append(value)
     return settings
@@ -251,3 +253,85 @@ def test_the_quick_start_makes_the_state_folder_before_training() -> None:
     text = (DEPLOY.parent / "docs" / "quickstart-cluster.md").read_text()
     made = text.index("install -d -o slurm -g slurm -m 0750 /var/lib/hpcpredict")
     assert made < text.index("hpcpredict train /tmp/history.swf")
+
+
+def test_the_failsafe_unit_does_not_share_the_daemons_fate() -> None:
+    """Its own unit (issue 50): not bound to the daemon's (a stopped or given-up daemon leaves it
+    running), never given up itself, as the daemon's user, reading the heartbeat where the
+    daemon's watcher writes it (deploy/daemon.toml's [failsafe], in the shared state directory)."""
+    service, unit = unit_settings("hpcpredict-failsafe.service"), unit_settings("hpcpredict-failsafe.service", "[Unit]")
+    daemon = unit_settings()
+    assert service["User"] == daemon["User"] and service["Group"] == daemon["Group"]
+    assert service["Restart"] == ["always"] and unit["StartLimitIntervalSec"] == ["0"]
+    assert not {"BindsTo", "PartOf", "Requires", "Requisite"} & set(unit), unit
+    assert service["StateDirectory"] == daemon["StateDirectory"]
+    assert service["ExecStart"] == ["/opt/hpcpredict/venv/bin/hpcpredict failsafe --config /etc/hpcpredict/daemon.toml"]
+    failsafe = load_config(DEPLOY / "daemon.toml").failsafe
+    state = Path("/var/lib") / service["StateDirectory"][0]
+    assert Path(failsafe.heartbeat).parent == state and Path(failsafe.status).parent == state
+    assert service["Environment"] == [f"HPCPREDICT_STATE_DIR={state}"]  # its defaults, if the file fails
+
+
+SERIES = {  # 15 s apart: a healthy minute, then the failure
+    "up": "1x8 0x8",
+    "hpcpredict_watcher_stale": "0x2 1x6",
+    "hpcpredict_failsafe_restoring": "0x3 1x5",
+    "hpcpredict_failsafe_lowered_left": "0x3 3x5",
+    "hpcpredict_failsafe_status_age_seconds": "2x4 45x4",
+}
+# (alert, when, fires): each rule quiet before its failure, firing after its `for:`
+EXPECTED = [
+    ("HpcpredictWatcherStale", "15s", False), ("HpcpredictWatcherStale", "90s", True),
+    ("HpcpredictFailsafeRestoring", "30s", False), ("HpcpredictFailsafeRestoring", "60s", True),
+    ("HpcpredictFailsafeCannotRestore", "105s", True),
+    ("HpcpredictFailsafeDown", "60s", False), ("HpcpredictFailsafeDown", "150s", True),
+    ("HpcpredictDaemonDown", "120s", False), ("HpcpredictDaemonDown", "240s", True),
+]
+
+
+def test_the_alert_rules_load_and_fire_as_documented(tmp_path: Path) -> None:
+    """deploy/hpcpredict-alerts.yml with Debian's promtool: the rules parse (`check rules`), and
+    each fires on the metrics the daemon exports when it should (`test rules`: a watcher stale for
+    30 s, a failsafe restoring or unable to, a failsafe gone quiet or never run, a daemon down)."""
+    promtool = shutil.which("promtool")
+    if promtool is None:
+        skip_or_fail("promtool not installed (apt-get install prometheus; .ci/run does)")
+    rules = DEPLOY / "hpcpredict-alerts.yml"
+    done = subprocess.run([promtool, "check", "rules", str(rules)], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0 and "SUCCESS: 5 rules found" in done.stdout, done.stdout + done.stderr
+    import yaml
+
+    rules_by_name = {rule["alert"]: rule for group in yaml.safe_load(rules.read_text())["groups"]
+                     for rule in group["rules"]}
+    target = {"job": "hpcpredict", "instance": "ctl:8765"}
+
+    def fired(name: str) -> list[dict[str, object]]:
+        rule = rules_by_name[name]
+        return [{"exp_labels": {**target, **rule["labels"]}, "exp_annotations": rule["annotations"]}]
+
+    labels = ",".join(f'{key}="{value}"' for key, value in target.items())
+    scenario = {"rule_files": [str(rules)], "evaluation_interval": "15s", "tests": [
+        {"interval": "15s",
+         "input_series": [{"series": f"{name}{{{labels}}}", "values": values} for name, values in SERIES.items()],
+         "alert_rule_test": [{"eval_time": when, "alertname": name, "exp_alerts": fired(name) if fires else []}
+                             for name, when, fires in EXPECTED]},
+        # a daemon up whose failsafe never ran: no status, no metric
+        {"interval": "15s", "input_series": [{"series": f"up{{{labels}}}", "values": "1x8"}],
+         "alert_rule_test": [{"eval_time": "90s", "alertname": "HpcpredictFailsafeDown",
+                              "exp_alerts": fired("HpcpredictFailsafeDown")}]},
+    ]}
+    assert set(rules_by_name) == {name for name, _, _ in EXPECTED}
+    path = tmp_path / "alerts_test.yml"
+    path.write_text(json.dumps(scenario))  # JSON is YAML
+    done = subprocess.run([promtool, "test", "rules", str(path)], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_the_daemon_exports_every_metric_the_alert_rules_read() -> None:
+    import re
+
+    rules = (DEPLOY / "hpcpredict-alerts.yml").read_text()
+    expressions = " ".join(line for line in rules.splitlines() if line.strip().startswith("expr:"))
+    read = set(re.findall(r"\b(hpcpredict_[a-z_]+)\b", expressions))
+    server = (Path(__file__).resolve().parent.parent / "hpcpredict" / "daemon" / "server.py").read_text()
+    assert read and all(f'"{name}"' in server for name in read), read

@@ -196,6 +196,16 @@ def test_a_missing_heartbeat_restores_and_a_failing_slurm_is_counted_and_tried_a
     assert on_disk["state"] == "restoring" and on_disk["restored_total"] == 2
 
 
+def test_a_stale_heartbeat_with_nothing_lowered_is_idle_not_restoring(tmp_path: Path) -> None:
+    """Record mode, or a watcher never started: nothing at risk, so no restoring state (and no
+    restoring alert); a lowered job appearing turns it to restoring at the next look."""
+    runner, clock = RecordingRunner(""), Clock(10_000)
+    watch = failsafe_in(tmp_path, runner, clock)
+    assert watch.look().state == "idle" and runner.commands == [list(LIST_LOWERED)]
+    runner.listing = LISTING
+    assert watch.look().state == "restoring" and watch.status.restored_total == 2
+
+
 def test_the_settings_must_reach_a_one_minute_job_in_time(tmp_path: Path) -> None:
     FailsafeConfig(stale_after_s=40, interval_s=5).check()
     with pytest.raises(FailsafeConfigError, match="below 60 s"):

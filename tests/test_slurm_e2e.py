@@ -44,6 +44,7 @@ class ServeProcess:
         self.db = f"sqlite:///{cluster.dir / db_name}"
         self.spool = str(cluster.dir / "jobcomp.spool")
         self.process: subprocess.Popen | None = None
+        self.env = cluster.env  # the fault tests put wrapped SLURM commands first on its PATH
 
     def start(self, *options: str) -> None:
         log = (self.cluster.dir / "serve.log").open("ab")
@@ -51,7 +52,7 @@ class ServeProcess:
             [sys.executable, "-m", "hpcpredict.cli", "serve", "--db", self.db, "--create-db", "--min-trained-jobs", "0", "--socket", self.socket,
              "--http", "", "--spool", self.spool, "--slurm", "--slurm-backend", "cli",
              "--slurm-interval-s", "2", "--correction-margin-s", "90", "--log-level", "info", *options],
-            env=self.cluster.env, stdout=log, stderr=subprocess.STDOUT,
+            env=self.env, stdout=log, stderr=subprocess.STDOUT,
         )
         wait_until_answering(self.socket, self.process, self.log)
 

@@ -19,21 +19,31 @@ import click
 from hpcpredict.cli.options import format_option
 
 
-def _load(config_path: Path | None, **overrides: object):  # -> FailsafeConfig
-    from hpcpredict.slurm.failsafe import FailsafeConfigError, load_failsafe_config
+def _load(config_path: Path | None, *, lenient: bool = False, **overrides: object):  # -> FailsafeConfig
+    """The [failsafe] settings, options on top. `lenient` (the failsafe's own loop): a file that
+    cannot be read or used leaves it on its defaults, said in its log, rather than down: a bad
+    configuration after an upgrade is one of the failures it exists for."""
+    from hpcpredict.slurm.failsafe import FailsafeConfig, FailsafeConfigError, load_failsafe_config
 
+    given = {key: value for key, value in overrides.items() if value is not None}
     try:
-        config = load_failsafe_config(config_path)
-        given = {key: value for key, value in overrides.items() if value is not None}
-        return dataclasses.replace(config, **given).check()
+        return dataclasses.replace(load_failsafe_config(config_path), **given).check()
+    except FailsafeConfigError as error:
+        if not lenient:
+            raise click.ClickException(str(error)) from None
+        logging.getLogger("hpcpredict.slurm.failsafe").error(
+            "%s: watching with the defaults (and the command line's options) instead", error)
+    try:
+        return dataclasses.replace(FailsafeConfig(), **given).check()
     except FailsafeConfigError as error:
         raise click.ClickException(str(error)) from None
 
 
 _config_option = click.option(
-    "--config", "config_path", default=None, type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    "--config", "config_path", default=None, type=click.Path(dir_okay=False, path_type=Path),
     help="The daemon's TOML configuration, whose [failsafe] section to read (its other sections are "
-    "not read). Command-line options override it.")
+    "not read). Command-line options override it. A file that cannot be read or used leaves the "
+    "failsafe on its defaults, said in its log: it keeps watching.")
 
 
 @click.command()
@@ -74,8 +84,8 @@ def failsafe(config_path: Path | None, heartbeat: str | None, status: str | None
     from hpcpredict.slurm.failsafe import Failsafe
 
     logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    config = _load(config_path, heartbeat=heartbeat, status=status, stale_after_s=stale_after_s,
-                   interval_s=interval_s)
+    config = _load(config_path, lenient=True, heartbeat=heartbeat, status=status,
+                   stale_after_s=stale_after_s, interval_s=interval_s)
     watch = Failsafe(config)
     if once:
         seen = watch.look()

@@ -444,6 +444,10 @@ class Daemon:
             gauges["hpcpredict_failsafe_restored"] = (
                 "Limits the failsafe put back since it started.", failsafe.restored_total,
             )
+            gauges["hpcpredict_failsafe_lowered_left"] = (
+                "Lowered jobs still below their requests after the failsafe's last restoring look "
+                "(its SLURM commands failed).", failsafe.lowered_left,
+            )
         counters = {
             "hpcpredict_event_failures_total": ("Events whose transaction failed.", self.service.event_failures),
             "hpcpredict_model_rebuilds_total": ("Learner rebuilt from the store after a commit in doubt.",

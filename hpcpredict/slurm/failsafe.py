@@ -266,7 +266,9 @@ class FailsafeStatus:
 
     time_s: float = 0.0
     pid: int = 0
-    state: str = "starting"  # watching (heartbeat fresh) | restoring (stale: limits put back)
+    # watching (heartbeat fresh) | restoring (stale: lowered limits put back) | idle (stale, and no
+    # job lowered below its request: record mode, or no watcher ever ran)
+    state: str = "starting"
     heartbeat_age_s: float | None = None
     stale_after_s: float = DEFAULT_STALE_AFTER_S
     looks: int = 0
@@ -313,27 +315,28 @@ class Failsafe:
                             "lowers pending jobs again itself", age_s)
             status.state, status.stale_since_s, status.lowered_left = "watching", None, 0
         else:
-            if status.state != "restoring":
-                logger.warning("the watcher's heartbeat is %s (bound %g s): putting every job hpcpredict "
-                               "lowered back at its request, and again at each look until it is fresh",
-                               "missing or unreadable" if age_s is None else f"{age_s:.0f} s old",
-                               self.config.stale_after_s)
+            if status.stale_since_s is None:
                 status.stale_since_s = now_s
-            status.state = "restoring"
-            self._restore_all()
+            self._restore_all(age_s)
         self._write_status()
         return status
 
-    def _restore_all(self) -> None:
+    def _restore_all(self, age_s: float | None) -> None:
+        """A stale heartbeat: every lowered job back at its request. With none lowered (record
+        mode, or the watcher never started) the failsafe is "idle", not "restoring": nothing is at
+        risk, and the restoring alert stays quiet."""
         status = self.status
         try:
             lowered = list_lowered(self.runner, self.timeout_s)
         except SlurmError as error:
             self._failed(f"cannot list the lowered jobs: {error}")
+            self._enter("restoring", age_s)  # unknown: assume the worst
             return
         if not lowered:
             status.lowered_left = 0
+            self._enter("idle", age_s)
             return
+        self._enter("restoring", age_s)
         done = restore(lowered, self.runner, self.timeout_s)
         for job in done.restored:
             logger.info("job %s (%s, used %d s): time limit %d -> %d min (its request)", job.update_id,
@@ -346,6 +349,21 @@ class Failsafe:
         logger.warning("restored %d limit(s) (%d running, %d pending)%s", len(done.restored), done.running,
                        len(done.restored) - done.running,
                        f"; {status.lowered_left} left for the next look" if status.lowered_left else "")
+
+    def _enter(self, state: str, age_s: float | None) -> None:
+        """Said once, at the change: the heartbeat's age, and what the failsafe does about it."""
+        if state == self.status.state:
+            return
+        beat = "missing or unreadable" if age_s is None else f"{age_s:.0f} s old"
+        if state == "restoring":
+            logger.warning("the watcher's heartbeat is %s (bound %g s): putting every job hpcpredict lowered "
+                           "back at its request, and again at each look until it is fresh", beat,
+                           self.config.stale_after_s)
+        else:
+            logger.info("the watcher's heartbeat is %s (bound %g s); no job is below the request its mark "
+                        "records: nothing to restore (looking again every %g s)", beat,
+                        self.config.stale_after_s, self.config.interval_s)
+        self.status.state = state
 
     def _failed(self, message: str) -> None:
         self.status.errors += 1
