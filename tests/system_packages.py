@@ -37,6 +37,7 @@ PACKAGES: dict[str, str] = {
     "iproute2": "a private loopback for the quick start's fixed ports (tests/site_install.py)",
     "systemd": "systemd-analyze verify of the daemon's unit file (tests/test_deploy.py)",
     "debootstrap": "the chroots of Debian's newer Slurm releases (tests/slurm_chroot.py)",
+    "prometheus": "promtool check/test rules of deploy/hpcpredict-alerts.yml (tests/test_deploy.py)",
 }
 NO_INSTALL_VARIABLE = "HPCPREDICT_NO_INSTALL"
 APT_TIMEOUT_S = 1200  # apt-get update + install on a slow mirror

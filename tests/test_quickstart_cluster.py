@@ -83,7 +83,9 @@ class Controller:
     def __init__(self, site: SiteNamespace, cluster: SlurmCluster) -> None:
         self.site = site
         self.cluster = cluster
-        self.unit = EmulatedUnit(site, "/etc/systemd/system/hpcpredict.service")
+        self.units = {name: EmulatedUnit(site, f"/etc/systemd/system/{name}.service")
+                      for name in ("hpcpredict", "hpcpredict-failsafe")}
+        self.unit = self.units["hpcpredict"]  # the daemon's
 
     def run_block(self, block: str) -> str:
         output = []
@@ -100,27 +102,35 @@ class Controller:
         for command in line.split("&&"):
             words = shlex.split(command, comments=True)
             assert words[0] == "systemctl", line
-            action = words[1:]
+            now = words[1] in ("enable", "disable") and words[2:3] == ["--now"]
+            action, names = words[1:3] if now else words[1:2], words[3:] if now else words[2:]
             if action == ["daemon-reload"]:
-                pass
-            elif action in (["enable", "--now", "hpcpredict"], ["start", "hpcpredict"]):
-                self.unit.start()  # Type=notify: systemctl returns at READY=1
-            elif action == ["restart", "hpcpredict"]:
-                self.unit.stop()
-                self.unit.start()
-            elif action == ["status", "hpcpredict"]:
-                assert self.unit.is_active(), self.unit.log()
-                said.append("active (running)")
-            elif action == ["disable", "--now", "hpcpredict"]:
-                status = self.unit.stop()
-                assert status == 0, f"the daemon stopped with {status}:\n{self.unit.log()}"
-                said = self.unit.notifications
-                assert said[0] == "READY=1" and said[-1] == "STOPPING=1", said
-                assert said[1].startswith("STATUS=serving on /run/hpcpredict/"), said
-            elif action == ["restart", "slurmctld"]:
+                continue
+            if action == ["restart"] and names == ["slurmctld"]:
                 self.cluster.restart_controller()
-            else:
-                raise AssertionError(f"`{line}`: not emulated by this test (see its docstring)")
+                continue
+            unknown = [name for name in names if name not in self.units]
+            assert names and not unknown, f"`{line}`: not emulated by this test (see its docstring)"
+            for name in names:
+                unit = self.units[name]
+                if action in (["enable", "--now"], ["start"]):
+                    unit.start()  # Type=notify: systemctl returns at READY=1; simple: at the exec
+                elif action == ["restart"]:
+                    unit.stop()
+                    unit.start()
+                elif action == ["status"]:
+                    assert unit.is_active(), unit.log()
+                    said.append(f"{name}: active (running)")
+                elif action == ["disable", "--now"]:
+                    status = unit.stop()
+                    assert status == 0, f"{name} stopped with {status}:\n{unit.log()}"
+                    if name == "hpcpredict":
+                        said = [*said, *unit.notifications]
+                        told = unit.notifications
+                        assert told[0] == "READY=1" and told[-1] == "STOPPING=1", told
+                        assert told[1].startswith("STATUS=serving on /run/hpcpredict/"), told
+                else:
+                    raise AssertionError(f"`{line}`: not emulated by this test (see its docstring)")
         return "\n".join(said)
 
 
@@ -149,10 +159,12 @@ def controller(site_prefix: Path) -> Iterator[Controller]:
         cluster.start_or_skip()
         yield controller
     finally:
-        controller.unit.stop()
+        for unit in controller.units.values():
+            unit.stop()
         cluster.cleanup()
         site.close()
-        subprocess.run(["rm", "-rf", str(etc_slurm), str(controller.unit.log_path)], check=False)
+        subprocess.run(["rm", "-rf", str(etc_slurm), *(str(unit.log_path) for unit in controller.units.values())],
+                       check=False)
 
 
 def job_fields(controller: Controller, job_id: str) -> dict[str, str]:
@@ -172,6 +184,11 @@ def plugin_log(controller: Controller) -> str:
     """slurmctld's lines about hpcpredict, for failure messages."""
     log = (controller.cluster.dir / "slurmctld.log").read_text(errors="replace")
     return "\n".join(line for line in log.splitlines() if "hpcpredict" in line)[-3000:]
+
+
+def failsafe_status(controller: Controller) -> dict[str, object] | None:
+    done = controller.site.run(["cat", "/var/lib/hpcpredict/failsafe.status"], check=False)
+    return json.loads(done.stdout) if done.returncode == 0 and done.stdout.strip() else None
 
 
 def daemon_process(controller: Controller) -> str:
@@ -240,6 +257,13 @@ def test_the_quick_start_works_word_for_word_as_slurmuser(controller: Controller
     assert "HOME=/nonexistent" in environ and "NUMBA_CACHE_DIR=/var/cache/hpcpredict" in environ
     cached = site.run(["find", "/var/cache/hpcpredict", "-name", "*.nbi", "-user", "slurm"]).stdout.split()
     assert cached, "numba cached nothing in the unit's CacheDirectory"
+    # the failsafe, under its own unit's settings: as slurm, looking, idle in record mode
+    failsafe = controller.units["hpcpredict-failsafe"]
+    assert failsafe.is_active(), failsafe.log()
+    status = wait_for(lambda: failsafe_status(controller), 30, "the failsafe's first status", poll_s=1)
+    assert status["state"] == "idle", (status, failsafe.log())
+    owner = site.run(["stat", "-c", "%U", "/var/lib/hpcpredict/failsafe.status"]).stdout.strip()
+    assert owner == "slurm", owner
 
     lap("4 daemon")
     # 5. Record mode: all three Lua files, slurmctld restarted (JobCompType), marks, judged jobs.
@@ -270,6 +294,9 @@ def test_the_quick_start_works_word_for_word_as_slurmuser(controller: Controller
     listed = site.shell(listing)
     assert listed.stderr == "" and any(line.split()[0] == job_id and "mode=lower" in line
                                        for line in listed.stdout.splitlines()), listed
+    # the watcher's heartbeat, read by the failsafe (as slurm, in the shared state directory)
+    wait_for(lambda: (failsafe_status(controller) or {}).get("state") == "watching", 30,
+             "the failsafe to find the watcher's heartbeat fresh", poll_s=1)
     if lowered * 60 <= 120:  # the margin: raised at the watcher's first look once it runs (the page says so)
         wait_for(lambda: minutes(job_fields(controller, job_id)["TimeLimit"]) > lowered, 60,
                  "the watcher (as slurm) to raise the lowered limit", poll_s=1.0)

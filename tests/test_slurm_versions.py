@@ -45,6 +45,8 @@ GROUPS = {
     "corrector": ["-m", "slurm", E2E, "-k", LONG[0]],
     "guard": ["-m", "slurm", E2E, "-k", LONG[1]],
     "e2e": ["-m", "slurm", E2E, "-k", " and ".join(f"not {name}" for name in LONG)],
+    # the failsafe's fault injection: eight clusters at once, ~3.5 min
+    "failsafe": ["-m", "slurm", "tests/test_failsafe_faults.py"],
     "rest": ["-m", "slurm", "tests/test_slurm_adapter.py", "tests/test_slurm_replay.py", "tests/test_slurm_sacct.py",
              "tests/test_slurm_conf.py"],
     # as a site on that Debian runs it: its own python3's root-owned install, the daemon and the

@@ -118,7 +118,7 @@ class EmulatedUnit:
         self.site = site
         self.unit_path = unit_path
         self.process: subprocess.Popen | None = None
-        self.log_path = site.scratch.parent / f"{site.scratch.name}-unit.log"
+        self.log_path = site.scratch.parent / f"{site.scratch.name}-{unit_path.rsplit('/', 1)[-1]}.log"
         self.unit: Unit | None = None
         self.nofile: int | None = None
         self.listener: subprocess.Popen | None = None
