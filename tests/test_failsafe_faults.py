@@ -31,6 +31,7 @@ and the measured times are printed (docs/admin-guide.md, "What can go wrong", re
 from __future__ import annotations
 
 import concurrent.futures
+import contextlib
 import json
 import os
 import signal
@@ -136,6 +137,7 @@ class Case:
     b_sleep_s: int = 30  # B's run: P starts when B ends
     with_failsafe: bool = True  # False: the control, which shows the jobs at risk without it
     steps: dict[str, int] = field(default_factory=lambda: dict(TEST_STEPS))
+    postgres: object | None = None  # a PostgresServer of the case's own (the store-unavailable case)
 
     def serve_options(self) -> list[str]:
         return ["--config", str(self.cluster.dir / "failsafe.toml"), "--correction-margin-s",
@@ -216,6 +218,12 @@ def _scontrol_failing(case: Case) -> None:
     (case.wrappers / "FAULT").touch()
 
 
+def _store_stopped(case: Case) -> None:
+    """The daemon's PostgreSQL stopped (fast shutdown) and kept down: events fail, and the
+    watcher's reports with them; its limit changes must not."""
+    case.postgres._cluster._pg_ctl("stop", "-w", "-m", "fast")
+
+
 def _slurmctld_restarted(case: Case) -> None:
     case.cluster.restart_controller()
     time.sleep(30)
@@ -250,7 +258,12 @@ CASES = [
     Case("watcher_stuck", _watcher_stuck),
     Case("scontrol_failing", _scontrol_failing),
     Case("slurmctld_restarted", _slurmctld_restarted, restores=False),
-    Case("host_rebooted", _host_rebooted),
+    *([] if os.environ.get("HPCPREDICT_SLURM_SYSTEM_INSIDE") else  # (no PostgreSQL in the chroots)
+      [Case("store_stopped", _store_stopped, restores=False)]),
+    # (no restore time asserted: the failsafe and the watcher come back together, and the watcher
+    # may lower the pending job again within the second the failsafe restored it, or correct the
+    # running ones itself first; what is asserted is that no job dies)
+    Case("host_rebooted", _host_rebooted, restores=False),
 ]
 
 
@@ -268,6 +281,11 @@ def run_case(case: Case, delay_s: float) -> Case:
     _wrapper(case, "scontrol", '[ "$1" = update ] && { echo "slurm_update error: Unable to contact slurm controller" >&2; exit 1; }')
     case.serve = ServeProcess(cluster)
     case.serve.env = {**cluster.env, "PATH": f"{case.wrappers}:{os.environ['PATH']}"}
+    if case.inject is _store_stopped:
+        from pg_server import PostgresServer
+
+        case.postgres = PostgresServer.from_environment()
+        case.serve.db = case.postgres.create_database()
     case.serve.start(*case.serve_options())
     case.failsafe = FailsafeProcess(cluster, toml)
     if case.with_failsafe:
@@ -301,6 +319,9 @@ def run_case(case: Case, delay_s: float) -> Case:
         case.monitor.stop.set()
         case.failsafe.stop()
         case.serve.stop()
+        if case.postgres is not None:
+            with contextlib.suppress(Exception):  # stopped by the case already
+                case.postgres.stop()
     return case
 
 
@@ -373,8 +394,96 @@ def test_a_restarted_daemon_lowers_again_what_is_still_pending(cases: list[Case]
     assert case.final["P"]["JobState"] == "COMPLETED"
 
 
+def test_a_store_that_stops_does_not_stop_the_corrections(cases: list[Case]) -> None:
+    """PostgreSQL down: the daemon's events fail (its /health says unhealthy), and its watcher
+    goes on raising limits, vouching for them: the failsafe has nothing to do."""
+    case = next((case for case in cases if case.name == "store_stopped"), None)
+    if case is None:
+        pytest.skip("no PostgreSQL in the chroots: the host's run has this case")
+    r1 = str(case.jobs["R1"])
+    stepped = [when - case.fault_s for when, jobs in case.monitor.samples
+               if when > case.fault_s and jobs.get(r1, ("", 0, 0))[1] == 120]
+    assert stepped, "the watcher's first INCREMENTAL step (1 -> 2 min) never came after the store stopped"
+    acted = "putting every job hpcpredict lowered back" in case.failsafe.log()
+    print(f"\nstore_stopped: the watcher's step {stepped[0]:.1f} s after the fault; the failsafe "
+          f"{'acted' if acted else 'had nothing to do'}")
+    assert not acted, case.failsafe.log()[-2000:]
+
+
 def test_a_crash_loop_never_vouches_for_the_limits(cases: list[Case]) -> None:
     case = next(case for case in cases if case.name == "crash_loop")
     assert case.notes["failed_starts"] == 5
     beat = json.loads((case.cluster.dir / "watcher.heartbeat").read_text())
     assert beat["time_s"] <= case.fault_s
+
+
+@pytest.mark.parametrize("over_time_limit_min", [0, 10])
+def test_slurms_backfill_plans_with_the_limit_whatever_the_over_time_limit(over_time_limit_min: int) -> None:
+    """docs/admin-guide.md's reading of ``OverTimeLimit``: it changes when SLURM kills a job, not
+    when its backfill expects it to end. A job pending behind a running one that asked 5 minutes is
+    planned to start 5 minutes after it, with OverTimeLimit=0 and =10 alike."""
+    from datetime import datetime
+
+    cluster = SlurmCluster(over_time_limit_min=over_time_limit_min, extra_config=["SchedulerParameters=bf_interval=1"])
+    cluster.start_or_skip()
+    try:
+        running = cluster.sbatch("-n", "16", "--time=5", script="sleep 300")
+        wait_for(lambda: cluster.job_fields(running)["JobState"] == "RUNNING", 30, "the first job to run", cluster)
+        pending = cluster.sbatch("-n", "16", "--time=5", script="sleep 1")
+        planned = wait_for(lambda: (start := cluster.job_fields(pending)["StartTime"]) != "Unknown"
+                           and start != "N/A" and start, 60, "the backfill's plan for the second job", cluster)
+        started = datetime.fromisoformat(cluster.job_fields(running)["StartTime"])
+        assert (datetime.fromisoformat(planned) - started).total_seconds() == 300, (planned, started)
+        config = cluster.run(["scontrol", "show", "config"]).stdout
+        assert f"OverTimeLimit           = {over_time_limit_min} min" in config
+    finally:
+        cluster.cleanup()
+
+
+def test_restore_limits_puts_back_only_what_hpcpredict_lowered() -> None:
+    """`hpcpredict restore-limits` on a real SLURM (no daemon, no failsafe): jobs marked in lower
+    mode below their request get it back, an array task included, running and pending alike;
+    a job in record mode, an unmarked job, and one at its request are left as they are;
+    `--dry-run` changes nothing."""
+    cluster = SlurmCluster()
+    cluster.start_or_skip()
+    try:
+        def marked(mark: str | None, limit_min: int, *options: str) -> str:
+            job = cluster.sbatch("--time=30", *options, script="sleep 300")
+            update = [f"JobId={job}", f"TimeLimit={limit_min}"]
+            if mark is not None:  # as job_submit.lua leaves it (root may set admin_comment)
+                update.append(f"AdminComment={mark}")
+            cluster.run(["scontrol", "update", *update])
+            return str(job)
+
+        lowered = "hpcpredict:request_s=1800,prediction_s=50,mode=lower,procs=1"
+        jobs = {
+            "running": marked(lowered, 1),
+            "pending": marked(lowered, 2, "-n", "16"),  # waits for the node
+            "record": marked("hpcpredict:request_s=1800,prediction_s=50,mode=record", 3),
+            "unmarked": marked(None, 4),
+            "at_request": marked(lowered, 30),
+        }
+        array = cluster.sbatch("--time=30", "--array=0-1", script="sleep 300")
+        cluster.run(["scontrol", "update", f"JobId={array}_1", "TimeLimit=1", f"AdminComment={lowered}"])
+        jobs["array_task"] = f"{array}_1"
+
+        def limits() -> dict[str, str]:
+            return {name: cluster.job_fields(job)["TimeLimit"] for name, job in jobs.items()}
+
+        before = limits()
+        command = [sys.executable, "-m", "hpcpredict.cli", "restore-limits"]
+        dry = subprocess.run([*command, "--dry-run"], env=cluster.env, capture_output=True, text=True, timeout=60)
+        assert dry.returncode == 0 and "would restore 3 limit(s)" in dry.stdout, dry.stdout + dry.stderr
+        assert limits() == before
+        done = subprocess.run([*command, "--format", "json"], env=cluster.env, capture_output=True, text=True,
+                              timeout=60)
+        assert done.returncode == 0, done.stderr
+        restored = {job["update_id"] for job in json.loads(done.stdout)["jobs"] if job["restored"]}
+        assert restored == {jobs["running"], jobs["pending"], jobs["array_task"]}, done.stdout
+        after = limits()
+        assert after == {**before, "running": "00:30:00", "pending": "00:30:00", "array_task": "00:30:00"}, after
+        again = subprocess.run(command, env=cluster.env, capture_output=True, text=True, timeout=60)
+        assert "restored 0 limit(s)" in again.stdout and limits() == after  # idempotent
+    finally:
+        cluster.cleanup()
