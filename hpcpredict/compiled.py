@@ -31,6 +31,9 @@ from pathlib import Path
 from typing import Any
 
 from numba import njit
+from numba.core import event
+
+from hpcpredict.terminal import a_person_is_watching
 
 _log = logging.getLogger(__name__)
 _NO_CACHE_FOLDER = "no locator available"  # numba's words when no candidate folder is writable
@@ -65,7 +68,39 @@ def compiled(function: Callable[..., Any]) -> Any:
     index = getattr(getattr(dispatcher, "_cache", None), "_cache_file", None)
     if index is not None and hasattr(index, "_source_stamp"):  # (numba's cache index, 0.59-0.68)
         index._source_stamp = (index._source_stamp, _kernel_stamps())
+    _listen_for_compiles()
     return dispatcher
+
+
+@functools.cache
+def _listen_for_compiles() -> None:
+    """Once per process: say it when one of hpcpredict's kernels really compiles (numba's
+    "numba:compile" event fires on a cache miss only, never on a load from the cache)."""
+    event.register("numba:compile", _CompileNotice())
+
+
+class _CompileNotice(event.Listener):
+    """The first command after an install (or an upgrade of the kernels) pays numba's compile,
+    15-20 s on a 2-core machine, with nothing to show for it: one line says why, and that it
+    happens once. Where no cache folder is writable (a view run by a user with no home on a
+    read-only install) the kernels compile at every start, which is expected there: not said; nor
+    where no person watches (`terminal.a_person_is_watching`: a pipe, a journal, CI)."""
+
+    def __init__(self) -> None:
+        self.said = False
+
+    def on_end(self, happening: Any) -> None:
+        return None
+
+    def on_start(self, happening: Any) -> None:
+        dispatcher = (happening.data or {}).get("dispatcher")
+        module = getattr(getattr(dispatcher, "py_func", None), "__module__", "") or ""
+        folder = getattr(getattr(dispatcher, "_cache", None), "_cache_path", None)
+        if self.said or not module.startswith("hpcpredict.") or not folder or not a_person_is_watching():
+            return  # (no cache folder: compiled at every start, said at debug level by `compiled`)
+        self.said = True
+        _log.warning("hpcpredict: compiling its numba kernels for this machine, once (15-20 s on a "
+                     "small machine); later runs load them from %s", folder)
 
 
 @functools.cache

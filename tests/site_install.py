@@ -224,12 +224,18 @@ exec sleep infinity
         # host's); --wd=/ inside it
         return ["nsenter", f"--target={self.holder.pid}", *namespaces, "--root", "--wd=/", "--", *command]
 
+    def seen_inside(self, host_path: Path) -> Path:
+        """Where the host's `host_path` is in the namespace: the same path, except under the host's
+        /tmp when the namespace has a /tmp of its own (a checkout cloned into /tmp, say)."""
+        source = Path(host_path)
+        if self.private_tmp and source.is_relative_to("/tmp"):  # the host's /tmp, hidden by ours
+            return Path(HOST_TMP) / source.relative_to("/tmp")
+        return source
+
     def bind(self, host_path: Path, inside: str | None = None) -> None:
         """The host's folder `host_path` at `inside` (default: the same path) in the namespace."""
         target = inside or str(host_path)
-        source = Path(host_path)
-        if self.private_tmp and source.is_relative_to("/tmp"):  # the host's /tmp, hidden by ours
-            source = Path(HOST_TMP) / source.relative_to("/tmp")
+        source = self.seen_inside(host_path)
         self.run(["mkdir", "-p", target])
         self.run(["mount", "--bind", str(source), target])
 
@@ -249,7 +255,7 @@ exec sleep infinity
         """docs/quickstart-cluster.md's step 1 with this checkout as "the repository": its files
         (as `git clone` gives them, uncommitted changes included) copied to /opt/hpcpredict/src, then
         `pip install` into the venv. Used by tests that need the install but not the page's words."""
-        self.shell(f"mkdir -p {PREFIX}/src && tar -C {REPO_ROOT} -cf - {' '.join(checkout_files())} "
+        self.shell(f"mkdir -p {PREFIX}/src && tar -C {self.seen_inside(REPO_ROOT)} -cf - {' '.join(checkout_files())} "
                    f"| tar -C {PREFIX}/src -xf -")
         self.run([f"{PREFIX}/venv/bin/pip", "install", "--quiet", "--disable-pip-version-check",
                   "--no-deps", f"{PREFIX}/src"], timeout=600)

@@ -55,3 +55,51 @@ def test_kernel_files_take_their_constants_from_kernel_files_only() -> None:
         imported = set(re.findall(r"^from (hpcpredict[\w.]*) import", (PACKAGE / name).read_text(),
                                   re.MULTILINE))
         assert imported <= kernel_modules | {"hpcpredict.compiled"}, (name, imported - kernel_modules)
+
+
+def _at_a_terminal(code: str, env: dict[str, str]) -> str:
+    """What `python -c code` writes to a terminal (a pseudo-terminal as its stderr and stdout)."""
+    import os
+    import pty
+    import subprocess
+
+    controller, terminal = pty.openpty()
+    try:
+        done = subprocess.run([sys.executable, "-c", code], stdin=subprocess.DEVNULL, stdout=terminal,
+                              stderr=terminal, env=env, timeout=300, check=False)
+        os.close(terminal)
+        terminal = -1
+        chunks = []
+        while True:
+            try:
+                chunk = os.read(controller, 65536)
+            except OSError:  # the terminal's other end closed: all read
+                break
+            if not chunk:
+                break
+            chunks.append(chunk)
+        assert done.returncode == 0, b"".join(chunks)
+        return b"".join(chunks).decode(errors="replace")
+    finally:
+        os.close(controller)
+        if terminal >= 0:
+            os.close(terminal)
+
+
+def test_the_first_compile_says_so_once_to_a_person_at_a_terminal(tmp_path) -> None:
+    """A new install's first command pays numba's compile with nothing to show for it: one line
+    says so, the first time only (the next run loads the kernel from the cache), and only where a
+    person watches (not in CI, a pipe or a journal)."""
+    import os
+
+    code = ("from hpcpredict.corrections.survival import conditional_quantile_s\n"
+            "print('quantile', conditional_quantile_s([600, 1200], [900], 300, 0.5))")
+    env = {key: value for key, value in os.environ.items() if key != "CI"}
+    env.update(NUMBA_CACHE_DIR=str(tmp_path / "cache"), PYTHONPATH=str(PACKAGE.parent))
+    first = _at_a_terminal(code, env)
+    assert first.count("compiling its numba kernels for this machine, once") == 1, first
+    assert str(tmp_path / "cache") in first and "quantile" in first
+    again = _at_a_terminal(code, env)
+    assert "compiling" not in again and "quantile" in again, again
+    fresh = {**env, "NUMBA_CACHE_DIR": str(tmp_path / "other"), "CI": "true"}
+    assert "compiling" not in _at_a_terminal(code, fresh)

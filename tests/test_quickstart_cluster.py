@@ -93,7 +93,7 @@ class Controller:
             if part.lstrip().startswith("systemctl "):
                 output.append(self.systemctl(part))
             else:
-                done = self.site.shell(substituted(part), timeout=600)
+                done = self.site.shell(substituted(part, self.site), timeout=600)
                 output.append(done.stdout + done.stderr)
         return "\n".join(output)
 
@@ -134,10 +134,11 @@ class Controller:
         return "\n".join(said)
 
 
-def substituted(script: str) -> str:
-    """The two lines that cannot run as written here (module doc)."""
+def substituted(script: str, site: SiteNamespace) -> str:
+    """The two lines that cannot run as written here (module doc). The checkout is read where the
+    namespace sees it (under /tmp, the host's /tmp is elsewhere: `SiteNamespace.seen_inside`)."""
     files = " ".join(checkout_files())
-    clone = f"mkdir -p {PREFIX}/src && tar -C {REPO_ROOT} -cf - {files} | tar -C {PREFIX}/src -xf -"
+    clone = f"mkdir -p {PREFIX}/src && tar -C {site.seen_inside(REPO_ROOT)} -cf - {files} | tar -C {PREFIX}/src -xf -"
     script = re.sub(r"^git clone <this repository> /opt/hpcpredict/src$", clone, script, flags=re.M)
     return re.sub(r"^apt-get install ", "apt-get install --simulate ", script, flags=re.M)
 

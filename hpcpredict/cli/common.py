@@ -16,6 +16,8 @@ from pathlib import Path
 
 import click
 
+from hpcpredict.terminal import a_person_is_watching
+
 from hpcpredict.outputs import OutputPathError, check_output_dir, check_output_file
 from hpcpredict.swf import SwfFormatError
 from hpcpredict.workload import Workload, WorkloadError, load_workload
@@ -23,7 +25,7 @@ from hpcpredict.workload import Workload, WorkloadError, load_workload
 
 def show_progress() -> bool:
     """Bars only for a person watching: not in a pipe, a log file or CI."""
-    return sys.stderr.isatty() and not os.environ.get("CI")
+    return a_person_is_watching()
 
 
 @contextmanager
