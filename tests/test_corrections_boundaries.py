@@ -12,6 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from conftest import PAPER_STEPS_S
 from hpcpredict.corrections.starvation import parse_starvation_guard
 from hpcpredict.corrections.survival import (
     RuntimeHistory,
@@ -19,7 +20,7 @@ from hpcpredict.corrections.survival import (
     conditional_quantile_s,
     incremental_above_s,
 )
-from hpcpredict.corrections.policies import INCREMENTAL_STEPS_S, DoublingCorrection
+from hpcpredict.corrections.policies import DoublingCorrection
 from hpcpredict.jobs import JobRequest
 
 
@@ -86,7 +87,7 @@ def test_a_runtime_one_second_past_the_elapsed_time_is_the_answer() -> None:
     assert (policy.estimated, policy.fallbacks) == (2, 0)
     # with no estimate beyond the elapsed time: INCREMENTAL from this correction's step on
     assert policy.corrected_prediction_s(10_000, 50, 2, 200, user_id=1, now_s=500) == (
-        50 + INCREMENTAL_STEPS_S[2])
+        50 + PAPER_STEPS_S[2])
     assert (policy.estimated, policy.fallbacks) == (2, 1)
 
 
@@ -131,11 +132,11 @@ def test_an_empty_history_round_trips_and_a_loaded_one_keeps_its_window() -> Non
 
 
 def test_incremental_above_takes_the_first_step_strictly_above_the_elapsed_time() -> None:
-    first = INCREMENTAL_STEPS_S[0]
+    first = PAPER_STEPS_S[0]
     assert incremental_above_s(10_000, 100, 0, 100 + first - 1) == 100 + first
-    assert incremental_above_s(10_000, 100, 0, 100 + first) == 100 + INCREMENTAL_STEPS_S[1]
+    assert incremental_above_s(10_000, 100, 0, 100 + first) == 100 + PAPER_STEPS_S[1]
     assert incremental_above_s(150, 100, 0, 0) == min(100 + first, 150)
-    assert incremental_above_s(10_000, 100, len(INCREMENTAL_STEPS_S), 0) == 10_000
+    assert incremental_above_s(10_000, 100, len(PAPER_STEPS_S), 0) == 10_000
 
 
 @pytest.mark.parametrize("text, seconds", [

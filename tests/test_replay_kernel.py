@@ -155,19 +155,25 @@ def test_what_the_compiled_loop_does_not_model_replays_in_the_python_loop(change
     if change.get("duplicate_ids"):
         jobs = [Job(dataclasses.replace(job.request, job_id=1 + job.job_id % 5), job.run_s) for job in jobs]
     scheduler = dataclasses.replace(SCHEDULERS["easy-sjbf"], **change.get("scheduler", {}))
-    predictor = change.get("predictor", LearnedPredictor)()
-    if change.get("correction") == "survival with a history":  # the daemon's, restored
-        correction = make_correction("survival")
-        correction.job_ended(JobRequest(99, 0, 1, 300, 1), 120, 120)
-    else:
-        correction = make_correction("incremental")
-    simulation = Simulation(
-        jobs, 4, scheduler, predictor, correction,
-        exhaustive=change.get("exhaustive", False),
-        decide_on_correction=change.get("decide_on_correction", False))
-    assert not simulation.compiled_loop_covers()
-    result = simulation.run()
+
+    def simulation(**options: object) -> Simulation:
+        predictor = change.get("predictor", LearnedPredictor)()
+        if change.get("correction") == "survival with a history":  # the daemon's, restored
+            correction = make_correction("survival")
+            correction.job_ended(JobRequest(99, 0, 1, 300, 1), 120, 120)
+        else:
+            correction = make_correction("incremental")
+        return Simulation(jobs, 4, scheduler, predictor, correction, exhaustive=change.get("exhaustive", False),
+                          decide_on_correction=change.get("decide_on_correction", False), **options)
+
+    chosen = simulation()
+    assert not chosen.compiled_loop_covers()
+    result = chosen.run()
     assert all(start >= job.submit_s for start, job in zip(result.start_s, jobs))
+    # the Python loop's own schedule, job for job: what `run` chose is that loop, not an approximation
+    python = simulation(compiled=False).run()
+    assert result.schedule_digest() == python.schedule_digest()
+    assert list(result.start_s) == list(python.start_s) and result.corrections == python.corrections
 
 
 # The real logs: the default, the published baselines and the guard's rules, as campaigns run them.

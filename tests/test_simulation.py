@@ -8,11 +8,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from conftest import PAPER_STEPS_S
 from hpcpredict.jobs import Job, JobRequest
 from hpcpredict.predictors import Ave2Predictor, ClairvoyantPredictor, RequestedPredictor, clip_prediction
 from hpcpredict.corrections import CORRECTIONS
 from hpcpredict.sim import SCHEDULERS, compute_metrics, simulate
-from hpcpredict.corrections.policies import INCREMENTAL_STEPS_S
 
 
 def make_job(job_id: int, submit_s: int, procs: int, run_s: int, requested_s: int, user_id: int = 1) -> Job:
@@ -91,7 +91,7 @@ def test_incremental_correction_extends_an_under_predicted_job_and_counts_it():
     result = run(jobs, "easy", TenSeconds(0), "incremental", procs=1)
     # 10 -> 10+60 -> 10+300: three predictions, two corrections.
     assert result.corrections == [2]
-    assert result.final_prediction_s == [10 + INCREMENTAL_STEPS_S[1]]
+    assert result.final_prediction_s == [10 + PAPER_STEPS_S[1]]
 
 
 @pytest.mark.parametrize(
@@ -114,7 +114,7 @@ def test_correction_policies(name, requested, corrections_done, elapsed, expecte
 def test_incremental_steps_replace_each_other_and_end_at_the_request():
     policy = CORRECTIONS["incremental"]
     values = [policy.corrected_prediction_s(10**9, 100, k, 0) for k in range(12)]
-    assert values[:11] == [100 + step for step in INCREMENTAL_STEPS_S]
+    assert values[:11] == [100 + step for step in PAPER_STEPS_S]
     assert values[11] == 10**9
 
 
@@ -379,6 +379,6 @@ def test_clip_prediction_is_max_one_min_int_request(value, requested_s) -> None:
 def test_incremental_is_min_of_initial_plus_step_and_request(requested_s, initial_s, done) -> None:
     """The comparison form of INCREMENTAL (round 3 of docs/performance.md's issue 13, item 5)
     against the formula it replaced."""
-    expected = (requested_s if done >= len(INCREMENTAL_STEPS_S)
-                else min(initial_s + INCREMENTAL_STEPS_S[done], requested_s))
+    expected = (requested_s if done >= len(PAPER_STEPS_S)
+                else min(initial_s + PAPER_STEPS_S[done], requested_s))
     assert CORRECTIONS["incremental"].corrected_prediction_s(requested_s, initial_s, done, 0) == expected

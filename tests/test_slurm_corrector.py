@@ -5,9 +5,8 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from hpcpredict.corrections.policies import (
-    INCREMENTAL_STEPS_S, DoublingCorrection, RequestedTimeCorrection,
-)
+from conftest import PAPER_STEPS_S
+from hpcpredict.corrections.policies import DoublingCorrection, RequestedTimeCorrection
 from hpcpredict.slurm.corrector import corrected_limit_s, whole_minutes_s
 from hpcpredict.slurm.tag import PredictionTag, parse_tag
 
@@ -69,7 +68,7 @@ def test_a_correction_is_due_exactly_near_the_limit_never_above_the_request_and_
     assert limit == request_s or limit - elapsed_s > margin_s  # more than the margin left after it
     if policy is None:  # INCREMENTAL: the first rung of its ladder with that headroom
         ladder = sorted({min(request_s, whole_minutes_s(min(prediction_s, request_s) + step_s))
-                         for step_s in INCREMENTAL_STEPS_S} | {request_s})
+                         for step_s in PAPER_STEPS_S} | {request_s})
         assert limit == next(rung for rung in ladder
                              if rung == request_s or (rung > current and rung - elapsed_s > margin_s))
 

@@ -54,3 +54,15 @@ def test_a_missing_runuser_skips_instead_of_erroring(monkeypatch: pytest.MonkeyP
                         lambda name, *a, **k: None if name == "runuser" else (real_which(name, *a, **k) or f"/usr/bin/{name}"))
     with pytest.raises(slurm_cluster.ClusterUnavailable, match="runuser"):
         slurm_cluster.ensure_packages()
+
+
+@pytest.mark.parametrize(("arguments", "selection"), [
+    ([], False), (["tests"], False), (["tests/"], False),
+    (["tests/test_swf.py"], True), (["tests/test_swf.py::test_x"], True), (["-k", "swf", "tests"], False),
+    (["tests", "tests/test_deploy.py"], True),
+])
+def test_one_file_run_as_root_does_not_start_the_suites_apt_step(arguments: list[str], selection: bool) -> None:
+    """The apt step is the whole suite's set-up: a run that names files or tests skips it."""
+    from conftest import runs_a_selection
+
+    assert runs_a_selection(arguments) is selection

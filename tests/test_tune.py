@@ -70,7 +70,11 @@ def test_the_split_is_by_submission_order_and_refuses_nonsense() -> None:
     workload = load_workload(SAMPLE_LOG)
     at_s = split_s(workload, 2 / 3)
     earlier = sum(job.submit_s < at_s for job in workload.jobs)
-    assert abs(earlier - len(workload.jobs) * 2 / 3) < 50  # ties at the split instant aside
+    # The sample's 4,997 kept jobs: the job at position round(4,997 x 2/3) = 3,331 opens the later
+    # part, and the jobs submitted in the same second before it (ties) go with it.
+    assert len(workload.jobs) == 4997 and at_s == workload.jobs[3331].submit_s
+    assert earlier == 3331  # (no job of the earlier part submitted in the split's second)
+    assert split_s(workload, 0.5) == workload.jobs[round(4997 * 0.5)].submit_s
     with pytest.raises(ValueError, match="share"):
         split_s(workload, 1.0)
 
