@@ -20,7 +20,7 @@ Two measurements per backend and run, each on a fresh store:
   writer). The model is untrained: PREDICT would answer the requests,
   but an event's learning step costs the same.
 
-PostgreSQL is a throwaway cluster on loopback (tests/pg_server.py; durability off, as in the test
+PostgreSQL is a throwaway cluster on loopback (testbed/pg_server.py; durability off, as in the test
 suite), started once and given a new database per measurement. The machine may be shared: the
 load average is printed, and with ``--runs`` the median and the range of each figure.
 """
@@ -153,8 +153,8 @@ def main() -> None:
                 with tempfile.TemporaryDirectory(prefix="hpbench-events-") as name:
                     directory = Path(name)
                     if backend == "postgresql" and server is None:
-                        sys.path.insert(0, str(REPO / "tests"))
-                        from pg_server import PostgresServer
+                        sys.path.insert(0, str(REPO))  # testbed/
+                        from testbed.pg_server import PostgresServer
 
                         server = PostgresServer.from_environment()
 

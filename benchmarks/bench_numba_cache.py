@@ -1,6 +1,6 @@
 """What a missing numba cache costs a command's start (issue 28, item 1).
 
-Run on demand, as root (it lays out a site's install: tests/site_install.py), and copy the lines
+Run on demand, as root (it lays out a site's install: testbed/site_install.py), and copy the lines
 into docs/performance.md:
 
     python benchmarks/bench_numba_cache.py --runs 3
@@ -19,8 +19,8 @@ import argparse
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
-from site_install import PREFIX, SiteNamespace, dependencies_prefix  # noqa: E402
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # testbed/
+from testbed.site_install import PREFIX, SiteNamespace, dependencies_prefix  # noqa: E402
 
 PROBE = ("import time; t0=time.perf_counter(); from hpcpredict.daemon.config import DaemonConfig; "
          "from hpcpredict.jobs import JobRequest; p=DaemonConfig().predictor_factory(); t1=time.perf_counter(); "

@@ -5,7 +5,7 @@ docs/performance.md:
 
     python benchmarks/bench_plugin_latency.py [--jobs 60]
 
-Starts the test cluster of tests/slurm_cluster.py with slurm-plugin's scripts and a real
+Starts the test cluster of testbed/slurm_cluster.py with slurm-plugin's scripts and a real
 `hpcpredict serve`, then times ``sbatch --time=60`` (wall clock of the whole command, held jobs so
 the node stays free) in three settings, interleaved round by round so that drift hits all alike:
 plugin ``enabled=0`` (the Lua script runs and returns at once: the baseline), plugin asking the
@@ -24,9 +24,9 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / "tests"))
+sys.path.insert(0, str(REPO))  # testbed/
 
-from slurm_cluster import SlurmCluster  # noqa: E402
+from testbed.slurm_cluster import SlurmCluster  # noqa: E402
 
 from hpcpredict.daemon.client import DaemonClient  # noqa: E402
 

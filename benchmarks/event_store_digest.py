@@ -4,7 +4,7 @@ For changes to the event write path that must not change what is stored (same ro
 same sequence numbers): run it on the code before and after, compare the digests.
 
     python benchmarks/event_store_digest.py                     # a SQLite file in a temp dir
-    python benchmarks/event_store_digest.py --postgres          # a throwaway cluster (tests/pg_server.py)
+    python benchmarks/event_store_digest.py --postgres          # a throwaway cluster (testbed/pg_server.py)
     cd /tmp/before && PYTHONPATH=. python /path/to/event_store_digest.py   # the code of another checkout
 
 The script is the same on both sides; `import hpcpredict` decides whose service writes the rows
@@ -117,7 +117,7 @@ def main() -> None:
     where = parser.add_mutually_exclusive_group()
     where.add_argument("--url", help="an empty database's URL (default: a SQLite file in a temp dir)")
     where.add_argument("--postgres", action="store_true",
-                       help="a throwaway PostgreSQL cluster (tests/pg_server.py), deleted afterwards")
+                       help="a throwaway PostgreSQL cluster (testbed/pg_server.py), deleted afterwards")
     parser.add_argument("--jobs", type=int, default=1500, help="jobs of the log fed (3 events each)")
     parser.add_argument("--log", type=Path, default=SAMPLE_LOG)
     args = parser.parse_args()
@@ -127,8 +127,8 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="hpcpredict-digest-") as directory:
         url = args.url or f"sqlite:///{directory}/state.db"
         if args.postgres:
-            sys.path.insert(0, str(REPO / "tests"))
-            from pg_server import PostgresServer
+            sys.path.insert(0, str(REPO))  # testbed/
+            from testbed.pg_server import PostgresServer
 
             server = PostgresServer.from_environment()
             url = server.create_database()

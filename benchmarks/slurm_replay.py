@@ -5,7 +5,7 @@ docs/slurm-replay.md:
 
     python benchmarks/slurm_replay.py --jobs 200 --skip 270 --speedup 60 --mode record --out runs/
 
-Starts the loopback cluster of tests/slurm_cluster.py with NODES one-CPU nodes (one slurmd each:
+Starts the loopback cluster of testbed/slurm_cluster.py with NODES one-CPU nodes (one slurmd each:
 SLURM's backfill reserves whole nodes, so one-CPU nodes make it processor-granular like the
 model), slurm-plugin's scripts and a real `hpcpredict serve --slurm`, then runs exactly
 
@@ -26,10 +26,10 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / "tests"))
+sys.path.insert(0, str(REPO))  # testbed/
 
-from daemon_thread import wait_until_answering  # noqa: E402
-from slurm_cluster import SlurmCluster  # noqa: E402
+from testbed.daemon_thread import wait_until_answering  # noqa: E402
+from testbed.slurm_cluster import SlurmCluster  # noqa: E402
 
 PLUGIN_DIR = REPO / "slurm-plugin"
 CORRECTION_MARGIN_S = 45  # the corrector raises a limit this long before it (>= 2 looks + SLURM's 30 s check)

@@ -2,10 +2,10 @@
 of the compatibility table (slurm-plugin/README.md, docs/admin-guide.md "SLURM versions").
 
     python benchmarks/slurm_version_facts.py                                 # the host's Slurm (22.05)
-    python tests/slurm_chroot.py exec trixie benchmarks/slurm_version_facts.py   # 24.11
-    python tests/slurm_chroot.py exec sid benchmarks/slurm_version_facts.py      # 26.05
+    python -m testbed.slurm_chroot exec trixie benchmarks/slurm_version_facts.py   # 24.11
+    python -m testbed.slurm_chroot exec sid benchmarks/slurm_version_facts.py      # 26.05
 
-As root; starts the loopback cluster of tests/slurm_cluster.py with two probe scripts beside
+As root; starts the loopback cluster of testbed/slurm_cluster.py with two probe scripts beside
 slurm.conf (a job_submit.lua and a jobcomp.lua that log what SLURM hands them), runs a job with
 --time, one without, an array and one submitted with --uid, and prints one line per fact.
 """
@@ -21,9 +21,9 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / "tests"))
+sys.path.insert(0, str(REPO))  # testbed/
 
-from slurm_cluster import SlurmCluster  # noqa: E402
+from testbed.slurm_cluster import SlurmCluster  # noqa: E402
 
 SUBMIT_PROBE = """
 function slurm_job_submit(job_desc, part_list, submit_uid)
@@ -114,7 +114,7 @@ def main() -> None:
 
 def cgroup_fact() -> None:
     """slurmd with the default cgroup.conf where no cgroup filesystem is mounted. Only inside a
-    chroot of tests/slurm_chroot.py, whose private mount namespace lets /sys/fs/cgroup be hidden
+    chroot of testbed/slurm_chroot.py, whose private mount namespace lets /sys/fs/cgroup be hidden
     under an empty tmpfs without touching the host."""
     if not os.environ.get("HPCPREDICT_SLURM_SYSTEM_INSIDE"):
         fact("slurmd without a cgroup filesystem", "not measured (only inside a chroot)")

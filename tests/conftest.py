@@ -1,5 +1,5 @@
 """Shared fixtures: the real logs of ../shared/swf (skipped cleanly where absent), the sample, and
-the daemon's databases (SQLite and PostgreSQL, see tests/pg_server.py)."""
+the daemon's databases (SQLite and PostgreSQL, see testbed/pg_server.py)."""
 
 from __future__ import annotations
 
@@ -18,9 +18,9 @@ from sqlalchemy.engine import make_url
 from hpcpredict.daemon.config import DaemonConfig
 from hpcpredict.daemon.store import Store
 from hpcpredict.swf import SwfRecord
-from daemon_thread import Running
-from pg_server import PostgresServer, ServerUnavailable
-from system_packages import install_missing
+from testbed.daemon_thread import Running
+from testbed.pg_server import PostgresServer, ServerUnavailable
+from testbed.system_packages import install_missing
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 SAMPLE_LOG = REPO_ROOT / "swf" / "KTH-SP2-sample.swf"
@@ -57,7 +57,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 def pytest_sessionstart(session: pytest.Session) -> None:
     """The one set-up step of the README's test command: the Debian packages the servers need,
-    installed before any test is collected (tests/system_packages.py says when and why); by the
+    installed before any test is collected (testbed/system_packages.py says when and why); by the
     controlling process only, not again by each pytest-xdist worker."""
     if hasattr(session.config, "workerinput"):
         return
@@ -75,7 +75,7 @@ def pytest_sessionstart(session: pytest.Session) -> None:
 def runs_a_selection(arguments: list[str]) -> bool:
     """Whether the run names particular test files or tests (``tests/test_swf.py``, ``...::test_x``)
     rather than the suite (no argument, or a folder): the apt step is the whole suite's set-up, not
-    a price for running one file (`python3 tests/system_packages.py` installs the packages by hand)."""
+    a price for running one file (`python3 -m testbed.system_packages` installs the packages by hand)."""
     return any("::" in argument or argument.split("::")[0].endswith(".py") for argument in arguments)
 
 
@@ -102,9 +102,9 @@ def shared_log(name: str) -> Path:
 
 @pytest.fixture(scope="session")
 def site_prefix() -> Path:
-    """The cached venv of hpcpredict's dependencies made by Debian's python3 (tests/site_install.py);
+    """The cached venv of hpcpredict's dependencies made by Debian's python3 (testbed/site_install.py);
     skips (fails under HPCPREDICT_REQUIRE_SERVERS=1) where it cannot be made."""
-    from site_install import SiteUnavailable, dependencies_prefix
+    from testbed.site_install import SiteUnavailable, dependencies_prefix
 
     try:
         return dependencies_prefix()
@@ -212,7 +212,7 @@ Databases = SqliteDatabases | PostgresServer
 
 @pytest.fixture(scope="session")
 def postgres_server() -> Iterator[PostgresServer]:
-    """A PostgreSQL server for the whole session (tests/pg_server.py), started on first use."""
+    """A PostgreSQL server for the whole session (testbed/pg_server.py), started on first use."""
     try:
         server = PostgresServer.from_environment()
     except ServerUnavailable as error:
@@ -262,7 +262,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         "--slurm-system", default=os.environ.get("HPCPREDICT_SLURM_SYSTEM", "host"),
         help="Run this pytest inside a chroot of Debian's newer Slurm: trixie (24.11) or sid (26.05), "
         "or the release itself; host (default): the Slurm installed here. Env HPCPREDICT_SLURM_SYSTEM. "
-        "E.g. pytest --slurm-system 24.11 -m slurm (tests/slurm_chroot.py).",
+        "E.g. pytest --slurm-system 24.11 -m slurm (testbed/slurm_chroot.py).",
     )
 
 
@@ -271,7 +271,7 @@ def pytest_cmdline_main(config: pytest.Config) -> int | None:
     system = config.getoption("--slurm-system")
     if system in ("host", "", None) or os.environ.get("HPCPREDICT_SLURM_SYSTEM_INSIDE"):
         return None
-    from slurm_chroot import ChrootUnavailable, run_pytest
+    from testbed.slurm_chroot import ChrootUnavailable, run_pytest
 
     arguments, skip_next = [], False
     for argument in config.invocation_params.args:

@@ -19,7 +19,7 @@ import pytest
 from click.testing import CliRunner
 from sqlalchemy import select, update
 
-from daemon_thread import wait_until_answering
+from testbed.daemon_thread import wait_until_answering
 from hpcpredict.cli import main
 from hpcpredict.daemon.checkpoints import state_to_npz
 from hpcpredict.daemon.client import DaemonClient

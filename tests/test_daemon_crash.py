@@ -20,7 +20,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from daemon_thread import wait_until_answering
+from testbed.daemon_thread import wait_until_answering
 from sqlalchemy import select
 
 from hpcpredict.daemon.client import DaemonClient

@@ -21,7 +21,7 @@ import pytest
 from click.testing import CliRunner
 from prometheus_client.parser import text_string_to_metric_families
 
-from daemon_thread import Running, metric_sample, write_token_file
+from testbed.daemon_thread import Running, metric_sample, write_token_file
 from hpcpredict.cli import main
 from hpcpredict.daemon import queries
 from hpcpredict.daemon.config import DaemonConfig

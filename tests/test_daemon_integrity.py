@@ -22,7 +22,7 @@ import numpy as np
 import pytest
 from sqlalchemy.exc import SQLAlchemyError
 
-from daemon_thread import Running
+from testbed.daemon_thread import Running
 from hpcpredict.daemon.client import parse_answer
 from hpcpredict.daemon.config import DaemonConfig
 from hpcpredict.daemon.handlers import Handlers

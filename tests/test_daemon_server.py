@@ -28,7 +28,7 @@ from hpcpredict.daemon.socket_server import clear_stale_socket
 from hpcpredict.daemon.store import Store
 from hpcpredict.jobs import JobRequest
 
-from daemon_thread import Running, metric_sample, write_token_file
+from testbed.daemon_thread import Running, metric_sample, write_token_file
 
 
 @pytest.fixture

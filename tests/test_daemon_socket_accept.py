@@ -19,7 +19,7 @@ from hpcpredict.daemon import socket_server
 from hpcpredict.daemon.config import DaemonConfig
 from hpcpredict.daemon.socket_server import one_line
 
-from daemon_thread import Running
+from testbed.daemon_thread import Running
 
 
 @pytest.fixture

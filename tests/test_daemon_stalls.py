@@ -26,7 +26,7 @@ import time
 from pathlib import Path
 
 import pytest
-from daemon_thread import Running
+from testbed.daemon_thread import Running
 
 from hpcpredict.daemon import server
 from hpcpredict.daemon.client import DaemonClient, DaemonReplyError

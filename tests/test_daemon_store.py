@@ -1,7 +1,7 @@
 """The daemon's store: migrations create exactly the models' schema, constraints hold.
 
 Every test taking `store_url` or `store` (tests/conftest.py) runs twice: on a SQLite file, and
-on a fresh database of a real PostgreSQL server (tests/pg_server.py: a throwaway cluster from
+on a fresh database of a real PostgreSQL server (testbed/pg_server.py: a throwaway cluster from
 Debian's packages, or the server named by ``HPCPREDICT_TEST_POSTGRES_URL``).
 """
 

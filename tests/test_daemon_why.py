@@ -183,7 +183,7 @@ def test_admin_api_summary_and_explanations_need_the_token(store_url: str, short
     import urllib.error
     import urllib.request
 
-    from daemon_thread import Running, write_token_file
+    from testbed.daemon_thread import Running, write_token_file
     from hpcpredict.daemon.config import DaemonConfig
 
     source = Path(store_url.removeprefix("sqlite:///"))

@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 from sqlalchemy import create_engine, text
 
-from daemon_thread import Running
+from testbed.daemon_thread import Running
 from hpcpredict.daemon.config import DaemonConfig
 from hpcpredict.daemon.events import EventKind
 from hpcpredict.daemon.learning import apply_event, observe_event

@@ -28,7 +28,7 @@ from hpcpredict.slurm.heartbeat import Heartbeat, heartbeat_age_s, read_heartbea
 from hpcpredict.slurm.tag import PredictionTag
 from hpcpredict.slurm.watcher import SlurmWatcher
 
-# `LIST_LOWERED`'s output on Debian 12's Slurm 22.05.8 (tests/slurm_cluster.py, jobs marked by
+# `LIST_LOWERED`'s output on Debian 12's Slurm 22.05.8 (testbed/slurm_cluster.py, jobs marked by
 # hand): an array task, a job lowered with text after its mark containing the separator, a job in
 # record mode, a job without a mark, a job at its request, one without a limit.
 SQUEUE_22_05 = """\

@@ -2,7 +2,7 @@
 request because hpcpredict lowered its limit, and no limit is ever set above a request.
 
 Each case runs on a cluster of its own (slurmctld + slurmd + job_submit.lua + jobcomp.lua,
-tests/slurm_cluster.py), with `hpcpredict serve --slurm` and `hpcpredict failsafe` as real
+testbed/slurm_cluster.py), with `hpcpredict serve --slurm` and `hpcpredict failsafe` as real
 processes, and the same jobs, all submitted through the plugin and lowered to one minute (the
 untrained model predicts 1 s):
 
@@ -44,7 +44,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
-from slurm_cluster import SlurmCluster, wait_for
+from testbed.slurm_cluster import SlurmCluster, wait_for
 from test_slurm_e2e import ServeProcess, plugged_cluster, submitted_through_the_plugin
 
 from hpcpredict.slurm.failsafe import slurm_duration_s
@@ -282,7 +282,7 @@ def run_case(case: Case, delay_s: float) -> Case:
     case.serve = ServeProcess(cluster)
     case.serve.env = {**cluster.env, "PATH": f"{case.wrappers}:{os.environ['PATH']}"}
     if case.inject is _store_stopped:
-        from pg_server import PostgresServer
+        from testbed.pg_server import PostgresServer
 
         case.postgres = PostgresServer.from_environment()
         case.serve.db = case.postgres.create_database()
@@ -327,7 +327,7 @@ def run_case(case: Case, delay_s: float) -> Case:
 
 @pytest.fixture(scope="module")
 def cases() -> list[Case]:
-    from slurm_cluster import ClusterUnavailable, ensure_packages
+    from testbed.slurm_cluster import ClusterUnavailable, ensure_packages
 
     try:
         ensure_packages()
@@ -354,9 +354,9 @@ def test_without_the_failsafe_the_same_fault_kills_the_lowered_jobs(cases: list[
     before the 4 minutes their users asked for; so does O, before its 2 minutes."""
     case = next(case for case in cases if case.name == "sigkill_without_failsafe")
     print("\nwithout the failsafe:", {job: (case.final[job]["JobState"], elapsed_s(case.final[job])) for job in case.jobs})
-    for job in ("R1", "R2", "P", "O"):
+    for job in ("R1", "R2", "P", "O"):  # killed, and before the request its user asked for
         assert case.final[job]["JobState"] == "TIMEOUT", (job, case.final)
-        assert elapsed_s(case.final[job]) < 100, (job, case.final)
+        assert elapsed_s(case.final[job]) < REQUEST_S[job], (job, case.final)
 
 
 @pytest.mark.parametrize("name", [case.name for case in CASES if case.with_failsafe])

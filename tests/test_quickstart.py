@@ -14,7 +14,7 @@ import time
 import urllib.request
 from pathlib import Path
 
-from daemon_thread import wait_until_answering
+from testbed.daemon_thread import wait_until_answering
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 

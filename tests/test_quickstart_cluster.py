@@ -2,10 +2,10 @@
 (issue 28's headline test).
 
 The page's ``sh`` blocks are read from the page itself and run in order, as root, in a private
-mount and network namespace laid out as a fresh Debian controller (tests/site_install.py):
+mount and network namespace laid out as a fresh Debian controller (testbed/site_install.py):
 /etc, /var, /usr and /opt are overlays of this machine's whose writes vanish with the test, /run
 and /tmp are fresh tmpfs, loopback is the namespace's own (so the admin API's fixed port 8765 is
-this test's alone). The SLURM it talks to (tests/slurm_cluster.py) runs in that namespace with its
+this test's alone). The SLURM it talks to (testbed/slurm_cluster.py) runs in that namespace with its
 slurm.conf at /etc/slurm/slurm.conf, as ``SlurmUser=slurm`` (Debian's user, home /nonexistent),
 with slurmdbd accounting so that `sacct` has a history; the jobs of that history (one-second jobs
 of root's, as before the install) are submitted before the page starts.
@@ -14,13 +14,13 @@ What is not word for word, and why:
 * ``git clone <this repository> /opt/hpcpredict/src`` copies this checkout's files (as a clone
   gives them, with uncommitted changes) instead;
 * ``apt-get install ...`` runs with ``--simulate``: the packages are checked installed first
-  (tests/system_packages.py installed them), and a real install would write the host's /usr;
+  (testbed/system_packages.py installed them), and a real install would write the host's /usr;
 * the page's ``python3 -m venv`` and ``pip install`` run on a venv that already holds the
   dependencies, with the wheels its build needs in a folder its pip.conf names
-  (tests/site_install.py): downloaded once, not at every run, and the namespace has no network;
+  (testbed/site_install.py): downloaded once, not at every run, and the namespace has no network;
 * ``systemctl`` has no systemd behind it: ``daemon-reload`` does nothing, ``enable --now``,
   ``restart``, ``status`` and ``disable --now hpcpredict`` start, check and stop the unit the page
-  copied to /etc/systemd/system, with its directives applied by tests/unit_emulation.py (read from
+  copied to /etc/systemd/system, with its directives applied by testbed/unit_emulation.py (read from
   the unit file: its docstring lists what is emulated and what is not), and ``restart
   slurmctld`` restarts the test's controller on its saved state;
 * between blocks the test waits where the page says to watch (a job ending) and checks what the
@@ -39,9 +39,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from site_install import PREFIX, REPO_ROOT, SiteNamespace, checkout_files, root_environment
-from slurm_cluster import SlurmCluster, wait_for
-from unit_emulation import EmulatedUnit
+from testbed.site_install import PREFIX, REPO_ROOT, SiteNamespace, checkout_files, root_environment
+from testbed.slurm_cluster import SlurmCluster, wait_for
+from testbed.unit_emulation import EmulatedUnit
 
 pytestmark = [pytest.mark.slurm, pytest.mark.site, pytest.mark.quickstart]
 PAGE = REPO_ROOT / "docs" / "quickstart-cluster.md"

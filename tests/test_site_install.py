@@ -1,7 +1,7 @@
 """Every command works as an unprivileged user with no home on a read-only, root-owned install
 (issue 28, item 1), and `train` says how to make a folder that user may not create (item 2).
 
-The install is a site's (tests/site_install.py): a venv made by Debian's /usr/bin/python3 at
+The install is a site's (testbed/site_install.py): a venv made by Debian's /usr/bin/python3 at
 /opt/hpcpredict/venv, root-owned and mounted read-only, run by a system user made the way Debian
 makes them (``useradd --system --no-create-home --home-dir /nonexistent``) through ``runuser``. On
 195fcb0 every command stopped at import: ``RuntimeError: cannot cache function 'axpy': no locator
@@ -14,7 +14,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from site_install import PREFIX, SiteNamespace
+from testbed.site_install import PREFIX, SiteNamespace
 
 pytestmark = [pytest.mark.site]
 USER = "hpq-nohome"

@@ -1,4 +1,4 @@
-"""The site tests' cached venvs (tests/site_install.py) do not pile up: each change of the
+"""The site tests' cached venvs (testbed/site_install.py) do not pile up: each change of the
 dependencies makes a new ~700 MB prefix, and a build first removes those no test has used for
 `STALE_AFTER_S`, by the stamp each use touches (the folder's own time when it has none)."""
 
@@ -7,7 +7,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from site_install import LAST_USED, STALE_AFTER_S, prune_stale_prefixes
+from testbed.site_install import LAST_USED, STALE_AFTER_S, prune_stale_prefixes
 
 DAY_S = 24 * 3600
 

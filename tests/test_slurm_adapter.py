@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-from slurm_cluster import SlurmCluster
+from testbed.slurm_cluster import SlurmCluster
 
 from hpcpredict.cli import main
 from hpcpredict.daemon.service import PredictionService

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-from slurm_cluster import SlurmCluster
+from testbed.slurm_cluster import SlurmCluster
 
 from hpcpredict.cli import main
 from hpcpredict.sim.slurm_backfill import SlurmParams, SlurmParamsError

@@ -22,8 +22,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from daemon_thread import wait_until_answering
-from slurm_cluster import SlurmCluster, wait_for
+from testbed.daemon_thread import wait_until_answering
+from testbed.slurm_cluster import SlurmCluster, wait_for
 from sqlalchemy import select
 
 from hpcpredict.daemon.client import DaemonClient

@@ -14,7 +14,7 @@ import time
 from collections.abc import Iterator
 
 import pytest
-from slurm_cluster import SlurmCluster
+from testbed.slurm_cluster import SlurmCluster
 
 pytestmark = [pytest.mark.slurm]
 

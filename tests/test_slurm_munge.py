@@ -1,5 +1,5 @@
-"""`ensure_munge` (tests/slurm_cluster.py) on a machine where other munged processes run that do not
-serve this system's socket: the newer releases' chroots (tests/slurm_chroot.py) run theirs in PID
+"""`ensure_munge` (testbed/slurm_cluster.py) on a machine where other munged processes run that do not
+serve this system's socket: the newer releases' chroots (testbed/slurm_chroot.py) run theirs in PID
 namespaces the host's process list shows. Asking the process list took one of those for the host's
 munged, started none, and the host's slurmd then failed to register ("Failed to access
 /run/munge/munge.socket.2")."""
@@ -22,7 +22,7 @@ TESTS = Path(__file__).resolve().parent
 SCRIPT = f"""
 import os, signal, subprocess, sys
 sys.path.insert(0, {str(TESTS)!r})
-from slurm_cluster import ensure_munge, munge_answers
+from testbed.slurm_cluster import ensure_munge, munge_answers
 assert subprocess.run(["pgrep", "-x", "munged"], capture_output=True).returncode == 0, "no munged runs"
 assert not munge_answers(), "the empty /run/munge answered"
 try:
@@ -40,7 +40,7 @@ def test_munged_is_started_for_this_socket_whatever_other_munged_processes_run()
         if os.environ.get("HPCPREDICT_REQUIRE_SERVERS") == "1":
             pytest.fail("root, unshare and munge are required here")
         pytest.skip("needs root, unshare and munge")
-    from slurm_cluster import ensure_munge
+    from testbed.slurm_cluster import ensure_munge
 
     ensure_munge()  # the host's own munged: the process list the namespace sees is never empty
     done = subprocess.run(

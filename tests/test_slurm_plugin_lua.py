@@ -26,7 +26,7 @@ from pathlib import Path
 
 import pytest
 
-from daemon_thread import Running
+from testbed.daemon_thread import Running
 from sqlalchemy import select
 
 from hpcpredict.daemon.config import DaemonConfig

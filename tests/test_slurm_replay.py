@@ -1,4 +1,4 @@
-"""`hpcpredict replay-slurm` on a real SLURM (tests/slurm_cluster.py): a CI-sized slice of the sample
+"""`hpcpredict replay-slurm` on a real SLURM (testbed/slurm_cluster.py): a CI-sized slice of the sample
 log replayed with the plugin and a real daemon, in lower then record mode, and read back as SWF.
 
 What SLURM did is asserted, never how fast: every job ran to completion, the limits are those the
@@ -24,8 +24,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from daemon_thread import wait_until_answering
-from slurm_cluster import SlurmCluster
+from testbed.daemon_thread import wait_until_answering
+from testbed.slurm_cluster import SlurmCluster
 
 from hpcpredict.sim.metrics import compute_metrics
 from hpcpredict.slurm.replay import Scaling, plan, real_result, replay_uid

@@ -2,7 +2,7 @@
 
 The parser on hand-written sacct lines (what Slurm 22.05.8 printed here, fields in
 `SACCT_FIELDS` order), then the whole path on a real slurmctld + slurmd + slurmdbd + MariaDB
-(tests/slurm_cluster.py, ``accounting=True``): jobs run, one marked by hpcpredict's plugin, one
+(testbed/slurm_cluster.py, ``accounting=True``): jobs run, one marked by hpcpredict's plugin, one
 cancelled while running, one cancelled before it ran, and the SWF written from sacct.
 """
 
@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-from slurm_cluster import SlurmCluster
+from testbed.slurm_cluster import SlurmCluster
 
 from hpcpredict.cli import main
 from hpcpredict.slurm.adapter import SlurmError

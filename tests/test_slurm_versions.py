@@ -1,5 +1,5 @@
 """The real-SLURM tests on Debian's newer Slurm releases: 24.11 (trixie) and 26.05 (sid), each in its
-chroot (tests/slurm_chroot.py), beside the host's 22.05 that the rest of the suite runs on.
+chroot (testbed/slurm_chroot.py), beside the host's 22.05 that the rest of the suite runs on.
 
 A focused subset runs on each: job_submit.lua in lower and record mode, jobcomp.lua, the corrector
 across a daemon restart, the starvation guard, arrays, heterogeneous jobs, jobs without --time,
@@ -19,7 +19,7 @@ longest process: the guard, 3 min 24 s); a cold build took 8.5 min per chroot, b
 6.3 min alone on the 2-core machine (each release's quick start 2.2-2.8 min beside its guard
 tests; ``python -m pytest tests/test_slurm_versions.py``), a whole fresh-clone CI 632-690 s where it
 was 584 s; a cold build of each chroot on this machine, 2.6 min (system 70 s, venv 44 s, the site
-venv 42 s; ``python tests/slurm_chroot.py build trixie``). Run one release by hand with ``pytest --slurm-system 24.11 -m slurm``.
+venv 42 s; ``python -m testbed.slurm_chroot build trixie``). Run one release by hand with ``pytest --slurm-system 24.11 -m slurm``.
 """
 
 from __future__ import annotations
@@ -33,11 +33,11 @@ from pathlib import Path
 
 import pytest
 
-from slurm_chroot import SYSTEMS, ChrootUnavailable, build
+from testbed.slurm_chroot import SYSTEMS, ChrootUnavailable, build
 
 pytestmark = [pytest.mark.slurm, pytest.mark.slurm_versions, pytest.mark.slow]
 REPO = Path(__file__).resolve().parent.parent
-SCRIPT = REPO / "tests" / "slurm_chroot.py"
+CHROOT = [sys.executable, "-m", "testbed.slurm_chroot"]  # run from the repository's root (cwd=REPO)
 E2E = "tests/test_slurm_e2e.py"
 LONG = ("corrected_in_time", "starvation_guard")
 # pytest arguments of each process run inside a chroot
@@ -70,7 +70,7 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, list[tu
     if os.geteuid() != 0:
         _unavailable("building and entering the chroots needs root")
     folder = tmp_path_factory.mktemp("slurm-versions")
-    builds = {name: subprocess.Popen([sys.executable, str(SCRIPT), "build", name], stdout=(folder / f"build-{name}.log").open("w"),
+    builds = {name: subprocess.Popen([*CHROOT, "build", name], cwd=REPO, stdout=(folder / f"build-{name}.log").open("w"),
                                      stderr=subprocess.STDOUT) for name in SYSTEMS}
     for name, process in builds.items():
         if process.wait(TIMEOUT_S) != 0:
@@ -79,8 +79,8 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, list[tu
     for name in SYSTEMS:
         for group, arguments in GROUPS.items():
             log = folder / f"{name}-{group}.log"
-            command = [sys.executable, str(SCRIPT), "run", name, "--", "-q", "-rfEs", *arguments]
-            started[name].append((group, subprocess.Popen(command, stdout=log.open("w"), stderr=subprocess.STDOUT), log))
+            command = [*CHROOT, "run", name, "--", "-q", "-rfEs", *arguments]
+            started[name].append((group, subprocess.Popen(command, cwd=REPO, stdout=log.open("w"), stderr=subprocess.STDOUT), log))
     yield started
     for processes in started.values():
         for _, process, _ in processes:
@@ -146,7 +146,7 @@ def test_a_killed_chroot_run_takes_every_process_inside_with_it() -> None:
         _unavailable(str(error))
     marker = f"{os.getpid()}.25"  # `sleep <marker>`: a process no one else runs
     code = f"import subprocess, time; subprocess.Popen(['sleep', '{marker}']); print('up', flush=True); time.sleep(600)"
-    runner = subprocess.Popen([sys.executable, str(SCRIPT), "exec", "sid", "-c", code], stdout=subprocess.PIPE, text=True)
+    runner = subprocess.Popen([*CHROOT, "exec", "sid", "-c", code], cwd=REPO, stdout=subprocess.PIPE, text=True)
     try:
         assert runner.stdout.readline().strip() == "up"
         assert _running(f"sleep {marker}")

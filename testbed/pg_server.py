@@ -7,7 +7,7 @@
    ``CREATE DATABASE``: each test gets a database of its own, dropped afterwards, and nothing
    else on that server is touched;
 2. otherwise a cluster of our own: Debian's server binaries (``/usr/lib/postgresql/*/bin``,
-   package ``postgresql``, installed by the run's set-up step, tests/system_packages.py), ``initdb`` in a
+   package ``postgresql``, installed by the run's set-up step, testbed/system_packages.py), ``initdb`` in a
    temporary directory, started on 127.0.0.1 with a free port, its Unix socket in that directory,
    trust authentication (loopback only), stopped and deleted by `stop`.
 
@@ -172,7 +172,7 @@ class _Cluster:
         )
         settings = dict(_THROWAWAY_SETTINGS, unix_socket_directories=f"'{self.base_dir}'")
         with (self.data_dir / "postgresql.conf").open("a") as conf:
-            conf.write("\n# hpcpredict tests (tests/pg_server.py)\n")
+            conf.write("\n# hpcpredict tests (testbed/pg_server.py)\n")
             conf.writelines(f"{key} = {value}\n" for key, value in settings.items())
 
     def _pg_ctl(self, *arguments: str) -> None:
@@ -197,12 +197,12 @@ def _require_driver() -> None:
 
 def _server_bin_dir() -> Path:
     """Debian's newest installed server binaries (package `postgresql`, never installed from here:
-    tests/system_packages.py installs it once, before any test)."""
+    testbed/system_packages.py installs it once, before any test)."""
     found = _find_server_bin_dir()
     if found is None:
         raise ServerUnavailable(
             f"PostgreSQL's server is not installed (no initdb under {DEBIAN_SERVER_DIRS}/*/bin): install "
-            f"Debian's package {' '.join(DEBIAN_PACKAGES)} (`python3 tests/system_packages.py` as root), "
+            f"Debian's package {' '.join(DEBIAN_PACKAGES)} (`python3 -m testbed.system_packages` as root), "
             f"or set {POSTGRES_URL_VARIABLE}"
         )
     return found

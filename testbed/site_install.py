@@ -220,7 +220,7 @@ exec sleep infinity
         assert self.holder is not None
         namespaces = ["--mount", "--net"] if self.private_network else ["--mount"]
         # --root: the holder's root, not the mount namespace's (entering a mount namespace resets
-        # the root to the namespace's own, which inside a chroot — tests/slurm_chroot.py — is the
+        # the root to the namespace's own, which inside a chroot — testbed/slurm_chroot.py — is the
         # host's); --wd=/ inside it
         return ["nsenter", f"--target={self.holder.pid}", *namespaces, "--root", "--wd=/", "--", *command]
 

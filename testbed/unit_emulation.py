@@ -1,7 +1,7 @@
 """deploy/hpcpredict.service's directives applied without systemd as PID 1 (issue 28).
 
 The test machines have no systemd to start the unit, so `EmulatedUnit` reads the unit file itself
-and does what each directive does, by other means, inside a `SiteNamespace` (tests/site_install.py):
+and does what each directive does, by other means, inside a `SiteNamespace` (testbed/site_install.py):
 
 | directive | emulated by |
 |---|---|
@@ -37,7 +37,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 
-from site_install import SiteNamespace
+from testbed.site_install import SiteNamespace
 
 NOT_EMULATED = {
     "Restart": "supervision: a failure fails the test instead",
@@ -96,7 +96,7 @@ class Unit:
         unknown = set(unit.service) - EMULATED - set(NOT_EMULATED)
         if unknown:
             raise UnknownDirective(f"deploy/hpcpredict.service has {sorted(unknown)}: emulate them in "
-                                   "tests/unit_emulation.py, or say there why not")
+                                   "testbed/unit_emulation.py, or say there why not")
         return unit
 
     def one(self, key: str, default: str | None = None) -> str:

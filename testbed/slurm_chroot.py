@@ -5,16 +5,16 @@ to a 24.11 controller, so the whole SLURM side of a test — slurmctld, slurmd, 
 commands, the daemon and the test process itself — runs inside a Debian system of that release,
 with that system's Python:
 
-    python tests/slurm_chroot.py build trixie          # debootstrap + packages + venv (cached)
-    python tests/slurm_chroot.py run trixie -- -m slurm tests/test_slurm_e2e.py
+    python -m testbed.slurm_chroot build trixie          # debootstrap + packages + venv (cached)
+    python -m testbed.slurm_chroot run trixie -- -m slurm tests/test_slurm_e2e.py
     python -m pytest --slurm-system trixie -m slurm     # the same, from pytest (tests/conftest.py)
-    python tests/slurm_chroot.py exec sid benchmarks/slurm_version_facts.py   # a script, inside
+    python -m testbed.slurm_chroot exec sid benchmarks/slurm_version_facts.py   # a script, inside
 
 ``build`` makes ``CACHE_DIR/<suite>`` (``/var/cache/hpcpredict-chroots`` unless
 ``HPCPREDICT_CHROOT_CACHE`` says otherwise) with ``debootstrap --variant=minbase``, installs
 `SYSTEM_PACKAGES` with apt inside, and a venv at `VENV` with the project's dependencies from
 PyPI (the checkout itself is imported from `MOUNT_POINT`, where every run mounts it), then the
-site tests' venv of the system's own python3 (tests/site_install.py).
+site tests' venv of the system's own python3 (testbed/site_install.py).
 It is kept between runs and rebuilt when its package list changes (a stamp file holds a digest
 of what it was built from); the venv is refreshed when the project's dependencies change.
 
@@ -49,9 +49,9 @@ MOUNT_POINT = "/hpcpredict"  # the checkout, inside
 SHARED_MOUNT = "/shared"  # ../shared (the real logs), read-only: tests look for it beside the checkout
 VENV = "/opt/hpcpredict-venv"
 PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
-# What the real-SLURM tests need inside (tests/slurm_cluster.py's packages, slurmdbd and MariaDB
+# What the real-SLURM tests need inside (testbed/slurm_cluster.py's packages, slurmdbd and MariaDB
 # for slurm-convert --sacct, Python with venv, procps, passwd for the replays' users), and the
-# site tests (tests/site_install.py, the quick start: git lists the checkout's files, curl is
+# site tests (testbed/site_install.py, the quick start: git lists the checkout's files, curl is
 # the page's health check, iproute2 the namespace's loopback).
 SYSTEM_PACKAGES = (
     "slurmctld", "slurmd", "slurm-client", "munge", "lua5.1", "lua-socket", "slurmdbd",
@@ -124,7 +124,7 @@ def _python_stamp() -> str:
 
 
 def _site_stamp() -> str:
-    from site_install import prefix_inputs
+    from testbed.site_install import prefix_inputs
 
     return _digest("site", *prefix_inputs())
 
@@ -141,7 +141,7 @@ def _check_can_build() -> None:
             raise ChrootUnavailable(f"{tool} not found (util-linux, coreutils)")
     if shutil.which("debootstrap") is None:  # installed on the host by the run's set-up step only
         raise ChrootUnavailable("debootstrap not found: install Debian's debootstrap (`python3 "
-                                "tests/system_packages.py` as root does, as the test run's set-up step does)")
+                                "testbed/system_packages.py` as root does, as the test run's set-up step does)")
 
 
 def _run(command: list[str], what: str, **options) -> None:
@@ -201,14 +201,14 @@ def _build_locked(system: System, log) -> Path:
         ]), what="pip install inside the chroot")
         venv_stamp.write_text(_python_stamp() + "\n")
         log(f"{system.suite}: venv built in {time.monotonic() - began:.0f} s")
-    # the site tests' venv of Debian's own python3 (tests/site_install.py keeps it, keyed by the
+    # the site tests' venv of Debian's own python3 (testbed/site_install.py keeps it, keyed by the
     # dependencies, in the chroot's /var/cache): built here, where a build is expected, not in
     # the first test that needs it
     site_stamp = root / ".hpcpredict-site"
     if _read(site_stamp) != _site_stamp():
         began = time.monotonic()
-        log("/usr/bin/python3 tests/site_install.py: the site tests' venv (inside)")
-        _enter(root, f"cd {MOUNT_POINT}\nexec /usr/bin/python3 tests/site_install.py", what="the site tests' venv")
+        log("/usr/bin/python3 -m testbed.site_install: the site tests' venv (inside)")
+        _enter(root, f"cd {MOUNT_POINT}\nexec /usr/bin/python3 -m testbed.site_install", what="the site tests' venv")
         site_stamp.write_text(_site_stamp() + "\n")
         log(f"{system.suite}: the site tests' venv built in {time.monotonic() - began:.0f} s")
     return root
@@ -229,7 +229,7 @@ def _enter(root: Path, script: str, *, what: str, capture: bool = True, env: dic
         f"mkdir -p $R{MOUNT_POINT} && mount --bind {shlex.quote(str(REPO))} $R{MOUNT_POINT}",
         "cp /etc/resolv.conf $R/etc/resolv.conf 2>/dev/null || true",
         # the host's CA bundle and pip settings, so that pip (the venv's, and the site tests'
-        # inside: tests/site_install.py) reaches the same index the same way: the chroot's system
+        # inside: testbed/site_install.py) reaches the same index the same way: the chroot's system
         # trusts what the host's does (a copy, not a mount: a site test's overlay of /etc would
         # not show a mount under it)
         "[ -f /etc/ssl/certs/ca-certificates.crt ] && cp /etc/ssl/certs/ca-certificates.crt"

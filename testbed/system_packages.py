@@ -8,8 +8,8 @@ SLURM mid-run left the Lua tests collected before it skipped. Elsewhere (not roo
 is installed and the tests that need a missing server skip, or fail with
 ``HPCPREDICT_REQUIRE_SERVERS=1`` (CI). ``HPCPREDICT_NO_INSTALL=1`` turns the step off.
 
-``python3 tests/system_packages.py`` does the same step by hand. `.ci/run` lists the same packages
-(tests/test_system_packages.py checks that it does).
+``python3 -m testbed.system_packages`` does the same step by hand, and `.ci/run` runs it first:
+this is the one list of the packages (tests/test_system_packages.py checks `.ci/run` has no other).
 """
 
 from __future__ import annotations
@@ -22,21 +22,21 @@ from collections.abc import Callable
 
 # package -> who needs it
 PACKAGES: dict[str, str] = {
-    "postgresql": "the daemon's store on a real PostgreSQL (tests/pg_server.py)",
+    "postgresql": "the daemon's store on a real PostgreSQL (testbed/pg_server.py)",
     "lua5.1": "the SLURM plugin scripts run by the real Lua (tests/test_slurm_plugin_lua.py)",
     "lua-socket": "the plugin's Unix socket, in Lua and inside slurmctld",
-    "slurmctld": "a real SLURM on loopback (tests/slurm_cluster.py)",
-    "slurmd": "a real SLURM on loopback (tests/slurm_cluster.py)",
+    "slurmctld": "a real SLURM on loopback (testbed/slurm_cluster.py)",
+    "slurmd": "a real SLURM on loopback (testbed/slurm_cluster.py)",
     "slurm-client": "sbatch, squeue, scontrol, sacct",
     "munge": "SLURM's authentication",
     "slurmdbd": "SLURM accounting, for slurm-convert --sacct (tests/test_slurm_sacct.py)",
     "mariadb-server": "slurmdbd's database",
-    "python3-venv": "a site's install with Debian's python3 (tests/site_install.py)",
-    "python3-pip": "a site's install with Debian's python3 (tests/site_install.py)",
+    "python3-venv": "a site's install with Debian's python3 (testbed/site_install.py)",
+    "python3-pip": "a site's install with Debian's python3 (testbed/site_install.py)",
     "curl": "the quick start's health check (tests/test_quickstart_cluster.py)",
-    "iproute2": "a private loopback for the quick start's fixed ports (tests/site_install.py)",
+    "iproute2": "a private loopback for the quick start's fixed ports (testbed/site_install.py)",
     "systemd": "systemd-analyze verify of the daemon's unit file (tests/test_deploy.py)",
-    "debootstrap": "the chroots of Debian's newer Slurm releases (tests/slurm_chroot.py)",
+    "debootstrap": "the chroots of Debian's newer Slurm releases (testbed/slurm_chroot.py)",
     "prometheus": "promtool check/test rules of deploy/hpcpredict-alerts.yml (tests/test_deploy.py)",
 }
 NO_INSTALL_VARIABLE = "HPCPREDICT_NO_INSTALL"

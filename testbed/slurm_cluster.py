@@ -4,7 +4,7 @@ Everything lives in one temporary directory (config, state, spool, logs) and eve
 ``SLURM_CONF`` pointing there (the facts it follows were measured on Slurm 22.05 here). The node
 advertises more CPUs than the machine has (``SlurmdParameters=config_overrides``) so that several
 jobs run at once. The packages are installed, when missing, in the one set-up step at the start of
-a run (tests/system_packages.py), never from here; without them (or without ``runuser``) the tests
+a run (testbed/system_packages.py), never from here; without them (or without ``runuser``) the tests
 are skipped — or fail, when ``HPCPREDICT_REQUIRE_SERVERS=1`` (CI).
 """
 
@@ -71,7 +71,7 @@ def ensure_packages(*, accounting: bool = False) -> None:
     if absent:
         raise ClusterUnavailable(
             f"{' '.join(absent)} not found on PATH: install Debian's {' '.join(packages)} (and util-linux "
-            "for runuser); `python3 tests/system_packages.py` as root does, as the test run's set-up step does")
+            "for runuser); `python3 -m testbed.system_packages` as root does, as the test run's set-up step does")
 
 
 def slurm_release() -> tuple[int, int]:
@@ -137,7 +137,7 @@ class SlurmCluster:
                  slurm_user: str = "root", over_time_limit_min: int | None = 0) -> None:
         """`conf_dir`: where slurm.conf and the scripts beside it are written (default: the
         cluster's folder). `enter`: wraps every command and daemon (e.g. into a mount namespace,
-        tests/site_install.py), where slurm.conf is at `conf_path_inside`. `slurm_user`:
+        testbed/site_install.py), where slurm.conf is at `conf_path_inside`. `slurm_user`:
         slurm.conf's SlurmUser, which slurmctld and slurmdbd run as (root by default; a real
         site's `slurm` where the test must see what that user may not do)."""
         self.dir = Path(tempfile.mkdtemp(prefix="hpslurm"))
