@@ -224,3 +224,69 @@ def test_convert_needs_exactly_one_source(tmp_path: Path) -> None:
     bad.write_text("this is not a record\n")
     result = CliRunner().invoke(main, ["slurm-convert", "--jobcomp", str(bad), "-o", str(tmp_path / "x.swf")])
     assert result.exit_code == 1 and f"{bad}:1" in result.output
+
+
+# What Slurm 22.05.8's `squeue --json --states=all` printed, exit status 0, with slurmctld down.
+SLURMCTLD_DOWN = ('{"meta": {}, "errors": [{"description": "Failed while looking for jobs", "error_number": -1, '
+                  '"error": "Unspecified error", "source": "slurm_load_jobs"}], "jobs": []}')
+
+
+def test_an_answer_with_errors_is_an_error_not_an_empty_queue() -> None:
+    def runner(command, timeout_s):
+        return subprocess.CompletedProcess(command, 0, stdout=SLURMCTLD_DOWN, stderr="")
+
+    with pytest.raises(SlurmError, match="answered no jobs but errors: slurm_load_jobs: Failed while looking for jobs"):
+        CliBackend(runner=runner).jobs()
+
+    def healthy(command, timeout_s):
+        return subprocess.CompletedProcess(command, 0, stdout='{"meta": {}, "errors": [], "jobs": []}', stderr="")
+
+    assert CliBackend(runner=healthy).jobs() == []  # an empty queue, really
+
+
+@pytest.mark.slurm
+def test_with_slurmctld_down_the_watcher_knows_it_cannot_read_slurm() -> None:
+    """On a real SLURM whose slurmctld is stopped: the CLI backend raises (squeue --json exits 0
+    with an error and no jobs), the watcher counts the failed look, does not vouch for the limits,
+    and says it once in its log; once slurmctld is back, the next look reads the queue again."""
+    import logging
+
+    from hpcpredict.slurm.watcher import SlurmWatcher
+
+    cluster = SlurmCluster()
+    cluster.start_or_skip()
+    previous = os.environ.get("SLURM_CONF")
+    os.environ["SLURM_CONF"] = str(cluster.conf)
+    try:
+        cluster.sbatch("--time=30", script="sleep 300")
+        recorded = []
+        watcher = SlurmWatcher(CliBackend(), recorded.append, lambda job_id: None, stale_after_s=40)
+        watcher.poll()
+        assert watcher.report.read_failures == 0 and recorded, watcher.report
+        vouched = watcher.vouched_at_s
+        cluster.controller.terminate()
+        cluster.controller.wait(30)
+        handler = logging.Handler()
+        lines: list[str] = []
+        handler.emit = lambda record: lines.append(record.getMessage())  # type: ignore[method-assign]
+        logging.getLogger("hpcpredict.slurm.watcher").addHandler(handler)
+        try:
+            watcher.poll()
+            watcher.poll()
+        finally:
+            logging.getLogger("hpcpredict.slurm.watcher").removeHandler(handler)
+        assert watcher.report.read_failures == 2 and watcher.vouched_at_s == vouched
+        assert "Failed while looking for jobs" in watcher.report.last_error, watcher.report
+        assert sum("cannot read SLURM's jobs" in line for line in lines) == 1, lines
+        index = cluster.processes.index(cluster.controller)
+        cluster.controller = cluster._spawn(["slurmctld", "-D", "-i"], "slurmctld.out")
+        cluster.processes[index] = cluster.controller
+        cluster._wait_until_idle()
+        watcher.poll()
+        assert watcher.vouched_at_s > vouched and watcher.report.read_failures == 2  # read, and vouched again
+    finally:
+        if previous is None:
+            os.environ.pop("SLURM_CONF", None)
+        else:
+            os.environ["SLURM_CONF"] = previous
+        cluster.cleanup()

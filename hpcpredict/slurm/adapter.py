@@ -141,6 +141,9 @@ class CliBackend:
             document = json.loads(done.stdout)
         except json.JSONDecodeError as error:
             raise SlurmError(f"{' '.join(SQUEUE_ALL_JOBS)}: not JSON ({error})") from error
+        errors = squeue_errors(document)
+        if errors:  # e.g. slurmctld down: exit 0 after 9 s, no jobs, and this (22.05, measured)
+            raise SlurmError(f"{' '.join(SQUEUE_ALL_JOBS)} answered no jobs but errors: {errors}")
         return [job_from_squeue(entry) for entry in document.get("jobs", [])]
 
     def job(self, job_id: int) -> SlurmJob | None:
@@ -161,6 +164,21 @@ class CliBackend:
 
     def cancel(self, job_id: int) -> None:
         self._run(["scancel", str(int(job_id))], self.timeout_s)
+
+
+def squeue_errors(document: Mapping[str, Any]) -> str:
+    """The ``errors`` of a ``squeue --json`` document, in one line ("" when none). With slurmctld
+    unreachable, squeue exits 0 and answers ``"jobs": []`` with an error ("slurm_load_jobs: Failed
+    while looking for jobs"): read as a list of jobs, that is an empty queue, and everything the
+    watcher derives from it (ends, the guard's "nobody waits") would be wrong."""
+    found = []
+    for error in document.get("errors") or []:
+        if isinstance(error, Mapping):
+            words = [str(error.get(key)) for key in ("source", "description", "error") if error.get(key)]
+            found.append(": ".join(words) or json.dumps(error))
+        else:
+            found.append(str(error))
+    return "; ".join(found)
 
 
 def _time(value: Any) -> int | None:

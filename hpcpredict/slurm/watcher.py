@@ -93,6 +93,7 @@ class WatchReport:
     guard_changes: int = 0  # limits the starvation guard set (raised to requests, or lowered back)
     errors: int = 0
     limit_failures: int = 0  # limit changes SLURM refused or did not answer (the look is not vouched for)
+    read_failures: int = 0  # looks that could not read SLURM's jobs (slurmctld down, squeue failing)
     unlimited: int = 0  # jobs without a time limit, left out (module doc)
     last_error: str = ""
     corrected_jobs: list[int] = field(default_factory=list)
@@ -143,6 +144,7 @@ class SlurmWatcher:
         # creation (a job lowered before its first look has a minute: the failsafe's budget).
         self.vouched_at_s = clock()
         self._heartbeat_failing = False
+        self._unreadable = False  # the last look could not read SLURM (logged once, counted each time)
         self.report = WatchReport()
         self._stages: dict[int, int] = {}
         self._stop = threading.Event()
@@ -175,8 +177,18 @@ class SlurmWatcher:
         try:
             jobs = self.slurm.jobs()
         except Exception as error:  # noqa: BLE001 - SLURM down or slow: try again next poll
-            self._failed(f"cannot read SLURM's jobs: {error}")
+            self.report.read_failures += 1
+            message = f"cannot read SLURM's jobs: {error}"
+            if not self._unreadable:  # said once (and counted at every look) until SLURM answers
+                logger.error("%s; trying again every %g s (PREDICT holds lowering after %g s)", message,
+                             self.interval_s, self.stale_after_s)
+            self._unreadable = True
+            self.report.errors += 1
+            self.report.last_error = message
             return self.report
+        if self._unreadable:
+            logger.info("SLURM answers again (%d look(s) failed)", self.report.read_failures)
+            self._unreadable = False
         now_s = int(began_s)
         self._update_guard(guard_status(jobs, now_s, self.guard_s, self.xfactor, self.slack_after_s))
         seen = set()
