@@ -33,7 +33,9 @@ class Running:
         self.error: BaseException | None = None
         self.thread = threading.Thread(target=self._run)
         self.thread.start()
-        if not self.daemon.ready.wait(15):
+        # A deadline, not a speed check: the warm-up loads the numba kernels, seconds on a quiet
+        # machine, and far more while the rest of the suite compiles or replays beside it.
+        if not self.daemon.ready.wait(120):
             self.stop()
             raise RuntimeError(f"daemon did not start: {self.error!r}")
         # The spool found at start is ingested in the background (issue 17): tests start from

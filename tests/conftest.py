@@ -140,8 +140,14 @@ def short_dir() -> Iterator[Path]:
 
 @pytest.fixture
 def running(config: DaemonConfig) -> Iterator[Running]:
-    """A daemon serving in a thread on the test module's `config`, stopped afterwards."""
-    daemon = Running(config)
+    """A daemon serving in a thread on the test module's `config`, stopped afterwards. Its admin
+    API waits up to 5 minutes for a read (30 s in production): the first /errors starts the read
+    workers (spawned processes importing SQLAlchemy), which a loaded 2-core machine took longer
+    than 30 s to do once (test_http_api answered 503; it passes alone). The timeout itself is
+    tested with its own limits (test_daemon_http.py)."""
+    from hpcpredict.daemon.http_api import HttpLimits
+
+    daemon = Running(config, http_limits=HttpLimits(request_timeout_s=300.0))
     yield daemon
     daemon.stop()
 
