@@ -260,11 +260,13 @@ def test_a_job_learns_from_the_features_its_prediction_was_computed_from(
 def test_a_job_first_reported_by_jobcomp_learns_from_its_prediction_s_features(
     cluster: SlurmCluster, daemon: ServeProcess
 ) -> None:
-    """With the watcher looking only every ten minutes, a short job's first report is jobcomp.lua's
-    END; it carries the mark's prediction and token, and the daemon records the submission from
-    them (the features PREDICT computed) before the end, instead of learning an unseen job."""
+    """With no watcher (``--no-slurm``: a watcher looking only every ten minutes, as this test had,
+    is refused now, since its heartbeat would always read as stale to the failsafe), a short job's
+    first report is jobcomp.lua's END; it carries the mark's prediction and token, and the daemon
+    records the submission from them (the features PREDICT computed) before the end, instead of
+    learning an unseen job."""
     daemon.stop()
-    daemon.start("--slurm-interval-s", "600", "--correction-margin-s", "1300")
+    daemon.start("--no-slurm")
     try:
         job_id = cluster.sbatch("--time=40", "-n", "2", script="sleep 1")
         tag = parse_tag(cluster.job_fields(job_id)["AdminComment"])
