@@ -92,7 +92,7 @@ def write_token_file(directory: Path) -> str:
 
 
 def wait_until_answering(
-    socket_path: str, process: subprocess.Popen, describe: Callable[[], str], timeout_s: float = 90
+    socket_path: str, process: subprocess.Popen, describe: Callable[[], str], timeout_s: float = 240
 ) -> None:
     """Return once the daemon `process` answers PING on `socket_path`; raise, with `describe()`
     (its log, say), if it exits or stays silent for `timeout_s` (a first start compiles the numba

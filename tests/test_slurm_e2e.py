@@ -433,7 +433,16 @@ def test_every_task_of_a_job_array_gets_the_lowered_limit_and_is_learned(
         def explained(limit_min: int = minutes(task["TimeLimit"]), job_id: int = job_id,
                       lowered_min: int = lowered_min) -> bool:
             raised = corrections(daemon, job_id)
-            return limit_min == (raised[-1][1] // 60 if raised else lowered_min)
+            if raised:
+                return limit_min == raised[-1][1] // 60
+            if limit_min == lowered_min:
+                return True
+            # Raised, and not recorded: the task's END reached the store first (jobcomp.lua reports
+            # it at once; the watcher records its change after scontrol returns), and the service
+            # ignores a limit change of an ended job. Seen in a fresh clone's full run: scontrol set
+            # 2 min in the same millisecond as the task completed.
+            row = stored_job(daemon, job_id)
+            return limit_min > lowered_min and row is not None and row.status == "ended"
 
         wait_for(explained, 30, f"the store to record what set task {job_id}'s limit", cluster)
         raised = corrections(daemon, job_id)
