@@ -42,6 +42,12 @@ NODES = 4
 SKIP, JOBS, SPEEDUP = 699, 30, 10
 
 
+# A deadline, not a speed check: a fresh clone's first replay-compare compiles the simulator's and
+# the SLURM model's kernels while the rest of the suite compiles and replays beside it; 120 s was
+# outlasted once in a fresh clone's full run (2026-12-02).
+COMPARE_DEADLINE_S = 600
+
+
 @pytest.fixture(scope="module")
 def cluster() -> Iterator[SlurmCluster]:
     slurm = SlurmCluster(job_submit_lua=PLUGIN_DIR / "job_submit.lua", nodes=NODES, node_cpus=1)
@@ -126,7 +132,7 @@ def test_lower_mode_every_job_runs_under_the_limit_the_plugin_set(cluster: Slurm
     compared = subprocess.run(
         [sys.executable, "-m", "hpcpredict.cli", "replay-compare", str(output), "--predictor", "plugin",
          "--plugin-csv", str(tmp_path / "lower.csv"), "--format", "json"],
-        capture_output=True, text=True, timeout=120,
+        capture_output=True, text=True, timeout=COMPARE_DEADLINE_S,
     )
     assert compared.returncode == 0, compared.stderr
     result = json.loads(compared.stdout)
@@ -151,7 +157,7 @@ def test_record_mode_leaves_the_limits_and_the_swf_measures_like_a_simulation(cl
     assert compute_metrics(real).ave_bsld >= 1.0
     compared = subprocess.run(
         [sys.executable, "-m", "hpcpredict.cli", "replay-compare", str(output), "--format", "json"],
-        capture_output=True, text=True, timeout=120,
+        capture_output=True, text=True, timeout=COMPARE_DEADLINE_S,
     )
     assert compared.returncode == 0, compared.stderr
     result = json.loads(compared.stdout)
