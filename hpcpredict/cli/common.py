@@ -6,7 +6,6 @@ never prints a traceback for a bad log or an unusable output path.
 
 from __future__ import annotations
 
-import os
 import sys
 import time
 from collections.abc import Callable, Iterator
