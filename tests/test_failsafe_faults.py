@@ -158,15 +158,29 @@ class Case:
     final: dict[str, dict[str, str]] = field(default_factory=dict)
 
 
+def stop_daemon(serve: ServeProcess, sig: int = signal.SIGTERM) -> None:
+    """`serve` stopped with `sig`, waiting up to 90 s (a look in flight may wait out the adapter's
+    30 s timeout first: within the unit's TimeoutStopSec=60, but past ServeProcess.stop's 30 s on a
+    loaded machine, seen once inside the sid chroot), then killed."""
+    if serve.process is not None and serve.process.poll() is None:
+        serve.process.send_signal(sig)
+        try:
+            serve.process.wait(90)
+        except subprocess.TimeoutExpired:
+            serve.process.kill()
+            serve.process.wait(30)
+    serve.process = None
+
+
 # ---------------------------------------------------------------------------- the faults
 def _sigkill(case: Case) -> None:
-    case.serve.stop(signal.SIGKILL)  # and kept down: every job ends before it comes back
+    stop_daemon(case.serve, signal.SIGKILL)  # and kept down: every job ends before it comes back
 
 
 def _crash_loop(case: Case) -> None:
     """Killed, then started five times by a supervisor (RestartSec=2) on a configuration that
     fails at start, as systemd's Restart=on-failure does until StartLimitBurst gives up."""
-    case.serve.stop(signal.SIGKILL)
+    stop_daemon(case.serve, signal.SIGKILL)
     failures = 0
     for _ in range(5):
         time.sleep(2)
@@ -181,7 +195,7 @@ def _crash_loop(case: Case) -> None:
 def _planned_stop(case: Case) -> None:
     """`systemctl stop hpcpredict` (SIGTERM: the drain), 40 s down, then `systemctl start`: P is
     still pending at the restart, and the watcher lowers it again."""
-    case.serve.stop(signal.SIGTERM)
+    stop_daemon(case.serve)
     time.sleep(40)
     case.serve.start(*case.serve_options())
     case.notes["restarted_s"] = time.time()
@@ -237,7 +251,7 @@ def _host_rebooted(case: Case) -> None:
     cluster = case.cluster
     cluster.controller.terminate()
     cluster.controller.wait(30)
-    case.serve.stop(signal.SIGTERM)
+    stop_daemon(case.serve)
     case.failsafe.stop()
     time.sleep(30)
     case.failsafe.start()
@@ -324,7 +338,7 @@ def run_case(case: Case, delay_s: float) -> Case:
     finally:
         case.monitor.stop.set()
         case.failsafe.stop()
-        case.serve.stop()
+        stop_daemon(case.serve)
         if case.postgres is not None:
             with contextlib.suppress(Exception):  # stopped by the case already
                 case.postgres.stop()
