@@ -20,9 +20,10 @@ from hpcpredict.daemon.config import ConfigError, DaemonConfig, load_config
 from hpcpredict.daemon.service import PredictionService
 from hpcpredict.daemon.store import Store
 from hpcpredict.slurm.adapter import SlurmError
+from hpcpredict.slurm.durations import slurm_duration_s
 from hpcpredict.slurm.failsafe import (
     BATCH, LIST_LOWERED, Failsafe, FailsafeConfig, FailsafeConfigError, LoweredJob,
-    load_failsafe_config, parse_lowered, read_status, restore, restore_order, slurm_duration_s,
+    load_failsafe_config, parse_lowered, read_status, restore, restore_order,
 )
 from hpcpredict.slurm.heartbeat import Heartbeat, heartbeat_age_s, read_heartbeat, write_heartbeat
 from hpcpredict.slurm.tag import PredictionTag

@@ -21,11 +21,11 @@ comment, ``Include`` pulls another file in (followed, relative to the including 
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from hpcpredict.sim.slurm_params import SlurmParams, SlurmParamsError
+from hpcpredict.slurm.durations import slurm_duration_s
 
 # SchedulerParameters the model reads (slurm.conf names, as --slurm-params takes them).
 _BACKFILL_PARAMETERS = ("bf_interval", "bf_max_job_test", "bf_window", "bf_resolution",
@@ -35,7 +35,6 @@ _UNMODELLED_WEIGHTS = (
     "PriorityWeightAssoc", "PriorityWeightFairshare", "PriorityWeightPartition",
     "PriorityWeightQOS", "PriorityWeightTRES",
 )
-_TIME = re.compile(r"(?:(\d+)-)?(\d+)(?::(\d+))?(?::(\d+))?")
 
 
 @dataclass
@@ -134,13 +133,8 @@ def _interpret(settings: dict[str, tuple[str, str]]) -> SlurmConf:
 
 def _time_s(value: str, where: str) -> int:
     """slurm.conf's time strings: minutes, min:sec, hr:min:sec, days-hr, days-hr:min[:sec]."""
-    match = _TIME.fullmatch(value.strip())
-    if match is None:
+    seconds = slurm_duration_s(value)
+    if seconds is None:
         raise SlurmParamsError(f"{where}: PriorityMaxAge={value!r} is not a SLURM time string")
-    days, first, second, third = match.groups()
-    if days is not None:  # days-hr[:min[:sec]]
-        return ((int(days) * 24 + int(first)) * 60 + int(second or 0)) * 60 + int(third or 0)
-    if third is not None:  # hr:min:sec
-        return (int(first) * 60 + int(second)) * 60 + int(third)
-    return int(first) * 60 + int(second or 0)  # min[:sec]
+    return seconds
 

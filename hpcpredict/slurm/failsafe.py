@@ -49,6 +49,7 @@ from typing import Any
 
 from hpcpredict.daemon.paths import state_dir
 from hpcpredict.slurm.adapter import Runner, SlurmError, run_command
+from hpcpredict.slurm.durations import slurm_duration_s
 from hpcpredict.slurm.heartbeat import heartbeat_age_s, is_stale, read_heartbeat, write_json_atomically
 from hpcpredict.slurm.tag import parse_tag
 
@@ -162,26 +163,6 @@ class LoweredJob:
     def left_s(self) -> int:
         """Time before SLURM kills it at this limit: from now if running, from its start if not."""
         return self.limit_s - self.used_s if self.state in RUNNING_STATES else self.limit_s
-
-
-def slurm_duration_s(text: str) -> int | None:
-    """SLURM's "[D-]HH:MM:SS", "MM:SS" or "M" -> seconds; None for UNLIMITED, NOT_SET, INVALID..."""
-    text = text.strip()
-    match = re.fullmatch(r"(?:(\d+)-)?(\d+)(?::(\d+))?(?::(\d+))?", text)
-    if match is None:
-        return None
-    days = int(match.group(1) or 0)
-    parts = [int(part) for part in match.group(2, 3, 4) if part is not None]
-    if match.group(1) is not None:  # D-HH[:MM[:SS]]
-        parts += [0] * (3 - len(parts))
-        hours, minutes, seconds = parts
-    elif len(parts) == 3:
-        hours, minutes, seconds = parts
-    elif len(parts) == 2:
-        hours, (minutes, seconds) = 0, parts
-    else:
-        hours, minutes, seconds = 0, parts[0], 0  # a bare number is minutes, as --time takes it
-    return ((days * 24 + hours) * 60 + minutes) * 60 + seconds
 
 
 def parse_lowered(text: str) -> list[LoweredJob]:
