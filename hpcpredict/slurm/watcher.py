@@ -143,8 +143,7 @@ class SlurmWatcher:
         # The last look that vouched for every lowered limit; a new watcher counts from its
         # creation (a job lowered before its first look has a minute: the failsafe's budget).
         self.vouched_at_s = clock()
-        self._heartbeat_failing = False
-        self._unreadable = False  # the last look could not read SLURM (logged once, counted each time)
+        self._troubles: set[str] = set()  # failures said once until they clear (`_trouble`)
         self.report = WatchReport()
         self._stages: dict[int, int] = {}
         self._stop = threading.Event()
@@ -179,16 +178,10 @@ class SlurmWatcher:
         except Exception as error:  # noqa: BLE001 - SLURM down or slow: try again next poll
             self.report.read_failures += 1
             message = f"cannot read SLURM's jobs: {error}"
-            if not self._unreadable:  # said once (and counted at every look) until SLURM answers
-                logger.error("%s; trying again every %g s (PREDICT holds lowering after %g s)", message,
-                             self.interval_s, self.stale_after_s)
-            self._unreadable = True
-            self.report.errors += 1
-            self.report.last_error = message
+            self._trouble("read", message, f"{message}; trying again every {self.interval_s:g} s "
+                                           f"(PREDICT holds lowering after {self.stale_after_s:g} s)")
             return self.report
-        if self._unreadable:
-            logger.info("SLURM answers again (%d look(s) failed)", self.report.read_failures)
-            self._unreadable = False
+        self._cleared("read", f"SLURM answers again ({self.report.read_failures} look(s) failed)")
         now_s = int(began_s)
         self._update_guard(guard_status(jobs, now_s, self.guard_s, self.xfactor, self.slack_after_s))
         seen = set()
@@ -225,18 +218,26 @@ class SlurmWatcher:
                     Path(self.heartbeat).parent.mkdir(mode=0o700, parents=True, exist_ok=True)
                     write_heartbeat(self.heartbeat, beat)
             except OSError as error:
-                if not self._heartbeat_failing:  # said once, counted every time
-                    logger.error("cannot write the heartbeat %s (%s): the failsafe will put lowered "
-                                 "limits back and PREDICT holds lowering until it can", self.heartbeat,
-                                 error.strerror or error)
-                self._heartbeat_failing = True
-                self.report.errors += 1
-                self.report.last_error = f"cannot write the heartbeat {self.heartbeat}: {error}"
+                self._trouble("heartbeat", f"cannot write the heartbeat {self.heartbeat}: {error}",
+                              f"cannot write the heartbeat {self.heartbeat} ({error.strerror or error}): the "
+                              "failsafe will put lowered limits back and PREDICT holds lowering until it can")
                 return
-            if self._heartbeat_failing:
-                logger.info("the heartbeat %s is written again", self.heartbeat)
-            self._heartbeat_failing = False
+            self._cleared("heartbeat", f"the heartbeat {self.heartbeat} is written again")
         self.vouched_at_s = began_s
+
+    def _trouble(self, kind: str, message: str, said: str) -> None:
+        """A failure that lasts (SLURM unreadable, the heartbeat unwritable): counted and kept as
+        the last error at every look, said in the log once, until `_cleared`."""
+        self.report.errors += 1
+        self.report.last_error = message
+        if kind not in self._troubles:
+            logger.error("%s", said)
+            self._troubles.add(kind)
+
+    def _cleared(self, kind: str, said: str) -> None:
+        if kind in self._troubles:
+            self._troubles.discard(kind)
+            logger.info("%s", said)
 
     def heartbeat_age_s(self) -> float:
         """Seconds since the last look that vouched for every lowered limit."""
