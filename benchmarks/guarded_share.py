@@ -10,20 +10,43 @@ running jobs' requests), beside plain EASY's and the default's AVEbsld.
 from __future__ import annotations
 
 import argparse
-import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))  # the sibling script, run from anywhere
-
-from recent_guard_thresholds import counting_guarded_decisions  # noqa: E402
-
-from hpcpredict.sim.load_scaling import scaled_load  # noqa: E402
-from hpcpredict.sim.metrics import compute_metrics  # noqa: E402
-from hpcpredict.sim.runner import RunSpec, run  # noqa: E402
-from hpcpredict.workload import load_workload  # noqa: E402
+import hpcpredict.sim.simulation as simulation
+from hpcpredict.sim.load_scaling import scaled_load
+from hpcpredict.sim.metrics import compute_metrics
+from hpcpredict.sim.runner import RunSpec, run
+from hpcpredict.workload import load_workload
 
 DEFAULT = RunSpec(starvation_guard_s=86_400)
 EASY = RunSpec("easy", "requested", "requested")
+
+
+@contextmanager
+def counting_guarded_decisions() -> Iterator[list[int]]:
+    """[scheduling decisions with a reservation, of which taken under the guard], counted while
+    the block replays: in the Python loop (the same schedules as the compiled one, which the
+    default guard runs in and which has no hook), its `Simulation._remember` wrapped; restored
+    after."""
+    remember = simulation.Simulation._remember
+    covers = simulation.Simulation.compiled_loop_covers
+    decisions = [0, 0]
+
+    def counted(self: simulation.Simulation, reservation: object) -> None:
+        if reservation is not None:
+            decisions[0] += 1
+            decisions[1] += bool(reservation.guarded)  # type: ignore[attr-defined]
+        remember(self, reservation)  # type: ignore[arg-type]
+
+    simulation.Simulation._remember = counted  # type: ignore[method-assign]
+    simulation.Simulation.compiled_loop_covers = lambda self: False  # type: ignore[method-assign]
+    try:
+        yield decisions
+    finally:
+        simulation.Simulation._remember = remember  # type: ignore[method-assign]
+        simulation.Simulation.compiled_loop_covers = covers  # type: ignore[method-assign]
 
 
 def main() -> None:

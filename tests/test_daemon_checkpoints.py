@@ -210,8 +210,9 @@ def test_serve_starts_and_says_what_it_found_when_the_trained_model_is_damaged(
 def test_a_checkpoint_from_before_the_learner_options_is_still_used(
     store: Store, uninterrupted: dict[str, np.ndarray], caplog: pytest.LogCaptureFixture
 ) -> None:
-    """Checkpoints written before censor_at_limit, feature_scaling and per_user_experts existed
-    lack those arrays; the learner reads them as the defaults: not damage."""
+    """Checkpoints written before censor_at_limit and feature_scaling existed lack those arrays
+    (and those written since per-user experts were retired lack that one); the learner reads
+    them as the defaults: not damage."""
     damage(store, 30, without("hyper/censor_at_limit", "hyper/feature_scaling", "hyper/per_user_experts"))
     caplog.set_level(logging.INFO, logger="hpcpredict.daemon.service")
     restarted = PredictionService(store, checkpoint_every=10)
@@ -221,10 +222,19 @@ def test_a_checkpoint_from_before_the_learner_options_is_still_used(
     assert checkpoint_seqs(store) == [20, 30]
 
 
-def test_a_checkpoint_of_a_learner_without_experts_is_refused_by_one_with_them(store: Store) -> None:
-    """Its experts/ arrays are missing because the constants differ: a refusal, not damage."""
+def test_a_checkpoint_of_a_learner_with_the_retired_experts_is_refused(store: Store) -> None:
+    """A model trained with per-user experts (retired: hpcpredict.retired) is not continued as if
+    it had been trained without them: a refusal that says why, not damage to fall back past."""
     service = PredictionService(store, checkpoint_every=1)
     lifecycle(service, 1)
-    with pytest.raises(ValueError, match="other hyperparameters .*per_user_experts"):
-        PredictionService(store, lambda: LearnedPredictor(per_user_experts=True))
+    damage(store, 3, with_experts)
+    with pytest.raises(ValueError, match="per-user experts, an option retired"):
+        PredictionService(store)
     assert checkpoint_seqs(store) == [2, 3]
+
+
+def with_experts(blob: bytes) -> bytes:
+    with np.load(io.BytesIO(blob)) as data:
+        state = {key: data[key] for key in data.files}
+    state["hyper/per_user_experts"] = np.array(True)
+    return state_to_npz(state)

@@ -145,10 +145,10 @@ def test_a_failing_event_puts_the_learner_back_without_a_rebuild(
 
 LEARNERS = {
     "default": LearnedPredictor,
-    # every option that keeps state of its own: per-user expert scores, the learned prediction
-    # kept per job, censoring (learn_lower_bound), robust features
-    "censored, robust, experts": lambda: LearnedPredictor(
-        censor_at_limit=True, feature_scaling="robust", per_user_experts=True
+    # every option that keeps state of its own: censoring (learn_lower_bound), robust features,
+    # calibration's thresholds and the published prediction kept per job
+    "censored, robust, calibrated": lambda: LearnedPredictor(
+        censor_at_limit=True, feature_scaling="robust", calibration_alpha=0.5
     ),
 }
 

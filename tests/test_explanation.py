@@ -59,9 +59,8 @@ class ExplainedEveryJob:
     {},
     {"feature_scaling": "robust"},
     {"negative": "clip"},
-    {"per_user_experts": True},
     {"calibration_alpha": 0.2},
-], ids=["default", "robust", "clip", "experts", "calibrated"])
+], ids=["default", "robust", "clip", "calibrated"])
 def test_terms_sum_to_every_prediction_of_a_real_log(sample_log: Path, options: dict) -> None:
     workload = load_workload(sample_log)
     checking = ExplainedEveryJob(LearnedPredictor(**options))

@@ -72,7 +72,7 @@ def test_simulate_says_how_often_the_guard_was_due_and_when_it_was_most_of_the_t
 def test_the_xfactor_rule_is_due_at_each_jobs_own_time_and_other_rules_are_not_said() -> None:
     """`guard_due_share` under the xfactor rule: each job's threshold is xfactor - 1 times its
     request, at most the guard's time (the simulator's and the daemon's rule); the rules whose
-    due times depend on more than the job ("promise", "recent") are not reported."""
+    due times depend on more than the job ("promise") are not reported."""
     from hpcpredict.job_table import job_column
     from hpcpredict.sim.runner import RunSpec, run
     from hpcpredict.workload import load_workload

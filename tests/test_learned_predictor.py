@@ -198,7 +198,7 @@ def leaks_the_future(
 LEAK_PREDICTORS: dict[str, Callable[[list[Job]], Predictor]] = {
     "learned": lambda log: LearnedPredictor(),
     "learned, censored": lambda log: LearnedPredictor(censor_at_limit=True),
-    "learned, per-user experts": lambda log: LearnedPredictor(per_user_experts=True),
+    "learned, calibrated": lambda log: LearnedPredictor(calibration_alpha=0.5),
     "ave2": lambda log: Ave2Predictor(),
 }
 

@@ -46,7 +46,6 @@ FACTORIES: dict[str, Factory] = {
     "learned, reference loss in seconds": lambda jobs: LearnedPredictor(loss_unit_s=1.0, negative="clip"),
     "learned, censored": lambda jobs: LearnedPredictor(censor_at_limit=True),
     "learned, robust features": lambda jobs: LearnedPredictor(feature_scaling="robust"),
-    "learned, per-user experts": lambda jobs: LearnedPredictor(per_user_experts=True),
     "learned, calibrated": lambda jobs: LearnedPredictor(calibration_alpha=0.2),
 }
 

@@ -142,12 +142,9 @@ def test_a_learner_trained_before_the_replay_goes_on_from_its_state():
     {"correction": "survival with a history"},
     {"predictor": lambda: LearnedPredictor(feature_scaling="robust")},
     {"predictor": lambda: LearnedPredictor(censor_at_limit=True)},
-    {"predictor": lambda: LearnedPredictor(per_user_experts=True)},
-    {"scheduler": {"starvation_guard_s": 60, "guard_rule": "recent"}},
-    {"scheduler": {"starvation_guard_s": 60, "guard_scope": "head"}},
-    {"scheduler": {"starvation_guard_s": 60, "guard_estimate_multiple": 4.0,
+    {"predictor": lambda: LearnedPredictor(calibration_alpha=0.5)},
+    {"scheduler": {"starvation_guard_s": 60, "guard_estimate_slack_s": 30,
                    "guard_estimate_after_s": 10}},
-    {"scheduler": {"aged_first_s": 60}},
     {"duplicate_ids": True},
 ])
 def test_what_the_compiled_loop_does_not_model_replays_in_the_python_loop(change):

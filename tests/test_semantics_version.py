@@ -38,21 +38,12 @@ SPECS = {
     "learned, guard 6 h, decide on corrections": RunSpec(starvation_guard_s=21_600,
                                                          decide_on_correction=True),
     "learned, promise rule": RunSpec(starvation_guard_s=DAY_S, guard_rule="promise"),
-    "learned, recent rule": RunSpec(starvation_guard_s=DAY_S, guard_rule="recent",
-                                    guard_recent_multiple=2.0),
     "learned, xfactor rule": RunSpec(starvation_guard_s=DAY_S, guard_rule="xfactor",
                                      guard_xfactor=3.0),
-    "learned, guard 1 h, head scope": RunSpec(starvation_guard_s=3_600, guard_scope="head"),
-    "learned, guard 24 h, aged first": RunSpec(starvation_guard_s=DAY_S, aged_first_s=7_200),
-    "learned, estimate multiple": RunSpec(starvation_guard_s=DAY_S, guard_estimate_multiple=4.0,
-                                          guard_estimate_after_s=1_800),
     "learned, slack stage": RunSpec(starvation_guard_s=DAY_S, guard_estimate_slack_s=3_600,
                                     guard_estimate_after_s=1_800),
-    "learned, evidence": RunSpec(starvation_guard_s=3_600, guard_evidence_s=300,
-                                 guard_evidence_cap_s=DAY_S),
     "learned, survival": RunSpec(correction="survival", survival_quantile=0.9),
     "learned, censored, robust": RunSpec(censor_at_limit=True, feature_scaling="robust"),
-    "learned, experts": RunSpec(per_user_experts=True),
     "learned, calibrated": RunSpec(calibration_alpha=0.5),
     "slurm-backfill, requests": RunSpec("slurm-backfill", "requested", "requested"),
     "slurm-backfill, learned, guard 24 h": RunSpec("slurm-backfill", starvation_guard_s=DAY_S),
@@ -63,7 +54,10 @@ SPECS = {
 
 # What each version's code computes for SPECS: the schedule's digest, then the metrics'. A change
 # that moves one of them bumps SEMANTICS_VERSION and adds the new version's pins here (the old
-# ones stay, as the record of what the earlier keys meant).
+# ones stay, as the record of what the earlier keys meant). The pins of the options retired since
+# (hpcpredict.retired: the recent rule, the head scope, aged first, the estimate multiple, the
+# evidence option, per-user experts) are at the git tag experiments-2026-11; the 17 kept here are
+# unchanged from it.
 PINS: dict[int, dict[str, str]] = {
     1: {
         "fcfs, requests": "3597732caa2ee07b-78e8a418",
@@ -75,16 +69,10 @@ PINS: dict[int, dict[str, str]] = {
         "learned, guard 24 h": "e6c1f3e1940fd18d-13f7e16a",
         "learned, guard 6 h, decide on corrections": "98e8bbbf35954a4c-a79d86f2",
         "learned, promise rule": "bfea296966e78f9d-a3d7123c",
-        "learned, recent rule": "9d7fdfbb23342fab-22ddf41e",
         "learned, xfactor rule": "007c67844b649333-e3bdc09d",
-        "learned, guard 1 h, head scope": "e749ac3effe02a33-8fd5e60a",
-        "learned, guard 24 h, aged first": "b2b3f1547e5ecff5-1847efe0",
-        "learned, estimate multiple": "cc6c8a3250c72ac2-608334d4",
         "learned, slack stage": "fefcbdecb5212cfe-0a0ef06c",
-        "learned, evidence": "f83e20f5ff0a4cb1-84f5eacc",
         "learned, survival": "0010c53112dab725-b077b05b",
         "learned, censored, robust": "8d93070950c14d65-ec20e7bd",
-        "learned, experts": "236d9ac83130c073-0dd0349b",
         "learned, calibrated": "f95b5c1205c92b20-7e779eeb",
         "slurm-backfill, requests": "5023f4363f66b6ec-08ff36c2",
         "slurm-backfill, learned, guard 24 h": "7682114e9236e092-0876dd41",

@@ -337,8 +337,7 @@ def test_the_live_guards_slack_stage_plans_pending_jobs_on_their_request_less_th
                    guard_estimate_after_s=14_400)
     assert spec.to_dict()["guard_estimate_slack_s"] == 7_200  # the daemon's stage: modelled for SLURM
     with pytest.raises(ValueError, match="EASY schedulers only"):
-        RunSpec("slurm-backfill", starvation_guard_s=86_400, guard_estimate_multiple=4.0,
-                guard_estimate_after_s=14_400)
+        RunSpec("slurm-backfill", starvation_guard_s=86_400, guard_rule="promise")
 
 
 @settings(max_examples=100, deadline=None)

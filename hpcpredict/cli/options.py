@@ -20,6 +20,7 @@ import click
 from hpcpredict.corrections import CORRECTION_NAMES
 from hpcpredict.learn.defaults import FEATURE_SCALINGS
 from hpcpredict.learn.losses import parse_loss
+from hpcpredict.retired import RETIRED_SETTINGS, RetiredSettingError, drop_retired, retired_message
 from hpcpredict.sim.runner import SCHEDULER_NAMES, RunSpec
 from hpcpredict.sim.slurm_conf import read_slurm_conf
 from hpcpredict.sim.slurm_params import NAME as SLURM_BACKFILL
@@ -129,7 +130,6 @@ class LearningSettings:
     censor_at_limit: bool
     feature_scaling: str
     calibration_alpha: float | None
-    per_user_experts: bool
 
     def spec_fields(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -138,8 +138,8 @@ class LearningSettings:
 def learning_options(command: Callable[..., Any]) -> Callable[..., Any]:
     """The learned predictor's constants, named as in a campaign's [learned] table and the
     daemon's [learner] section: --loss, --eta, --l2, --loss-unit-s, --negative,
-    --censor-at-limit, --feature-scaling, --calibration-alpha, --per-user-experts. The command
-    receives them as one `learning` (LearningSettings)."""
+    --censor-at-limit, --feature-scaling, --calibration-alpha. The command receives them as one
+    `learning` (LearningSettings)."""
     fields = [field.name for field in dataclasses.fields(LearningSettings)]
     inner = command
 
@@ -192,16 +192,31 @@ def learning_options(command: Callable[..., Any]) -> Callable[..., Any]:
                 "fallback), so that this share of jobs outlive it (online conformal quantile of "
                 "log(runtime/prediction)). Default: off, the model's answer as it is.",
             ),
-            click.option(
-                "--per-user-experts/--no-per-user-experts", "per_user_experts",
-                default=RunSpec.per_user_experts, show_default=True,
-                help="Publish, per user, the learned model's, AVE2's or the request, whichever "
-                "had the lowest recent loss on that user's jobs (the model learns as usual).",
-            ),
+            retired_flag("--per-user-experts/--no-per-user-experts", "per_user_experts"),
         ]
     ):
         command = option(command)
     return command
+
+
+def retired_flag(declaration: str, key: str) -> Decorator:
+    """A retired option's flag (`hpcpredict.retired`), hidden: its negative form is accepted
+    with a warning (it asked for nothing), its positive form is an error that says why."""
+
+    def check(context: click.Context, parameter: click.Parameter, value: bool | None) -> None:
+        if value is None:
+            return
+        flag = f"--{'' if value else 'no-'}{key.replace('_', '-')}"
+        try:
+            if drop_retired({key: value}, flag):
+                click.echo(f"warning: {flag} is ignored: {retired_message(RETIRED_SETTINGS[key][1])}",
+                           err=True)
+        except RetiredSettingError:
+            raise click.UsageError(f"{flag}: {retired_message(RETIRED_SETTINGS[key][1])}",
+                                   context) from None
+
+    return click.option(declaration, key, default=None, hidden=True, expose_value=False,
+                        callback=check)
 
 
 # ---------------------------------------------------------------------------- the simulated scheduler

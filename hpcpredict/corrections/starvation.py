@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -18,18 +17,12 @@ DEFAULT_STARVATION_GUARD_S = 86_400
 # When the guard falls due for a job (the simulator's `Scheduler.guard_rule`): "wait", once it has
 # waited DEFAULT_STARVATION_GUARD_S; "promise", as soon as it is later than the start plain EASY
 # promised it when it became the head (or has waited the guard's duration, whichever first).
-# "recent" (simulator only, issue 30): once it has waited a multiple of the p99 wait of the jobs
-# started in the last four weeks (`recent_guard_wait_s`), or the guard's duration, whichever first.
-# "xfactor" (issue 30; live too: the daemon's `starvation_guard_xfactor`): once its expansion
-# factor by its request reaches a threshold (`xfactor_guard_wait_s`), or it has waited the guard's
-# duration, whichever first.
-STARVATION_RULES = ("wait", "promise", "recent", "xfactor")  # the first is the default (RunSpec relies on it)
-# What the guard protects once it is due (the simulator's `Scheduler.guard_scope`): "machine"
-# (the daemon's, and the default), every job then running is planned to its request for good and
-# every backfilling decision uses requests while the head is due; "head" (simulator only, issue
-# 30), only the aged head's reservation and the candidates that would start in front of it use
-# requests: the running jobs keep their predicted ends, and the next head is planned as usual.
-STARVATION_SCOPES = ("machine", "head")  # the first is the default
+# "xfactor" (live too: the daemon's `starvation_guard_xfactor`): once its expansion factor by its
+# request reaches a threshold (`xfactor_guard_wait_s`), or it has waited the guard's duration,
+# whichever first. Once due, the guard protects the whole machine: every job then running is
+# planned to its request for good, and every backfilling decision uses requests while the head
+# is due (the daemon's guard, and the only scope the simulator models).
+STARVATION_RULES = ("wait", "promise", "xfactor")  # the first is the default (RunSpec relies on it)
 # Predictors whose schedulers the literature names and publishes unbounded (EASY, EASY-SJBF,
 # EASY++, clairvoyant EASY / EASY-SJBF: docs/reproduction.md): their names mean no guard, so a
 # replay under their name runs without one unless asked; the bounded variant says so in its name.
@@ -48,33 +41,6 @@ def default_starvation_guard_s(scheduler: str, predictor: str) -> int | None:
     if scheduler in ("easy", "easy-sjbf") and predictor in PUBLISHED_PREDICTORS:
         return None
     return DEFAULT_STARVATION_GUARD_S
-
-
-# The "recent" rule: the waits it follows (jobs started in the last RECENT_WINDOW_S), their
-# quantile, the shortest wait it ever protects at, how many starts it needs before it trusts the
-# quantile (fewer: the guard's own duration), and how often it is recomputed (a daemon would do it
-# on a timer, not at every event).
-RECENT_WINDOW_S = 28 * 86_400
-RECENT_QUANTILE = 0.99
-RECENT_FLOOR_S = 3_600
-RECENT_MIN_STARTS = 100
-RECENT_EVERY_S = 86_400
-
-
-def recent_guard_wait_s(recent_waits_s: Sequence[int], multiple: float, cap_s: int) -> int:
-    """How long a job waits before the "recent" rule's guard protects it: `multiple` times the
-    p99 of the waits of the jobs started recently, within [RECENT_FLOOR_S, `cap_s`].
-
-    Why relative: a fixed threshold protects nobody in a calm period (plain EASY's longest wait
-    there is below it) and too many in a busy one; the site's own recent waits say which waits are
-    exceptional now. With fewer than RECENT_MIN_STARTS starts the quantile means little: `cap_s`.
-    """
-    if len(recent_waits_s) < RECENT_MIN_STARTS:
-        return cap_s
-    import numpy as np  # (here: the CLI's --help imports this module, and stays light)
-
-    quantile = float(np.quantile(np.asarray(recent_waits_s, dtype=np.float64), RECENT_QUANTILE))
-    return int(min(cap_s, max(RECENT_FLOOR_S, round(multiple * quantile))))
 
 
 def is_expansion_factor(value: object) -> bool:
@@ -107,15 +73,6 @@ def xfactor_guard_wait_one_s(requested_s: int, xfactor: float, cap_s: int) -> in
     return int(xfactor_guard_wait_s([requested_s], xfactor, cap_s)[0])  # type: ignore[arg-type]
 
 
-def guard_estimate_s(prediction_s: int, requested_s: int, multiple: float) -> int:
-    """The guard's estimate option (simulator only, issue 30): what a candidate in front of a
-    guarded head is judged on instead of its request, `multiple` times its prediction within
-    [prediction, request]. Why: requests are far above most runtimes, so judging on them stops
-    nearly all backfilling while a job is protected, which is what the guard costs
-    (docs/results.md); a generous multiple of the prediction keeps most of it."""
-    return min(requested_s, max(prediction_s, math.ceil(multiple * prediction_s)))
-
-
 def check_slack_stage(guard_s: int | None, slack_s: int | None, after_s: int | None) -> None:
     """The slack stage's settings as the live guard and the SLURM model take them: the slack and
     the wait from which it applies together or not at all, and only with a guard (the stage comes
@@ -125,42 +82,13 @@ def check_slack_stage(guard_s: int | None, slack_s: int | None, after_s: int | N
 
 
 def guard_slack_estimate_s(prediction_s: int, requested_s: int, slack_s: int) -> int:
-    """The guard's slack estimate (simulator only, issue 30): what a candidate in front of a
-    guarded head is judged on instead of its request, its request less `slack_s`, never below its
+    """The guard's slack estimate (the slack stage, live and simulated): what a candidate in
+    front of an aged head is judged on instead of its request, its request less `slack_s`, never below its
     prediction. Why: a job judged so can outlive it by at most `slack_s` (no job outlives its
     request), so each job started in front of the head can delay it by at most that much,
     whatever the prediction's error; slack-based backfilling (Talby & Feitelson, IPPS 1999)
     bounds the delay a reservation may take the same way."""
     return min(requested_s, max(prediction_s, requested_s - slack_s))
-
-
-# The guard's evidence option (simulator only, issue 30): how many of a user's last runtimes are
-# the evidence, and the multiple of their longest a candidate is judged on.
-EVIDENCE_RUNS = 5
-EVIDENCE_MULTIPLE = 2
-
-
-def evidence_estimate_s(prediction_s: int, requested_s: int, recent_runs_s: Sequence[int],
-                        tiny_s: int) -> int:
-    """The guard's evidence option (simulator only, issue 30): what a candidate in front of a
-    protected head is judged on. Its request, unless its user's last EVIDENCE_RUNS runtimes say
-    the job is tiny: EVIDENCE_MULTIPLE times the longest of them is at most `tiny_s`; then that
-    (never below its prediction, never above its request).
-
-    Why: on CEA-Curie, AVEbsld under any guard that fires more often than the 24 h one is carried
-    by bursts of thousands of 5-second jobs that ask for a day (docs/results.md, "A threshold
-    relative to the job's request"); judged on their requests they wait out the protected head.
-    A user whose last jobs all ran seconds is a safe bet for seconds, and if one runs longer the
-    head loses at most what it overran (it is planned to its request from then on); a multiple of
-    the model's prediction is not such a bet (the estimate stage's jobs outlive 4x theirs often
-    enough to starve a head)."""
-    if len(recent_runs_s) < EVIDENCE_RUNS:
-        return requested_s
-    count = len(recent_runs_s)
-    envelope_s = EVIDENCE_MULTIPLE * max(recent_runs_s[k] for k in range(count - EVIDENCE_RUNS, count))
-    if envelope_s > tiny_s:
-        return requested_s
-    return min(requested_s, max(prediction_s, envelope_s, 1))
 
 
 _DURATION = re.compile(r"(\d+)\s*(s|m|h|d)?")

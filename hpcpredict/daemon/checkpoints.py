@@ -88,7 +88,7 @@ def load_checkpoint(
     predictor = predictor_factory()
     try:
         # Compares the learner constants first: arrays a learner with other options keeps (the
-        # per-user experts') are missing because the constants differ, which is a refusal; and
+        # calibration's) are missing because the constants differ, which is a refusal; and
         # arrays added with a later option are read as its default when absent (older stores).
         predictor.load_state_dict(state)
     except HyperparameterMismatchError:

@@ -37,7 +37,6 @@
     loss_unit_s = 3600.0
     censor_at_limit = false       # learn TIMEOUT jobs as lower bounds (docs/method.md §4)
     feature_scaling = "raw"       # "robust": log break time, no extrapolation (§2)
-    per_user_experts = false      # per user: the model, AVE2 or the request, by recent loss (§6)
     # calibration_alpha = 0.5     # publish so that this share of jobs outlive it (§6; omitted: off)
 
 The learner section matters beyond start-up: a checkpoint records the hyperparameters it was made
@@ -49,6 +48,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import sys
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -60,6 +60,7 @@ from hpcpredict.corrections import CORRECTION_NAMES, make_correction
 from hpcpredict.corrections.policies import CorrectionPolicy
 from hpcpredict.corrections.starvation import DEFAULT_STARVATION_GUARD_S, is_expansion_factor, parse_starvation_guard
 from hpcpredict.corrections.survival import DEFAULT_SURVIVAL_QUANTILE
+from hpcpredict.retired import RetiredSettingError, drop_retired
 from hpcpredict.slurm.failsafe import FailsafeConfig, FailsafeConfigError
 from hpcpredict.learn.defaults import (
     DEFAULT_CALIBRATION_ALPHA,
@@ -69,7 +70,6 @@ from hpcpredict.learn.defaults import (
     DEFAULT_L2,
     DEFAULT_LOSS_UNIT_S,
     DEFAULT_NEGATIVE,
-    DEFAULT_PER_USER_EXPERTS,
 )
 
 if TYPE_CHECKING:
@@ -95,7 +95,6 @@ class LearnerConfig:
     loss_unit_s: float = DEFAULT_LOSS_UNIT_S
     censor_at_limit: bool = DEFAULT_CENSOR_AT_LIMIT
     feature_scaling: str = DEFAULT_FEATURE_SCALING
-    per_user_experts: bool = DEFAULT_PER_USER_EXPERTS
     calibration_alpha: float | None = DEFAULT_CALIBRATION_ALPHA
 
     def build(self, time_zone: str | None) -> LearnedPredictor:
@@ -112,7 +111,6 @@ class LearnerConfig:
             context=FeatureContext(0, time_zone),
             censor_at_limit=self.censor_at_limit,
             feature_scaling=self.feature_scaling,  # type: ignore[arg-type]
-            per_user_experts=self.per_user_experts,
             calibration_alpha=self.calibration_alpha,
         )
 
@@ -261,6 +259,11 @@ def load_config(path: str | os.PathLike[str] | None) -> DaemonConfig:
         raise ConfigError(str(error)) from None
     daemon = dict(data.get("daemon", {}))
     learner = dict(data.get("learner", {}))
+    try:
+        for warning in drop_retired(learner, f"{path}: [learner]"):
+            print(f"warning: {warning}", file=sys.stderr)
+    except RetiredSettingError as error:
+        raise ConfigError(str(error)) from None
     for section, keys, allowed in (("daemon", daemon, _DAEMON_KEYS), ("learner", learner, _LEARNER_KEYS)):
         unknown = set(keys) - allowed
         if unknown:

@@ -263,8 +263,8 @@ def format_why(why: Why) -> str:
                 "learner options?)")
         lines.append(f"  the daemon gave {_duration(why.recorded_s)} at submission ({same})")
     if explanation.published_s != explanation.model_s:
-        lines.append(f"  the learned model says {_duration(explanation.model_s)}; the per-user experts or the "
-                     f"calibration published {_duration(explanation.published_s)}")
+        lines.append(f"  the learned model says {_duration(explanation.model_s)}; the calibration "
+                     f"published {_duration(explanation.published_s)}")
     lines.append(f"  model: {why.model}")
     lines.append(f"  {explanation.transform}")
     lines.append("  largest terms of f = sum of w_i * phi_i (share of the terms' total size):")

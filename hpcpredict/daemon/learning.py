@@ -207,7 +207,7 @@ def _apply_end(
     current = None
     if observed and (killed or censored) and run_s > 0:
         # Read-only for a job the learner holds: its features as submitted, today's weights;
-        # the model's own answer (not a per-user expert's), the one learn_lower_bound checks.
+        # the model's own answer (not the calibrated one), the one learn_lower_bound checks.
         current = predictor.model_prediction_s(request, end_s)
     rule = decide(
         run_s=run_s,

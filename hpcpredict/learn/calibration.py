@@ -92,6 +92,20 @@ class ConformalCalibration:
             self.judged += 1
             self.under += run_s > published_s
 
+    def save_user(self, user_id: int) -> tuple[float, float | None, int | None, int, int]:
+        """What one ended job of `user_id` can change (`observe`), for `restore_user`."""
+        return (self.global_q, self.user_q.get(user_id), self.user_jobs.get(user_id),
+                self.judged, self.under)
+
+    def restore_user(self, user_id: int, saved: tuple[float, float | None, int | None, int, int]) -> None:
+        """Put back what `save_user` saved (the daemon's failed event: `LearnedPredictor.savepoint`)."""
+        self.global_q, user_q, user_jobs, self.judged, self.under = saved
+        for mapping, value in ((self.user_q, user_q), (self.user_jobs, user_jobs)):
+            if value is None:
+                mapping.pop(user_id, None)
+            else:
+                mapping[user_id] = value
+
     @property
     def under_rate(self) -> float:
         """The realised share of ended jobs that outlived their published prediction."""

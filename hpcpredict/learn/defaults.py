@@ -21,5 +21,4 @@ DEFAULT_NEGATIVE: NegativeRule = "abs"
 DEFAULT_LOSS_UNIT_S = 3600.0
 DEFAULT_CENSOR_AT_LIMIT = False  # docs/results.md, "Censoring": measured, kept an option
 DEFAULT_FEATURE_SCALING: FeatureScaling = "raw"  # docs/results.md, "Cold start": idem
-DEFAULT_PER_USER_EXPERTS = False  # docs/results.md, "Per-user expert choice": idem
 DEFAULT_CALIBRATION_ALPHA: float | None = None  # docs/results.md, "Calibrated confidence": idem

@@ -39,11 +39,6 @@ coordinate of Phi clamped to the largest magnitude NAG has learned from (its s_i
 prediction extrapolates beyond the range seen. Learning still sees the unclamped Phi (NAG widens
 its scales as usual).
 
-Per-user expert choice (``per_user_experts``, off by default; docs/method.md §6). The published
-prediction is, per user, the learned model's, AVE2's or the request, whichever has had the lowest
-recent loss on that user's jobs (`hpcpredict.learn.experts`). The model itself learns exactly as
-without the option; `model_prediction_s` gives its own answer (what censoring compares with).
-
 Bounded influence (issue 29, item 7). One job must not retrain the model for every user. Two
 rules, both in this learner so that the simulator and the daemon behave the same:
 
@@ -97,11 +92,9 @@ import numpy as np
 
 from hpcpredict.feature_kernels import learn_and_end
 from hpcpredict.features import (
-    AVE2_S,
     BREAK_TIME_S,
     FEATURE_NAMES,
     N_FEATURES,
-    SECOND_LAST_RUN_S,
     FeatureContext,
     FeatureState,
 )
@@ -115,12 +108,10 @@ from hpcpredict.learn.defaults import (  # re-exported: the learner's defaults a
     DEFAULT_L2,
     DEFAULT_LOSS_UNIT_S,
     DEFAULT_NEGATIVE,
-    DEFAULT_PER_USER_EXPERTS,
     FEATURE_SCALINGS,
     FeatureScaling,
     NegativeRule,
 )
-from hpcpredict.learn.experts import AVE2, EXPERTS, LEARNED, ExpertScores
 from hpcpredict.learn.explanation import PredictionExplanation, describe_transform
 from hpcpredict.learn.losses import AsymmetricLoss, parse_loss
 from hpcpredict.learn.nag import (
@@ -167,15 +158,12 @@ class LearnedPredictor:
         learn_unseen: bool = True,
         censor_at_limit: bool = DEFAULT_CENSOR_AT_LIMIT,
         feature_scaling: FeatureScaling = DEFAULT_FEATURE_SCALING,
-        per_user_experts: bool = DEFAULT_PER_USER_EXPERTS,
         calibration_alpha: float | None = DEFAULT_CALIBRATION_ALPHA,
     ) -> None:
         if negative not in ("clip", "abs"):
             raise ValueError(f"negative must be 'clip' or 'abs', got {negative!r}")
         if not isinstance(censor_at_limit, (bool, np.bool_)):
             raise ValueError(f"censor_at_limit must be true or false, got {censor_at_limit!r}")
-        if not isinstance(per_user_experts, (bool, np.bool_)):
-            raise ValueError(f"per_user_experts must be true or false, got {per_user_experts!r}")
         if feature_scaling not in FEATURE_SCALINGS:
             raise ValueError(f"feature scaling must be 'raw' or 'robust', got {feature_scaling!r}")
         self.loss = loss
@@ -187,7 +175,6 @@ class LearnedPredictor:
         self.learn_unseen = learn_unseen
         self.censor_at_limit = bool(censor_at_limit)
         self.feature_scaling = feature_scaling
-        self.per_user_experts = bool(per_user_experts)
         self.calibration_alpha = None if calibration_alpha is None else float(calibration_alpha)
 
         base_loss = parse_loss(loss) if isinstance(loss, str) else loss
@@ -204,16 +191,12 @@ class LearnedPredictor:
         self._robust = feature_scaling == "robust"
         self._clamped = np.empty(self._expansion.n_terms)
         self._peek_phi = np.empty(self._expansion.n_terms)  # scratch of a peek's Phi
-        self.experts = ExpertScores() if self.per_user_experts else None
-        # With experts: the learned model's prediction as given at submission, to score it.
-        self._pending_learned_s: dict[int, int] = {}
         # Calibrated confidence: the model's answer scaled to a target under-prediction rate.
         self.calibration = (None if self.calibration_alpha is None
                             else ConformalCalibration(self.calibration_alpha))
         # With calibration: (the model's answer, the published one) at submission, to judge it.
         self._pending_calibrated: dict[int, tuple[int, int]] = {}
         extras = (",censored" if self.censor_at_limit else "") + (",robust" if self._robust else "")
-        extras += ",experts" if self.per_user_experts else ""
         extras += f",alpha={self.calibration_alpha:g}" if self.calibration is not None else ""
         self.name = (
             f"learned({self._loss.name},eta={eta:g},l2={l2:g},unit={loss_unit_s:g}s{extras})"
@@ -236,10 +219,7 @@ class LearnedPredictor:
         learned_s = self._to_seconds(f, request.requested_s)
         if self.calibration is not None:
             learned_s = self._calibrated(request, learned_s)
-        if self.experts is None:
-            return learned_s
-        self._pending_learned_s.setdefault(request.job_id, learned_s)
-        return self._expert_answer(request, phi, learned_s)
+        return learned_s
 
     def job_started(self, request: JobRequest, now_s: int) -> None:
         self.features.job_started(request, now_s)
@@ -256,8 +236,7 @@ class LearnedPredictor:
 
         With ``censor_at_limit``, a job killed at its limit is learned as a lower bound
         (`learn_lower_bound`). `killed_at_limit` is the scheduler's word (SLURM: TIMEOUT); None
-        infers it from the runtime reaching the request, all an SWF log can say. With
-        ``per_user_experts`` the three experts are scored on the job first.
+        infers it from the runtime reaching the request, all an SWF log can say.
         """
         if run_s > request.requested_s:  # bounded influence (module doc): learned at the limit
             end_s -= run_s - request.requested_s
@@ -269,8 +248,6 @@ class LearnedPredictor:
         # (the two checks here save two calls per learned job when the options are off)
         if self.calibration is not None:
             self._judge_calibration(request, min(run_s, request.requested_s))
-        if self.experts is not None:
-            self._judge_experts(request, min(run_s, request.requested_s), censored=False)
         phi = self._pending_phi.pop(request.job_id, None)
         if phi is None and self.learn_unseen:
             phi = self._expansion.expand(self._scaled(
@@ -312,7 +289,6 @@ class LearnedPredictor:
         """
         bound_s = min(run_s, request.requested_s)
         self._judge_calibration(request, bound_s)
-        self._judge_experts(request, bound_s, censored=True)
         phi = self._pending_phi.pop(request.job_id, None)
         stepped = False
         if (phi is not None and self._to_seconds(self._score(phi), request.requested_s) < bound_s
@@ -346,44 +322,6 @@ class LearnedPredictor:
         if given is not None:
             self.calibration.observe(request.user_id, given[0], given[1], run_s)
 
-    # ------------------------------------------------------------------ per-user experts
-    def _ave2_s(self, request: JobRequest, phi: np.ndarray) -> int:
-        """AVE2 as `Ave2Predictor` answers it, read from the job's features: the request until
-        two jobs have ended (a second-last runtime is >= 1 s once there is one), else the mean
-        of the last two, rounded down, never above the request."""
-        if phi[1 + SECOND_LAST_RUN_S] <= 0.0:
-            return request.requested_s
-        return clip_prediction(phi[1 + AVE2_S] // 1, request.requested_s)
-
-    def _expert_answer(self, request: JobRequest, phi: np.ndarray, learned_s: int) -> int:
-        assert self.experts is not None
-        choice = self.experts.choice(request.user_id)
-        if choice == LEARNED:
-            return learned_s
-        return self._ave2_s(request, phi) if choice == AVE2 else request.requested_s
-
-    def _judge_experts(self, request: JobRequest, run_s: int, *, censored: bool) -> None:
-        """Score the three experts on an ended job (a censored one: under-predictions only)."""
-        if self.experts is None:
-            return
-        learned_s = self._pending_learned_s.pop(request.job_id, None)
-        phi = self._pending_phi.get(request.job_id)
-        if phi is None:  # never observed: nothing the experts answered to judge
-            return
-        if learned_s is None:  # observed without a prediction: the model's answer now
-            learned_s = self._to_seconds(self._score(phi), request.requested_s)
-        answers = (learned_s, self._ave2_s(request, phi), request.requested_s)
-        run, procs = float(run_s), float(request.procs)
-        value = self._loss.value
-        self.experts.update(request.user_id, [
-            0.0 if censored and answer >= run_s else value(float(answer), run, procs)
-            for answer in answers
-        ])
-
-    def expert_of(self, user_id: int) -> str:
-        """Which expert answers this user's next job ("learned" without the option)."""
-        return "learned" if self.experts is None else EXPERTS[self.experts.choice(user_id)]
-
     # ------------------------------------------------------------------ beyond the protocol
     def discard(self, job_id: int) -> bool:
         """Forget the submission features kept for `job_id` without learning from the job.
@@ -392,14 +330,13 @@ class LearnedPredictor:
         limit we lowered); True if there was something to forget. Its user history is left to
         the caller (`features.job_ended` adds a completed job).
         """
-        self._pending_learned_s.pop(job_id, None)
         self._pending_calibrated.pop(job_id, None)
         return self._pending_phi.pop(job_id, None) is not None
 
     def model_prediction_s(self, request: JobRequest, now_s: int) -> int:
-        """`predict` without the per-user experts: the learned model's own answer (for a job
-        already predicted or observed, from its submission features and today's weights). With
-        experts `predict` may publish AVE2 or the request instead; censoring judges the model."""
+        """`predict` without calibration: the learned model's own answer (for a job already
+        predicted or observed, from its submission features and today's weights), the one
+        censoring judges."""
         phi = self._pending_phi.get(request.job_id)
         f = self._score(phi) if phi is not None else self._observe(request, now_s)[1]
         return self._to_seconds(f, request.requested_s)
@@ -444,15 +381,12 @@ class LearnedPredictor:
             given = self._pending_calibrated.get(request.job_id)
             learned_s = given[1] if given is not None else self.calibration.published_s(
                 request.user_id, learned_s, request.requested_s)
-        if self.experts is None:
-            return learned_s
-        given_s = self._pending_learned_s.get(request.job_id, learned_s)
-        return self._expert_answer(request, phi, given_s)
+        return learned_s
 
     def savepoint(self, user_id: int, job_id: int) -> Callable[[], None]:
         """A function that puts back everything one event of job `job_id` (of user `user_id`) can
-        change: NAG's state, that user's history and expert scores, and the job's pending
-        features and learned prediction.
+        change: NAG's state, that user's history and calibration, and the job's pending features and
+        published prediction.
 
         `predict`, `job_started`, `job_ended`, `learn_lower_bound` and `discard` for one job
         touch nothing else (the feature clock's cache is a pure
@@ -464,17 +398,17 @@ class LearnedPredictor:
         saved_nag = NagState(nag.w.copy(), nag.s.copy(), nag.g_sum.copy(), nag.n_sum, nag.t)
         saved_user = self.features.save_user(user_id)
         saved_phi = self._pending_phi.get(job_id)  # never written in place: kept by reference
-        saved_learned_s = self._pending_learned_s.get(job_id)
-        scores = None if self.experts is None else self.experts.users.get(user_id)
-        saved_scores = None if scores is None else scores.copy()  # updated in place
+        calibration = self.calibration
+        saved_published = self._pending_calibrated.get(job_id)  # a tuple: kept by reference
+        saved_calibration = None if calibration is None else calibration.save_user(user_id)
 
         def restore() -> None:
             self.nag.state = saved_nag
             self.features.restore_user(user_id, saved_user)
             _put_back(self._pending_phi, job_id, saved_phi)
-            _put_back(self._pending_learned_s, job_id, saved_learned_s)
-            if self.experts is not None:
-                _put_back(self.experts.users, user_id, saved_scores)
+            _put_back(self._pending_calibrated, job_id, saved_published)
+            if calibration is not None and saved_calibration is not None:
+                calibration.restore_user(user_id, saved_calibration)
 
         return restore
 
@@ -577,7 +511,6 @@ class LearnedPredictor:
             "learn_unseen": self.learn_unseen,
             "censor_at_limit": self.censor_at_limit,
             "feature_scaling": self.feature_scaling,
-            "per_user_experts": self.per_user_experts,
             "calibration_alpha": self.calibration_alpha,
         }
 
@@ -603,7 +536,6 @@ class LearnedPredictor:
             "hyper/learn_unseen": np.array(self.learn_unseen),
             "hyper/censor_at_limit": np.array(self.censor_at_limit),
             "hyper/feature_scaling": np.array(self.feature_scaling),
-            "hyper/per_user_experts": np.array(self.per_user_experts),
         }
         if self.calibration_alpha is not None:  # absent: off (as in checkpoints made before it)
             state["hyper/calibration_alpha"] = np.array(self.calibration_alpha, dtype=np.float64)
@@ -620,11 +552,6 @@ class LearnedPredictor:
             if job_ids
             else np.empty((0, self._expansion.n_terms))
         )
-        if self.experts is not None:
-            state["pending/learned_s"] = np.array(
-                [self._pending_learned_s.get(j, -1) for j in job_ids], dtype=np.int64)
-            for key, value in self.experts.to_state().items():
-                state[f"experts/{key}"] = value
         if self.calibration is not None:
             calibrated = list(self._pending_calibrated)
             state["calibration/pending_job_id"] = np.array(calibrated, dtype=np.int64)
@@ -638,6 +565,10 @@ class LearnedPredictor:
         """Restore `state_dict()`; refuses a checkpoint made with other hyperparameters."""
         if int(state["version"]) != _STATE_VERSION:
             raise HyperparameterMismatchError(f"unsupported learner state version {int(state['version'])}")
+        if bool(state.get("hyper/per_user_experts", False)):
+            raise HyperparameterMismatchError(
+                "checkpoint made with per-user experts, an option retired after it was measured "
+                "(docs/results.md, \"Retired options\"): this learner cannot continue it")
         saved_context = FeatureContext(
             int(state["features/unix_start_s"]), str(state["features/time_zone"]) or None
         )
@@ -653,7 +584,6 @@ class LearnedPredictor:
             # absent from checkpoints made before these options existed: their defaults then
             "censor_at_limit": bool(state.get("hyper/censor_at_limit", False)),
             "feature_scaling": str(state.get("hyper/feature_scaling", "raw")),
-            "per_user_experts": bool(state.get("hyper/per_user_experts", False)),
             "calibration_alpha": _alpha_from_state(state),
         }
         mine = {
@@ -667,7 +597,6 @@ class LearnedPredictor:
             "context": self.features.context,
             "censor_at_limit": self.censor_at_limit,
             "feature_scaling": self.feature_scaling,
-            "per_user_experts": self.per_user_experts,
             "calibration_alpha": self.calibration_alpha,
         }
         different = sorted(key for key in mine if mine[key] != saved[key])
@@ -683,14 +612,6 @@ class LearnedPredictor:
         phis = np.array(state["pending/phi"], dtype=np.float64)
         job_ids = state["pending/job_id"].tolist()
         self._pending_phi = {job_id: phis[row].copy() for row, job_id in enumerate(job_ids)}
-        if self.experts is not None:
-            self._pending_learned_s = {
-                job_id: learned_s
-                for job_id, learned_s in zip(job_ids, state["pending/learned_s"].tolist())
-                if learned_s >= 0
-            }
-            self.experts.load_state({key[8:]: value for key, value in state.items()
-                                     if key.startswith("experts/")})
         if self.calibration is not None:
             self._pending_calibrated = {
                 job_id: (model_s, published_s) for job_id, (model_s, published_s) in zip(
@@ -735,7 +656,6 @@ class LearnedPredictor:
             learn_unseen=bool(state["hyper/learn_unseen"]),
             censor_at_limit=bool(state.get("hyper/censor_at_limit", False)),
             feature_scaling=str(state.get("hyper/feature_scaling", "raw")),  # type: ignore[arg-type]
-            per_user_experts=bool(state.get("hyper/per_user_experts", False)),
             calibration_alpha=_alpha_from_state(state),
         )
         predictor.load_state_dict(state)

@@ -34,26 +34,25 @@ _JOB_MASK = (1 << 32) - 1  # sjbf_key's low half: the job index
 # GUARD_DUE_ROW: when the starvation guard falls due for each job; PROMISED_ROW: 1 once the
 # "promise" rule has fixed it; STARTED_ROW: the jobs a `schedule_pass` started, in start order;
 # CANDIDATES_ROW: the waiting queue's list of candidates (job indices; each job is added once,
-# so the list never outgrows the row); ESTIMATE_ROW and ESTIMATE_DUE_ROW, the guard's estimate
-# stage (`schedulers.Scheduler.guard_estimate_multiple`): what a candidate in front of a head in
-# that stage is judged on and planned to in the guard's profile, and when the stage falls due.
+# so the list never outgrows the row); ESTIMATE_ROW and ESTIMATE_DUE_ROW, the guard's slack
+# stage (`schedulers.Scheduler.guard_estimate_slack_s`): what a candidate in front of a head in
+# that stage is judged on and planned to, and when the stage falls due.
 (PROCS_ROW, PREDICTION_ROW, REQUESTED_ROW, SJBF_KEY_ROW, WAITING_ROW, WORK_ROW, GUARD_DUE_ROW,
  PROMISED_ROW, STARTED_ROW, CANDIDATES_ROW, ESTIMATE_ROW, ESTIMATE_DUE_ROW) = range(12)
 QUEUE_ROWS = 12
 # A head's guard stage (`schedule_pass`'s last answer, `schedulers.Reservation.guarded`): none;
-# the guard (requests, plain EASY's rule); the estimate stage before it (estimates in front).
+# the guard (requests, plain EASY's rule); the slack stage before it (estimates in front).
 UNGUARDED, GUARDED, ESTIMATED = range(3)
 _FULL_SORT_ABOVE = 32  # unsorted candidates beyond which `order_by_key` sorts the whole list
 # Backfilling orders as `schedule_pass` takes them (`Scheduler.backfill_order`).
 NO_BACKFILLING, SUBMISSION_ORDER, SHORTEST_FIRST = range(3)
 ENDED_NOT_RUNNING = -1  # `schedule_pass`'s answer when the job said to have ended was not running
-# How the guard's estimate stage plans the jobs started in it (`Scheduler.estimate_planning`):
-# none (no stage); at their estimate in the guard's profile only, at their prediction in the
-# running one (the multiple and the evidence); or at their estimate in both, as the one time
-# limit the live daemon gives them (the slack, issue 30), where a job started from the head
-# while it was itself in the stage (waited from its ESTIMATE_DUE_ROW, the guard not due) is
-# planned at its estimate too, as its pending limit had been lowered to it.
-NO_ESTIMATES, ESTIMATES_IN_GUARD_PROFILE, ESTIMATES_AS_LIMITS = range(3)
+# How the guard's slack stage plans the jobs started in it (`Scheduler.estimate_planning`):
+# none (no stage); or at their estimate in both profiles, as the one time limit the live daemon
+# gives them, where a job started from the head while it was itself in the stage (waited from
+# its ESTIMATE_DUE_ROW, the guard not due) is planned at its estimate too, as its pending limit
+# had been lowered to it.
+NO_ESTIMATES, ESTIMATES_AS_LIMITS = range(2)
 
 
 @compiled
@@ -199,9 +198,9 @@ def schedule_pass(
     (`profile_kernel` tables; read and extended only when `guard`: the starvation guard is on,
     its rule "promise" when `promise_rule`, with its estimate stage unless `estimates` is
     NO_ESTIMATES: before the guard falls due for the head, from its ESTIMATE_DUE_ROW on, the
-    head's reservation is on the guard's profile and candidates are judged on, and planned there
-    to, their ESTIMATE_ROW; with ESTIMATES_AS_LIMITS, planned to it in the running profile too,
-    as is a job started from the head in its own stage, and their PREDICTION_ROW says so);
+    head's reservation is on the guard's profile and candidates are judged on, and planned in
+    both profiles to, their ESTIMATE_ROW, as is a job started from the head in its own stage,
+    and their PREDICTION_ROW says so);
     `order` one of NO_BACKFILLING, SUBMISSION_ORDER, SHORTEST_FIRST. Every job started leaves the waiting row and enters the running profiles,
     and is listed in `table[STARTED_ROW]`, in start order. `ended_job` (-1: none) is a job that
     ended at `now_s`, with its predicted and requested ends: taken out of the running profiles

@@ -44,7 +44,6 @@ File format (paths relative to the file, or found in the folder given by ``--log
     starvation_guard_s = [86400]      # optional: the starvation guard (seconds); omitted = off
     censor_at_limit = [false, true]   # optional: learn jobs killed at their limit as lower bounds
     feature_scaling = ["raw", "robust"]  # optional: robust = log break time, no extrapolation
-    per_user_experts = [false, true]  # optional: per user, the learned model, AVE2 or the request
     slurm_params = ["bf_interval=10"] # optional, for scheduler "slurm-backfill": slurm.conf
                                       # settings (SlurmParams.parse); omitted = Slurm's defaults
     survival_quantile = [0.5, 0.9]    # optional: with corrections = ["survival"], its quantile
@@ -59,6 +58,7 @@ import itertools
 import json
 import os
 import signal
+import sys
 import tomllib
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
@@ -70,6 +70,7 @@ from typing import Any
 import numpy as np
 
 from hpcpredict.learn import all_losses, parse_loss
+from hpcpredict.retired import RetiredSettingError, drop_retired
 from hpcpredict.learn.losses import display_name
 from hpcpredict.sim.metrics import compute_metrics
 from hpcpredict.sim.load_scaling import check_load_factor, scaled_load
@@ -285,8 +286,19 @@ def _baseline(path: Path, index: int, entry: dict[str, Any]) -> tuple[str, RunSp
     entry = dict(entry)
     label = entry.pop("label", None)
     _rename_lambda(where, entry)
+    _drop_retired(where, entry)
     spec = _spec(where, **entry)
     return (str(label) if label else spec.label), spec
+
+
+def _drop_retired(where: str, entry: dict[str, Any]) -> None:
+    """The retired options' keys (`hpcpredict.retired`): dropped with a warning on stderr at
+    their old default, an error otherwise (in place: `entry` is the caller's copy)."""
+    try:
+        for warning in drop_retired(entry, where):
+            print(f"warning: {warning}", file=sys.stderr)
+    except RetiredSettingError as error:
+        raise CampaignError(str(error)) from None
 
 
 def _rename_lambda(where: str, entry: dict[str, Any]) -> None:
@@ -302,6 +314,7 @@ def _learned_grid(path: Path, entry: dict[str, Any]) -> Iterator[tuple[str, RunS
     where = f"{path}: [learned]"
     entry = dict(entry)
     _rename_lambda(where, entry)
+    _drop_retired(where, entry)
     losses = entry.get("losses", ["eloss"])
     if losses == "all":
         losses = [loss.name for loss in all_losses()]
@@ -321,14 +334,13 @@ def _learned_grid(path: Path, entry: dict[str, Any]) -> Iterator[tuple[str, RunS
         "starvation_guard_s": entry.get("starvation_guard_s", [defaults.starvation_guard_s]),
         "censor_at_limit": entry.get("censor_at_limit", [defaults.censor_at_limit]),
         "feature_scaling": entry.get("feature_scaling", [defaults.feature_scaling]),
-        "per_user_experts": entry.get("per_user_experts", [defaults.per_user_experts]),
         "slurm_params": entry.get("slurm_params", [defaults.slurm_params]),
         "survival_quantile": entry.get("survival_quantile", [defaults.survival_quantile]),
         "calibration_alpha": entry.get("calibration_alpha", [defaults.calibration_alpha]),
     }
     unknown = set(entry) - {"losses", "corrections", "schedulers", "eta", "l2",
                             "loss_unit_s", "negative", "starvation_guard_s", "censor_at_limit",
-                            "feature_scaling", "per_user_experts", "slurm_params",
+                            "feature_scaling", "slurm_params",
                             "survival_quantile", "calibration_alpha"}
     if unknown:
         raise CampaignError(f"{where}: unknown keys {sorted(unknown)}")

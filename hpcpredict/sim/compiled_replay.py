@@ -3,9 +3,9 @@ models (`simulation.Simulation.run` asks `covered`): the published schedulers an
 `hpcpredict simulate`, `tune` and the campaigns replay most.
 
 What the loop models: FCFS, EASY and EASY-SJBF; the starvation guard off, or on with the
-"wait", "xfactor" or "promise" rule over the whole machine (no estimate stage, no aged-first
-order); the requested, clairvoyant, AVE2 and learned predictors, the learned one with its
-default options (raw features, no censoring, no per-user experts, no calibration) and no job
+"wait", "xfactor" or "promise" rule (no slack stage); the requested, clairvoyant, AVE2 and
+learned predictors, the learned one with its default options (raw features, no censoring, no
+calibration) and no job
 pending from before; the requested-time, incremental and doubling corrections, and SURVIVAL
 with an empty history (`corrections.survival`: its Kaplan-Meier kernel is the one both loops
 call); decisions at
@@ -65,8 +65,7 @@ def predictor_kind(predictor: object) -> int | None:
     if kind is not LearnedPredictor:
         return None
     learner: LearnedPredictor = predictor  # type: ignore[assignment]
-    plain = (not learner._robust and not learner.censor_at_limit and learner.experts is None
-             and learner.calibration is None)
+    plain = not learner._robust and not learner.censor_at_limit and learner.calibration is None
     idle = not learner._pending_phi and not learner.features._slot_of
     return K.LEARNED if plain and idle else None
 
@@ -78,11 +77,9 @@ def covered(
     """Does the compiled loop model this configuration (module doc)?"""
     if exhaustive or decide_on_correction:
         return False
-    if scheduler.backfill_order not in _ORDERS or scheduler.aged_first_s is not None:
+    if scheduler.backfill_order not in _ORDERS:
         return False
-    if scheduler.starvation_guard_s is not None and (
-            scheduler.guard_rule not in ("wait", "xfactor", "promise")
-            or scheduler.guard_scope != "machine" or scheduler.has_estimate_stage):
+    if scheduler.starvation_guard_s is not None and scheduler.has_estimate_stage:
         return False
     return models_predictor_and_correction(predictor, correction, job_ids)
 
@@ -305,7 +302,6 @@ def replay(
     config[K.GUARD_AT] = guard
     config[K.PROMISE_AT] = guard and scheduler.guard_rule == "promise"
     config[K.ABS_NEGATIVE_AT] = arrays.abs_negative
-    config[K.PINS_AT] = scheduler.guard_pins_running
     config[K.OUTLIER_AFTER_AT] = arrays.outlier_after
     survival = SurvivalArrays.of(correction, len(distinct_users), count)
     config[K.SURVIVAL_MIN_AT] = survival.min_history

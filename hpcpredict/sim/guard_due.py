@@ -26,7 +26,7 @@ def guard_due_share(result: SimulationResult, spec: RunSpec, from_s: int | None 
     """The share of the replay (from `from_s` on, if given) during which the guard's rule was due
     for some job: the wait rule's time, or the xfactor rule's per-job times (`metrics.waited_share`).
     None without a guard, or for a rule whose due times depend on more than the job (the
-    "recent" and "promise" rules)."""
+    "promise" rule)."""
     if spec.starvation_guard_s is None or spec.guard_rule not in ("wait", "xfactor"):
         return None
     submit = job_column(result.jobs, "submit_s")

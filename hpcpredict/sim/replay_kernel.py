@@ -68,12 +68,11 @@ REQUESTED, CLAIRVOYANT, AVE2, LEARNED = range(4)
 # Corrections (`config[CORRECTION_AT]`).
 TO_REQUEST, INCREMENTAL, DOUBLING, SURVIVAL = range(4)
 # `config`: predictor, correction, backfilling order (backfill_kernel's), guard on, its
-# "promise" rule, negative outputs as |f| (the learner's rule, else 1 s), a guarded decision
-# pins the running jobs, the learner's outlier check from this many steps on, SURVIVAL's
-# min_history.
-(PREDICTOR_AT, CORRECTION_AT, ORDER_AT, GUARD_AT, PROMISE_AT, ABS_NEGATIVE_AT, PINS_AT,
- OUTLIER_AFTER_AT, SURVIVAL_MIN_AT) = range(9)
-CONFIG_SIZE = 9
+# "promise" rule, negative outputs as |f| (the learner's rule, else 1 s), the learner's outlier
+# check from this many steps on, SURVIVAL's min_history.
+(PREDICTOR_AT, CORRECTION_AT, ORDER_AT, GUARD_AT, PROMISE_AT, ABS_NEGATIVE_AT,
+ OUTLIER_AFTER_AT, SURVIVAL_MIN_AT) = range(8)
+CONFIG_SIZE = 8
 # SURVIVAL's history (`survival.RuntimeHistory`), a row per user (`history_row[job]`): how many
 # ended runtimes it holds, where the next goes, when its first one ended (jobs finished then:
 # the Python history's order of users), and the last `window` runtimes, a ring from
@@ -391,7 +390,7 @@ def replay(
     count = len(submit_s)
     predictor, correction, order = config[PREDICTOR_AT], config[CORRECTION_AT], config[ORDER_AT]
     guard, promise, abs_negative = config[GUARD_AT] != 0, config[PROMISE_AT] != 0, config[ABS_NEGATIVE_AT] != 0
-    pins, outlier_after = config[PINS_AT] != 0, config[OUTLIER_AFTER_AT]
+    outlier_after = config[OUTLIER_AFTER_AT]
     survival, min_history = correction == SURVIVAL, config[SURVIVAL_MIN_AT]
     guard_profile = by_request if guard else profile
     by_key = order == SHORTEST_FIRST
@@ -505,7 +504,7 @@ def replay(
                                     running_add(links, links_first, history_row[index], index)
                                 state[EXTRA_AT] = extra
                         _remember(state, first_reserved_s, unpinned, unpinned_at, profile,
-                                  start_s, prediction_s, requested_s, pins)
+                                  start_s, prediction_s, requested_s)
         else:
             # `Simulation._termination`: the learner, then a decision that takes the job out of
             # the running profiles first.
@@ -558,7 +557,7 @@ def replay(
             state[EXTRA_AT] = extra
             state[STAGE_AT] = stage
             _remember(state, first_reserved_s, unpinned, unpinned_at, profile, start_s,
-                      prediction_s, requested_s, pins)
+                      prediction_s, requested_s)
 
 
 @compiled
@@ -585,7 +584,7 @@ def _start(
 def _remember(
     state: np.ndarray, first_reserved_s: np.ndarray, unpinned: np.ndarray,
     unpinned_at: np.ndarray, profile: np.ndarray, start_s: np.ndarray, prediction_s: np.ndarray,
-    requested_s: np.ndarray, pins: bool,
+    requested_s: np.ndarray,
 ) -> None:  # pragma: no cover - compiled
     """`Simulation._remember`: the reservation (in `state`) is kept; the head's first promise
     noted; after a guarded decision, the running jobs pinned to their requests."""
@@ -595,6 +594,6 @@ def _remember(
     head = state[RESERVED_HEAD_AT]
     if first_reserved_s[head] < 0:
         first_reserved_s[head] = state[SHADOW_AT]
-    if state[STAGE_AT] != UNGUARDED and pins and state[UNPINNED_AT] > 0:
+    if state[STAGE_AT] != UNGUARDED and state[UNPINNED_AT] > 0:
         raise_to_requests(unpinned, unpinned_at, state, UNPINNED_AT, profile, start_s, prediction_s,
                           requested_s)

@@ -23,12 +23,11 @@ from hpcpredict.learn.defaults import (
     DEFAULT_L2,
     DEFAULT_LOSS_UNIT_S,
     DEFAULT_NEGATIVE,
-    DEFAULT_PER_USER_EXPERTS,
     FEATURE_SCALINGS,
     NegativeRule,
 )
 from hpcpredict.learn.losses import parse_loss
-from hpcpredict.corrections.starvation import STARVATION_RULES, STARVATION_SCOPES, is_expansion_factor
+from hpcpredict.corrections.starvation import STARVATION_RULES, is_expansion_factor
 from hpcpredict.sim.backfill_orders import BACKFILL_ORDERS
 from hpcpredict.sim.replica_stats import PairedDifference, mean_ci, paired_difference
 from hpcpredict.sim.shaking import DEFAULT_SEED, DEFAULT_SHAKE_S, replica
@@ -73,39 +72,21 @@ class RunSpec:
     loss_unit_s: float = DEFAULT_LOSS_UNIT_S
     starvation_guard_s: int | None = None  # None: off (schedulers.Scheduler says what it does)
     # When the guard falls due for a head: "wait" (after starvation_guard_s), "promise" (once
-    # later than plain EASY's promise when it became the head, or after starvation_guard_s),
-    # "recent" or "xfactor" (the settings below; corrections.starvation).
+    # later than plain EASY's promise when it became the head, or after starvation_guard_s) or
+    # "xfactor" (the setting below; corrections.starvation).
     guard_rule: str = "wait"
-    # The "recent" rule's multiple of the p99 wait of the jobs started in the last four weeks
-    # (corrections.starvation.recent_guard_wait_s); meaningful under that rule only.
-    guard_recent_multiple: float = 1.0
     # The "xfactor" rule's expansion factor by request, > 1: a job is protected once it has waited
     # guard_xfactor - 1 times its request (corrections.starvation.xfactor_guard_wait_s); that
     # rule's setting, required by it.
     guard_xfactor: float | None = None
-    # The guard's estimate stage (schedulers.Scheduler.guard_estimate_multiple): from
-    # guard_estimate_after_s of waiting until the guard is due, candidates in front of the head
-    # are judged on this multiple of their prediction (within the request); None: no such stage.
-    guard_estimate_multiple: float | None = None
+    # The guard's slack stage (schedulers.Scheduler.guard_estimate_slack_s; the daemon's
+    # starvation_guard_slack): from guard_estimate_after_s of waiting until the guard is due,
+    # candidates in front of the head are judged on their request less this slack, never below
+    # their prediction; None: no such stage.
     guard_estimate_after_s: int | None = None
-    # Or judged on their request less this slack, never below their prediction
-    # (schedulers.Scheduler.guard_estimate_slack_s), from guard_estimate_after_s on as above.
     guard_estimate_slack_s: int | None = None
-    # The guard's evidence option (schedulers.Scheduler.guard_evidence_s): once the guard's rule
-    # is due, until the head has waited guard_evidence_cap_s, candidates whose user's last
-    # runtimes say they are tiny (a few times the longest <= guard_evidence_s) are judged on
-    # that, the others on their requests; from the cap on, the guard as usual. None: off.
-    guard_evidence_s: int | None = None
-    guard_evidence_cap_s: int | None = None
-    # What a due guard protects: "machine" (every running job pinned to its request, the
-    # daemon's) or "head" (the aged head's reservation only; schedulers.Scheduler says how).
-    guard_scope: str = "machine"
-    # EASY-SJBF: backfill jobs that have waited this long first, oldest first (None: off;
-    # schedulers.Scheduler.aged_first_s).
-    aged_first_s: int | None = None
     censor_at_limit: bool = DEFAULT_CENSOR_AT_LIMIT  # learn jobs killed at their limit as bounds
     feature_scaling: str = DEFAULT_FEATURE_SCALING  # "robust": log break time, no extrapolation
-    per_user_experts: bool = DEFAULT_PER_USER_EXPERTS  # per user: learned, AVE2 or the request
     # slurm-backfill's slurm.conf settings that differ from Slurm 22.05's defaults, in
     # SlurmParams.parse's syntax ("bf_interval=10,bf_window=2880"); "" for the defaults.
     slurm_params: str = ""
@@ -147,8 +128,6 @@ class RunSpec:
             raise ValueError(f"the loss unit must be > 0 seconds, got {self.loss_unit_s}")
         if not isinstance(self.censor_at_limit, bool):
             raise ValueError(f"censor_at_limit must be true or false, got {self.censor_at_limit!r}")
-        if not isinstance(self.per_user_experts, bool):
-            raise ValueError(f"per_user_experts must be true or false, got {self.per_user_experts!r}")
         if self.feature_scaling not in FEATURE_SCALINGS:
             raise ValueError(
                 f"feature scaling must be one of {', '.join(FEATURE_SCALINGS)}, got "
@@ -169,26 +148,16 @@ class RunSpec:
                 )
             if self.scheduler != SLURM_BACKFILL and BACKFILL_ORDERS[self.scheduler] is None:
                 raise ValueError(f"the starvation guard needs a backfilling scheduler, not {self.scheduler}")
-        # The guard's rule and scope: a value other than the default needs a guard and the EASY
-        # schedulers (the SLURM model has the daemon's rules only: "wait" and "xfactor").
-        for option, value, allowed in (("rule", self.guard_rule, STARVATION_RULES),
-                                       ("scope", self.guard_scope, STARVATION_SCOPES)):
-            if value not in allowed:
-                raise ValueError(f"unknown guard {option} {value!r}; one of {', '.join(allowed)}")
-            if value != allowed[0]:
-                if self.starvation_guard_s is None:
-                    raise ValueError(f"the guard {option} {value!r} needs a starvation guard")
-                if self.scheduler == SLURM_BACKFILL and value != "xfactor":  # the daemon's
-                    raise ValueError(f"the guard {option} {value!r} is modelled for the EASY "
-                                     f"schedulers only, not {SLURM_BACKFILL}")
-        if isinstance(self.guard_recent_multiple, bool) \
-                or not isinstance(self.guard_recent_multiple, (int, float)) \
-                or not self.guard_recent_multiple >= 0:
-            raise ValueError(f"the recent rule's multiple must be a number >= 0, got "
-                             f"{self.guard_recent_multiple!r}")
-        if self.guard_recent_multiple != 1.0 and self.guard_rule != "recent":
-            raise ValueError("guard_recent_multiple is the \"recent\" guard rule's setting; "
-                             f"the rule is {self.guard_rule!r}")
+        # The guard's rule: a value other than the default needs a guard (and under the SLURM
+        # model, which has the daemon's rules only, "xfactor").
+        if self.guard_rule not in STARVATION_RULES:
+            raise ValueError(f"unknown guard rule {self.guard_rule!r}; one of {', '.join(STARVATION_RULES)}")
+        if self.guard_rule != STARVATION_RULES[0]:
+            if self.starvation_guard_s is None:
+                raise ValueError(f"the guard rule {self.guard_rule!r} needs a starvation guard")
+            if self.scheduler == SLURM_BACKFILL and self.guard_rule != "xfactor":  # the daemon's
+                raise ValueError(f"the guard rule {self.guard_rule!r} is modelled for the EASY "
+                                 f"schedulers only, not {SLURM_BACKFILL}")
         if self.guard_rule == "xfactor":
             if not is_expansion_factor(self.guard_xfactor):
                 raise ValueError(f"the xfactor rule's expansion factor must be a finite number > 1, got "
@@ -196,59 +165,20 @@ class RunSpec:
         elif self.guard_xfactor is not None:
             raise ValueError("guard_xfactor is the \"xfactor\" guard rule's setting; "
                              f"the rule is {self.guard_rule!r}")
-        if self.guard_estimate_multiple is not None:
-            if isinstance(self.guard_estimate_multiple, bool) \
-                    or not isinstance(self.guard_estimate_multiple, (int, float)) \
-                    or not self.guard_estimate_multiple >= 1:
-                raise ValueError(f"the guard's estimate multiple must be a number >= 1, got "
-                                 f"{self.guard_estimate_multiple!r}")
         if self.guard_estimate_slack_s is not None:
             if isinstance(self.guard_estimate_slack_s, bool) \
                     or not isinstance(self.guard_estimate_slack_s, int) or self.guard_estimate_slack_s < 1:
                 raise ValueError(f"the guard's estimate slack must be a whole number of seconds >= 1, "
                                  f"got {self.guard_estimate_slack_s!r}")
-            if self.guard_estimate_multiple is not None:
-                raise ValueError("the guard's estimate is a multiple of the prediction or the "
-                                 "request less a slack, not both")
-        if self.guard_estimate_multiple is not None or self.guard_estimate_slack_s is not None:
             if self.starvation_guard_s is None:
-                raise ValueError("the guard's estimate stage needs a starvation guard")
+                raise ValueError("the guard's slack stage needs a starvation guard")
             if isinstance(self.guard_estimate_after_s, bool) \
                     or not isinstance(self.guard_estimate_after_s, int) \
                     or not 0 <= self.guard_estimate_after_s <= self.starvation_guard_s:
-                raise ValueError(f"the guard's estimate stage starts after a whole number of "
+                raise ValueError(f"the guard's slack stage starts after a whole number of "
                                  f"seconds within the guard's, got {self.guard_estimate_after_s!r}")
-            if self.scheduler == SLURM_BACKFILL and self.guard_estimate_slack_s is None:
-                raise ValueError(f"the guard's estimate is modelled for the EASY schedulers only, "
-                                 f"not {SLURM_BACKFILL} (which models the daemon's slack stage, "
-                                 "guard_estimate_slack_s)")
         elif self.guard_estimate_after_s is not None:
-            raise ValueError("guard_estimate_after_s needs guard_estimate_multiple or guard_estimate_slack_s")
-        if self.guard_evidence_s is not None or self.guard_evidence_cap_s is not None:
-            for option in ("guard_evidence_s", "guard_evidence_cap_s"):
-                value = getattr(self, option)
-                if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                    raise ValueError(f"{option} must be a whole number of seconds >= 1, got {value!r}")
-            if self.starvation_guard_s is None:
-                raise ValueError("the guard's evidence option needs a starvation guard")
-            if self.guard_rule not in ("wait", "xfactor") or self.guard_scope != "machine":
-                raise ValueError("the guard's evidence option follows the \"wait\" or \"xfactor\" "
-                                 "rule over the whole machine")
-            if self.guard_estimate_multiple is not None or self.guard_estimate_slack_s is not None:
-                raise ValueError("the guard's estimate is a multiple of the prediction, the request "
-                                 "less a slack or the evidence, not both")
-            if self.guard_evidence_cap_s < self.starvation_guard_s:
-                raise ValueError(f"the evidence option's cap ({self.guard_evidence_cap_s} s) must be "
-                                 f"at least the guard's ({self.starvation_guard_s} s)")
-            if self.scheduler == SLURM_BACKFILL:
-                raise ValueError(f"the guard's evidence option is modelled for the EASY schedulers "
-                                 f"only, not {SLURM_BACKFILL}")
-        if self.aged_first_s is not None:
-            if isinstance(self.aged_first_s, bool) or not isinstance(self.aged_first_s, int) \
-                    or self.aged_first_s < 0:
-                raise ValueError(f"aged_first_s must be a whole number of seconds >= 0, got {self.aged_first_s!r}")
-            if self.scheduler != "easy-sjbf":
-                raise ValueError(f"aged first is an order of EASY-SJBF's backfilling, not {self.scheduler}'s")
+            raise ValueError("guard_estimate_after_s needs guard_estimate_slack_s")
 
     @property
     def label(self) -> str:
@@ -276,34 +206,23 @@ class RunSpec:
         return (
             (", censored" if self.censor_at_limit else "")
             + (", robust features" if self.feature_scaling != DEFAULT_FEATURE_SCALING else "")
-            + (", per-user experts" if self.per_user_experts else "")
             + (f", calibrated alpha={self.calibration_alpha:g}"
                if self.calibration_alpha is not None else "")
         )
 
     @property
     def guard_label(self) -> str:
-        """`` + guard 24 h`` when the starvation guard is on (`` + aged first 6 h`` after it
-        when backfilling puts aged jobs first), else empty."""
-        aged = "" if self.aged_first_s is None else f" + aged first {self.aged_first_s / 3600:g} h"
+        """`` + guard 24 h`` when the starvation guard is on, else empty."""
         if self.starvation_guard_s is None:
-            return aged
+            return ""
         rule = "" if self.guard_rule == "wait" else f"{self.guard_rule} or "
-        if self.guard_rule == "recent":
-            rule = f"{self.guard_recent_multiple:g}x recent p99 or "
         if self.guard_rule == "xfactor":
             rule = f"xfactor {self.guard_xfactor:g} or "
-        scope = "" if self.guard_scope == "machine" else f", {self.guard_scope} only"
-        estimate = ("" if self.guard_estimate_multiple is None
-                    else f", {self.guard_estimate_multiple:g}x prediction in front after "
-                         f"{(self.guard_estimate_after_s or 0) / 3600:g} h")
+        estimate = ""
         if self.guard_estimate_slack_s is not None:
             estimate = (f", request - {self.guard_estimate_slack_s / 3600:g} h in front after "
                         f"{(self.guard_estimate_after_s or 0) / 3600:g} h")
-        if self.guard_evidence_s is not None:
-            estimate = (f", tiny on evidence (<= {self.guard_evidence_s / 60:g} min) until "
-                        f"{(self.guard_evidence_cap_s or 0) / 3600:g} h")
-        return f" + guard {rule}{self.starvation_guard_s / 3600:g} h{scope}{estimate}{aged}"
+        return f" + guard {rule}{self.starvation_guard_s / 3600:g} h{estimate}"
 
     @property
     def published_name(self) -> str | None:
@@ -311,7 +230,7 @@ class RunSpec:
         or ``EASY++ (guard 24 h)`` for its bounded variant; None if it has none. A published
         name without a guard is the unbounded scheduler, as published."""
         name = PUBLISHED_NAMES.get((self.scheduler, self.predictor, self.correction))
-        if name is None or self.decide_on_correction or self.aged_first_s is not None:
+        if name is None or self.decide_on_correction:
             return None
         if self.starvation_guard_s is None:
             return name
@@ -323,29 +242,13 @@ class RunSpec:
             settings.pop("starvation_guard_s")
         if self.guard_rule == "wait":  # the rule every earlier guard had: absent, keys stay valid
             settings.pop("guard_rule")
-        if self.guard_scope == "machine":  # the scope every earlier guard had: keys stay valid
-            settings.pop("guard_scope")
-        if self.guard_rule != "recent":  # that rule's setting alone: other keys stay valid
-            settings.pop("guard_recent_multiple")
-        else:
-            settings["guard_recent_multiple"] = float(self.guard_recent_multiple)
         if self.guard_xfactor is None:  # that rule's setting alone: other keys stay valid
             settings.pop("guard_xfactor")
         else:
             settings["guard_xfactor"] = float(self.guard_xfactor)
-        if self.guard_estimate_multiple is None:  # off: absent, keys stay valid
-            settings.pop("guard_estimate_multiple")
-        else:
-            settings["guard_estimate_multiple"] = float(self.guard_estimate_multiple)
         if self.guard_estimate_slack_s is None:  # off: absent, keys stay valid
             settings.pop("guard_estimate_slack_s")
-        if self.guard_estimate_multiple is None and self.guard_estimate_slack_s is None:
             settings.pop("guard_estimate_after_s")
-        if self.guard_evidence_s is None:  # off: absent, keys stay valid
-            settings.pop("guard_evidence_s")
-            settings.pop("guard_evidence_cap_s")
-        if self.aged_first_s is None:  # off: absent, keys stay valid
-            settings.pop("aged_first_s")
         if not self.slurm_params:  # defaults or another scheduler: absent, older keys stay valid
             settings.pop("slurm_params")
         # The same for the learner's options added later: absent while at their default.
@@ -353,8 +256,6 @@ class RunSpec:
             settings.pop("censor_at_limit")
         if self.feature_scaling == DEFAULT_FEATURE_SCALING:
             settings.pop("feature_scaling")
-        if self.per_user_experts == DEFAULT_PER_USER_EXPERTS:
-            settings.pop("per_user_experts")
         if self.calibration_alpha is None:
             settings.pop("calibration_alpha")
         else:
@@ -365,7 +266,7 @@ class RunSpec:
             settings["survival_quantile"] = float(self.survival_quantile)
         if self.predictor != "learned":  # learning constants mean nothing for the others
             for key in ("loss", "eta", "l2", "negative", "loss_unit_s", "censor_at_limit",
-                        "feature_scaling", "per_user_experts", "calibration_alpha"):
+                        "feature_scaling", "calibration_alpha"):
                 settings.pop(key, None)
         return settings
 
@@ -408,7 +309,6 @@ def build_predictor(spec: RunSpec, workload: Workload) -> Predictor:
         context=feature_context(workload),
         censor_at_limit=spec.censor_at_limit,
         feature_scaling=spec.feature_scaling,  # type: ignore[arg-type]
-        per_user_experts=spec.per_user_experts,
         calibration_alpha=spec.calibration_alpha,
     )
 
@@ -440,17 +340,11 @@ def run(
     scheduler = SCHEDULERS[spec.scheduler]
     if spec.starvation_guard_s is not None:
         scheduler = dataclasses.replace(scheduler, starvation_guard_s=spec.starvation_guard_s,
-                                        guard_rule=spec.guard_rule, guard_scope=spec.guard_scope,
-                                        guard_recent_multiple=float(spec.guard_recent_multiple),
+                                        guard_rule=spec.guard_rule,
                                         guard_xfactor=(None if spec.guard_xfactor is None
                                                        else float(spec.guard_xfactor)),
-                                        guard_estimate_multiple=spec.guard_estimate_multiple,
                                         guard_estimate_after_s=spec.guard_estimate_after_s,
-                                        guard_estimate_slack_s=spec.guard_estimate_slack_s,
-                                        guard_evidence_s=spec.guard_evidence_s,
-                                        guard_evidence_cap_s=spec.guard_evidence_cap_s)
-    if spec.aged_first_s is not None:
-        scheduler = dataclasses.replace(scheduler, aged_first_s=spec.aged_first_s)
+                                        guard_estimate_slack_s=spec.guard_estimate_slack_s)
     result = simulate(
         workload.jobs,
         workload.machine_procs,

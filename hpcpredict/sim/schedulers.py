@@ -40,7 +40,6 @@ from hpcpredict.sim.backfill_kernel import (
     ESTIMATE_ROW,
     ESTIMATED,
     ESTIMATES_AS_LIMITS,
-    ESTIMATES_IN_GUARD_PROFILE,
     GUARDED,
     NO_ESTIMATES,
     UNGUARDED,
@@ -51,7 +50,7 @@ from hpcpredict.sim.backfill_kernel import (
     consider_new_job_pass,
     schedule_pass,
 )
-from hpcpredict.corrections.starvation import STARVATION_RULES, STARVATION_SCOPES
+from hpcpredict.corrections.starvation import STARVATION_RULES
 from hpcpredict.sim.backfill_orders import BACKFILL_ORDERS
 from hpcpredict.sim.profile import RunningProfile, never_fits
 from hpcpredict.sim.profile_kernel import NEVER
@@ -84,8 +83,7 @@ class WaitingQueue:
 
     __slots__ = (
         "table", "_size", "_sorted", "count", "_head", "procs_list", "prediction_list",
-        "waiting_list", "requested_list", "submit_list", "_last_added", "_aged_cursor",
-        "_submit_array",
+        "waiting_list", "requested_list", "submit_list", "_last_added", "_submit_array",
         *_ROW_VIEWS, *_MEMORY_VIEWS,
     )
 
@@ -110,9 +108,6 @@ class WaitingQueue:
         # `promised` says whether the "promise" rule has fixed it yet: it does so once, when the
         # job is first the head).
         self.guard_due_s[:] = self.submit_list  # `set_guard_wait` sets them
-        # Jobs below this index have been moved to the front of the SJBF order once they had
-        # waited `Scheduler.aged_first_s` (`age`).
-        self._aged_cursor = 0
         self._submit_array: np.ndarray | None = None  # (`_submits`)
         self.sjbf_key[:] = _NO_KEY
         # The candidates: the table's row `_order`, its first `_size` entries (stale ones
@@ -149,15 +144,6 @@ class WaitingQueue:
         if self._submit_array is None:
             self._submit_array = np.asarray(self.submit_list, dtype=np.int64)
         return self._submit_array
-
-    def retime_guard(self, wait_s: int, now_s: int) -> None:
-        """The guard falls due once a waiting job has waited `wait_s` (the "recent" rule's
-        threshold moved), except for the jobs it is due for already: a job once protected stays
-        protected. Jobs submitted later are set by the caller as they come."""
-        order = self._order[: self._size]
-        waiting = order[self.is_waiting[order] != 0]
-        due_s = self.guard_due_s[waiting]
-        self.guard_due_s[waiting] = np.where(due_s <= now_s, due_s, self._submits()[waiting] + wait_s)
 
     @property
     def guard_due_list(self) -> list[int]:
@@ -204,19 +190,6 @@ class WaitingQueue:
         self.prediction_list[job] = prediction_s
         self.waiting_list[job] = True
         self.count += 1
-
-    def age(self, now_s: int, aged_after_s: int) -> None:
-        """Put every waiting job that has waited `aged_after_s` by `now_s` first in the SJBF
-        order, in submission order among them: its key becomes its index alone (prediction 0).
-        Jobs age in index order (submitted in that order), so a cursor makes this O(1) amortised."""
-        job, last, submit = self._aged_cursor, self._last_added, self.submit_list
-        due_s = now_s - aged_after_s
-        while job <= last and submit[job] <= due_s:
-            if self.waiting_list[job]:
-                self._key_view[job] = job
-                self._sorted = 0  # a key changed: the candidates' key order is lost
-            job += 1
-        self._aged_cursor = job
 
     def remove(self, job: int) -> None:
         self._waiting_view[job] = 0
@@ -301,14 +274,6 @@ class Scheduler:
     good (the simulation pins it; the live corrector raises its limit back to the request and
     never lowers a running job's limit again), while waiting jobs go back to their predictions
     once no head is due (the corrector lowers pending jobs' limits again).
-
-    `guard_scope` "head" (simulator only, issue 30: docs/results.md, "Protecting the aged head
-    only") narrows that to what the aged head needs: its reservation and the test of the
-    candidates that would start in front of it use requested times, as above, but no running job
-    is pinned: they keep their predicted ends and corrections, and once the aged head has
-    started the next head is planned on predictions as if no guard had fired. Live, that would
-    need the daemon to raise the running jobs' limits to their requests while an aged job is
-    pending and lower them again after it starts (never below the time they have run).
     """
 
     name: str
@@ -319,64 +284,27 @@ class Scheduler:
     # when it became the head (its reservation on the running jobs' requests then), or has
     # waited `starvation_guard_s`, whichever comes first.
     guard_rule: str = "wait"
-    # The "recent" rule's multiple of the recent p99 wait (`corrections.starvation.
-    # recent_guard_wait_s`; the simulation recomputes the threshold, the scheduler reads the
-    # due times it leaves in the waiting queue, as under "wait").
-    guard_recent_multiple: float = 1.0
     # The "xfactor" rule's expansion factor by request (`corrections.starvation.
     # xfactor_guard_wait_s`; the simulation leaves each job's due time in the waiting queue).
     guard_xfactor: float | None = None
-    # The guard's estimate stage (simulator only, issue 30; None: off): from the time a head
-    # has waited `guard_estimate_after_s` until the guard is due for it, its reservation is on the
-    # guard's profile (the running jobs' requests) as under the guard, but a candidate in front
-    # of it is judged on its estimate, min(request, this multiple of its prediction), and planned
-    # so in the guard's profile until it outlives that, when it is planned to its request
-    # (`Simulation`: the estimates, their ends, the moves; `corrections.starvation.
-    # guard_estimate_s`). The guard itself, once due, is unchanged: plain EASY's rule.
-    guard_estimate_multiple: float | None = None
+    # The guard's slack stage (None: off; the daemon's `starvation_guard_slack`): from the time
+    # a head has waited `guard_estimate_after_s` until the guard is due for it, its reservation is
+    # on the guard's profile (the running jobs' requests) as under the guard, but a candidate in
+    # front of it is judged on its request less `guard_estimate_slack_s`, never below its
+    # prediction (`corrections.starvation.guard_slack_estimate_s`), and planned so in both
+    # profiles, as the live guard sets that as its time limit: each job started in front of a
+    # head in the stage can delay it by at most the slack (`Simulation`: the estimates, their
+    # ends, the moves). The guard itself, once due, is unchanged: plain EASY's rule.
     guard_estimate_after_s: int | None = None
-    # The estimate stage's other estimate (simulator only, issue 30; None: off): the candidate's
-    # request less this slack, never below its prediction (`corrections.starvation.
-    # guard_slack_estimate_s`), so that each job started in front of a head in the stage can
-    # delay it by at most the slack. The stage is otherwise as with the multiple above.
     guard_estimate_slack_s: int | None = None
-    # The guard's evidence option (simulator only, issue 30; None: off): once the guard's rule
-    # is due for a head, and until it has waited `guard_evidence_cap_s`, the head is in the
-    # estimate stage above with each candidate's estimate from its user's last runtimes
-    # (`corrections.starvation.evidence_estimate_s`: a few times the longest, when that is at
-    # most `guard_evidence_s`; else the request); from the cap on, plain EASY's rule (GUARDED).
-    # The rule's due times become the stage's (`Simulation`), the cap the guard's.
-    guard_evidence_s: int | None = None
-    guard_evidence_cap_s: int | None = None
-    # What a due guard protects (`GUARD_SCOPES`): "machine", the running jobs are pinned to
-    # their requests for good; "head", only the aged head's reservation (the class docstring).
-    guard_scope: str = "machine"
-    # Aged first (simulator only, issue 30; EASY-SJBF): a waiting job that has waited this long
-    # is backfilled before the others, oldest first, instead of by its predicted length; None:
-    # off. Shortest-first order favours what the model predicts short, so a job predicted long
-    # can wait behind a stream of short ones even when it fits: aging bounds that in the order
-    # itself, without the guard's requested times.
-    aged_first_s: int | None = None
 
     def __post_init__(self) -> None:
         if self.guard_rule not in GUARD_RULES:
             raise ValueError(f"unknown guard rule {self.guard_rule!r}; one of {', '.join(GUARD_RULES)}")
-        if self.guard_scope not in GUARD_SCOPES:
-            raise ValueError(f"unknown guard scope {self.guard_scope!r}; one of {', '.join(GUARD_SCOPES)}")
         if (self.guard_rule == "xfactor") != (self.guard_xfactor is not None):
             raise ValueError("the \"xfactor\" guard rule and its expansion factor go together")
-        if (self.guard_evidence_s is None) != (self.guard_evidence_cap_s is None):
-            raise ValueError("the guard's evidence option and its cap go together")
-        estimates = [option for option in (self.guard_estimate_multiple, self.guard_evidence_s,
-                                           self.guard_estimate_slack_s) if option is not None]
-        if len(estimates) > 1:
-            raise ValueError("the guard's estimate is a multiple of the prediction, the evidence or "
-                             "the request less a slack, one of them")
-
-    @property
-    def guard_pins_running(self) -> bool:
-        """Does a guarded decision plan the jobs then running to their requests for good?"""
-        return self.guard_scope == "machine"
+        if (self.guard_estimate_slack_s is None) != (self.guard_estimate_after_s is None):
+            raise ValueError("the guard's slack and its stage's start go together")
 
     def guard_due(self, now_s: int, waiting: WaitingQueue, head: int) -> bool:
         """Has `head` waited long enough for the starvation guard?"""
@@ -384,19 +312,14 @@ class Scheduler:
 
     @property
     def has_estimate_stage(self) -> bool:
-        return self.starvation_guard_s is not None and (
-            self.guard_estimate_multiple is not None or self.guard_evidence_s is not None
-            or self.guard_estimate_slack_s is not None)
+        return self.starvation_guard_s is not None and self.guard_estimate_slack_s is not None
 
     @property
     def estimate_planning(self) -> int:
-        """How the estimate stage plans the jobs started in it (backfill_kernel's NO_ESTIMATES,
-        ESTIMATES_IN_GUARD_PROFILE, ESTIMATES_AS_LIMITS): the slack's estimates are the time
-        limits the live daemon sets (`hpcpredict.slurm.guard`), one per job, so they plan both
-        profiles; the multiple's and the evidence's (simulator only) the guard's profile alone."""
-        if not self.has_estimate_stage:
-            return NO_ESTIMATES
-        return ESTIMATES_AS_LIMITS if self.guard_estimate_slack_s is not None else ESTIMATES_IN_GUARD_PROFILE
+        """How the slack stage plans the jobs started in it (backfill_kernel's NO_ESTIMATES,
+        ESTIMATES_AS_LIMITS): the slack's estimates are the time limits the live daemon sets
+        (`hpcpredict.slurm.guard`), one per job, so they plan both profiles."""
+        return ESTIMATES_AS_LIMITS if self.has_estimate_stage else NO_ESTIMATES
 
     def guard_stage(self, now_s: int, waiting: WaitingQueue, head: int) -> int:
         """The guard stage `head` is in at `now_s` (backfill_kernel's UNGUARDED, GUARDED,
@@ -436,10 +359,6 @@ class Scheduler:
         if guard and requested_profile is None:
             raise ValueError("the starvation guard needs the running jobs by requested end")
         order = _PASS_ORDERS[self.backfill_order]
-        if self.aged_first_s is not None and order == SHORTEST_FIRST and waiting.count > 1:
-            # (before the pass rather than between its head starts and its backfilling: only
-            # the keys of jobs still waiting then are read, and they age the same either way)
-            waiting.age(now_s, self.aged_first_s)
         ended_job, ended_end_s, ended_request_end_s = ended if ended is not None else _NOTHING_ENDED
         by_key = order == SHORTEST_FIRST
         candidate_count, sorted_count = waiting.prepare_candidates(by_key)
@@ -521,6 +440,5 @@ _NOTHING_ENDED = (-1, 0, 0)
 _PASS_ORDERS = {None: NO_BACKFILLING, "fcfs": SUBMISSION_ORDER,
                 "shortest_prediction": SHORTEST_FIRST}
 GUARD_RULES = STARVATION_RULES  # corrections.starvation: one list for the simulator and the daemon
-GUARD_SCOPES = STARVATION_SCOPES
 
 SCHEDULERS: dict[str, Scheduler] = {name: Scheduler(name, order) for name, order in BACKFILL_ORDERS.items()}

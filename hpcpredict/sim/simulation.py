@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import hashlib
 import time
-from collections import defaultdict, deque
 from collections.abc import Callable, Sequence
 from typing import Any
 from dataclasses import dataclass, field
@@ -37,10 +36,7 @@ from hpcpredict.job_table import JobTable
 from hpcpredict.jobs import Job, JobRequest
 from hpcpredict.predictors import Predictor, clip_prediction
 from hpcpredict.corrections.policies import CorrectionPolicy, RequestWithinSlack
-from hpcpredict.corrections.starvation import (
-    EVIDENCE_RUNS, RECENT_EVERY_S, RECENT_WINDOW_S, evidence_estimate_s, guard_estimate_s,
-    guard_slack_estimate_s, recent_guard_wait_s, xfactor_guard_wait_s,
-)
+from hpcpredict.corrections.starvation import guard_slack_estimate_s, xfactor_guard_wait_s
 from hpcpredict.sim.profile import RunningProfile
 from hpcpredict.sim.backfill_kernel import (
     ESTIMATED, ESTIMATES_AS_LIMITS, GUARDED, PREDICTION_ROW, in_estimate_stage,
@@ -68,7 +64,7 @@ class SimulationResult:
     first_reserved_start_s: list[int]  # shadow time first promised as head of the queue, or -1
     wall_time_s: float = 0.0
     settings: dict[str, object] = field(default_factory=dict)
-    # The guard's estimate stage (its multiple or its evidence): the jobs started in front of a
+    # The guard's slack stage: the jobs started in front of a
     # head on an estimate below their request, how many outlived it (each moved that head's
     # start), and by how much in all (their runtimes beyond their estimates).
     estimated_starts: int = 0
@@ -170,41 +166,18 @@ class Simulation:
                 scheduler.starvation_guard_s if scheduler.guard_rule != "xfactor"
                 else xfactor_guard_wait_s(self.waiting.requested_s, scheduler.guard_xfactor,
                                           scheduler.starvation_guard_s))
-            if scheduler.guard_evidence_cap_s is None:
-                self.waiting.set_guard_wait(rule_wait_s)
-            else:  # the evidence option: the rule starts its estimate stage, the cap the guard
-                self.waiting.set_estimate_wait(rule_wait_s)
-                self.waiting.set_guard_wait(scheduler.guard_evidence_cap_s)
-        # The "recent" rule (`corrections.starvation.recent_guard_wait_s`): the wait after which
-        # the guard is due now, recomputed every RECENT_EVERY_S from the waits of the jobs
-        # started in the last RECENT_WINDOW_S (`started_order`, in start order, from
-        # `window_first` on); None under the other rules.
-        self.guard_wait_s: int | None = None
-        if scheduler.starvation_guard_s is not None and scheduler.guard_rule == "recent":
-            self.guard_wait_s = scheduler.starvation_guard_s
-            self.started_order: list[int] = []
-            self.window_first = 0
-            self.next_guard_update_s = (self.submit_s[0] if count else 0) + RECENT_EVERY_S
-        # The guard's estimate stage (`Scheduler.guard_estimate_multiple` or
-        # `guard_estimate_slack_s`, None: off): the jobs started by the current decision
-        # (`just_started`, with whether backfilled), the guard-profile end of each running job
-        # planned there on its estimate (`estimate_end_s`), and those that will outlive it, by
-        # estimated end (`outliving`: moved to their request then, or when a head is guarded:
-        # `_plan_estimates_to_requests`).
-        self.estimate_multiple = (
-            scheduler.guard_estimate_multiple if scheduler.has_estimate_stage else None
-        )
+            self.waiting.set_guard_wait(rule_wait_s)
+        # The guard's slack stage (`Scheduler.guard_estimate_slack_s`, None: off): the jobs
+        # started by the current decision (`just_started`, with whether backfilled), the
+        # guard-profile end of each running job planned there on its estimate (`estimate_end_s`),
+        # and those that will outlive it, by estimated end (`outliving`: moved to their request
+        # then, or when a head is guarded: `_plan_estimates_to_requests`).
         self.estimate_slack_s = (
             scheduler.guard_estimate_slack_s if scheduler.has_estimate_stage else None
         )
-        if self.estimate_multiple is not None or self.estimate_slack_s is not None:
+        if self.estimate_slack_s is not None:
             assert scheduler.guard_estimate_after_s is not None
             self.waiting.set_estimate_wait(scheduler.guard_estimate_after_s)
-        # The guard's evidence option (`Scheduler.guard_evidence_s`, None: off): each user's last
-        # runtimes, and the user's waiting jobs, whose estimates each of its ends rewrites.
-        self.evidence_tiny_s = scheduler.guard_evidence_s if scheduler.has_estimate_stage else None
-        self.recent_runs_s: dict[int, deque[int]] = defaultdict(lambda: deque(maxlen=EVIDENCE_RUNS))
-        self.waiting_of_user: dict[int, set[int]] = defaultdict(set)
         self.just_started: list[tuple[int, bool]] = []
         self.estimated_starts = self.estimates_outlived = self.estimate_overrun_s = 0
         self.estimate_end_s: dict[int, int] = {}
@@ -257,7 +230,6 @@ class Simulation:
         events, submit_s, count = self.events, self.submit_s, len(self.jobs)
         profile, decide_on_correction = self.profile, self.decide_on_correction
         finished_before = 0
-        follows_recent_waits = self.guard_wait_s is not None  # the "recent" guard rule
         outliving = self.outliving
         while True:
             # The next event: a submission goes before a termination at the same instant
@@ -269,8 +241,6 @@ class Simulation:
                 now_s, is_submission = events[0][0], False
             else:
                 break
-            if follows_recent_waits and now_s >= self.next_guard_update_s:
-                self._follow_recent_waits(now_s)
             if outliving and outliving[0][0] <= now_s:
                 self._plan_outliving_to_requests(now_s)
             # Predictions running out by then are corrected first (prediction-over is the first
@@ -354,21 +324,9 @@ class Simulation:
         )
         self.prediction_s[index] = self.initial_prediction_s[index] = predicted
         queue_was_empty = waiting.count == 0
-        if self.guard_wait_s is not None:
-            waiting._guard_due_view[index] = now_s + self.guard_wait_s
-        if self.estimate_multiple is not None:
-            waiting._estimate_view[index] = guard_estimate_s(
-                predicted, self.requested_s[index], self.estimate_multiple
-            )
-        elif self.estimate_slack_s is not None:
+        if self.estimate_slack_s is not None:
             waiting._estimate_view[index] = guard_slack_estimate_s(
                 predicted, self.requested_s[index], self.estimate_slack_s
-            )
-        elif self.evidence_tiny_s is not None:
-            user_id = self.requests[index].user_id
-            self.waiting_of_user[user_id].add(index)
-            waiting._estimate_view[index] = evidence_estimate_s(
-                predicted, self.requested_s[index], self.recent_runs_s[user_id], self.evidence_tiny_s
             )
         waiting.add(index, predicted)
         scheduler = self.scheduler
@@ -414,8 +372,6 @@ class Simulation:
         self.predictor.job_ended(request, run_s, now_s)
         if self.correction_hears_jobs:
             self.correction.job_ended(request, run_s, now_s)
-        if self.evidence_tiny_s is not None:
-            self._hear_evidence(request.user_id, run_s)
         start_s = self.start_s[index]
         guard_end_s = start_s + self.requested_s[index]
         if self.by_request is not None:
@@ -429,37 +385,6 @@ class Simulation:
             now_s, self.waiting, self.profile, self._start, self.by_request,
             (index, start_s + self.prediction_s[index], guard_end_s),
         ))
-
-    def _hear_evidence(self, user_id: int, run_s: int) -> None:
-        """The guard's evidence option: a job of the user ended; the estimates of the user's
-        waiting jobs follow its last runtimes (a burst's first jobs vouch for the rest)."""
-        recent = self.recent_runs_s[user_id]
-        recent.append(run_s)
-        estimates, tiny_s = self.waiting._estimate_view, self.evidence_tiny_s
-        assert tiny_s is not None
-        for index in self.waiting_of_user.get(user_id, ()):
-            estimates[index] = evidence_estimate_s(
-                self.prediction_s[index], self.requested_s[index], recent, tiny_s)
-
-    def _follow_recent_waits(self, now_s: int) -> None:
-        """The "recent" rule's update, as a daemon's timer would take it: the threshold from the
-        waits of the jobs started in the last RECENT_WINDOW_S, and the due times of the waiting
-        jobs not yet protected moved to it (`WaitingQueue.retime_guard`). Taken before the event
-        at `now_s` (nothing is decided between events)."""
-        started, start_s, submit_s = self.started_order, self.start_s, self.submit_s
-        first, since_s = self.window_first, now_s - RECENT_WINDOW_S
-        while first < len(started) and start_s[started[first]] < since_s:
-            first += 1
-        self.window_first = first
-        cap_s = self.scheduler.starvation_guard_s
-        assert cap_s is not None
-        self.guard_wait_s = recent_guard_wait_s(
-            [start_s[job] - submit_s[job] for job in started[first:]],
-            self.scheduler.guard_recent_multiple, cap_s,
-        )
-        self.waiting.retime_guard(self.guard_wait_s, now_s)
-        missed = (now_s - self.next_guard_update_s) // RECENT_EVERY_S
-        self.next_guard_update_s += (missed + 1) * RECENT_EVERY_S
 
     def _note_estimated_starts(self, estimated: bool) -> None:
         """After a decision: a job backfilled in front of a head in the guard's estimate stage
@@ -630,12 +555,8 @@ class Simulation:
         run_s = self.run_s[index]
         if self.by_request is not None:
             self.unpinned_running.add(index)
-            if self.guard_wait_s is not None:
-                self.started_order.append(index)
             if self.scheduler.has_estimate_stage:
                 self.just_started.append((index, was_backfilled))
-            if self.evidence_tiny_s is not None:
-                self.waiting_of_user[request.user_id].discard(index)
         self.predictor.job_started(request, now_s)
         if self.correction_hears_jobs:
             self.correction.job_started(request, now_s)
@@ -657,7 +578,7 @@ class Simulation:
             return
         if self.first_reserved_start_s[reservation.head] < 0:
             self.first_reserved_start_s[reservation.head] = reservation.shadow_s
-        if reservation.guarded and self.unpinned_running and self.scheduler.guard_pins_running:
+        if reservation.guarded and self.unpinned_running:
             if reservation.guarded == ESTIMATED and self.estimates_are_limits:
                 self._pin_below_slack()
                 return
