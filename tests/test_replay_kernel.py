@@ -47,6 +47,7 @@ def both_loops(jobs, machine, scheduler, predictor_of, correction, progress_ever
         simulation = Simulation(jobs, machine, scheduler, predictor, policy, compiled=compiled)
         assert simulation.compiled_loop_covers()
         result = simulation.run(progress=reports.append, progress_every=progress_every)
+        assert result.loop == ("compiled" if compiled else "python")
         outcomes.append((result, predictor, reports, policy))
     return outcomes
 
@@ -166,6 +167,7 @@ def test_what_the_compiled_loop_does_not_model_replays_in_the_python_loop(change
     chosen = simulation()
     assert not chosen.compiled_loop_covers()
     result = chosen.run()
+    assert result.loop == "python"  # and says so (`simulate`'s output, its JSON)
     assert all(start >= job.submit_s for start, job in zip(result.start_s, jobs))
     # the Python loop's own schedule, job for job: what `run` chose is that loop, not an approximation
     python = simulation(compiled=False).run()

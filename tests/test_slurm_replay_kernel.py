@@ -114,6 +114,7 @@ def test_what_the_compiled_loop_does_not_model_replays_in_the_python_loop(change
     with mock.patch("hpcpredict.sim.compiled_slurm_replay.replay") as compiled:
         result = simulate_slurm(jobs, 4, SlurmBackfill(), predictor, correction)
     compiled.assert_not_called()
+    assert result.loop == "python"
     assert all(start >= job.submit_s for start, job in zip(result.start_s, jobs))
 
 
@@ -124,6 +125,13 @@ def test_a_covered_replay_takes_the_compiled_loop():
         with pytest.raises(RuntimeError, match="compiled"):
             simulate_slurm(_jobs(), 4, SlurmBackfill(starvation_guard_s=86_400), LearnedPredictor(),
                            make_correction("incremental"))
+
+
+def test_the_result_says_which_loop_replayed_it():
+    arguments = (_jobs(), 4, SlurmBackfill(starvation_guard_s=86_400))
+    assert simulate_slurm(*arguments, LearnedPredictor(), make_correction("incremental")).loop == "compiled"
+    assert simulate_slurm(*arguments, LearnedPredictor(), make_correction("incremental"),
+                          compiled=False).loop == "python"
 
 
 def test_bad_input_is_refused_alike():

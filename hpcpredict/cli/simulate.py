@@ -253,7 +253,7 @@ def simulate(
     )
     for position, each in enumerate(specs):
         click.echo(f"  {'simulated' if position == 0 else 'baseline '}: {spec_title(each)} "
-                   f"({sum(runs.wall_time_s[position]):.1f} s)")
+                   f"({sum(runs.wall_time_s[position]):.1f} s, {runs.unshaken[position].loop} loop)")
     click.echo(f"  starvation guard: {guard_sentence(spec, starvation_guard is None)}")
     if due_share is not None:
         click.echo(f"    due {due_share:.0%} of the time (some job had waited "

@@ -396,6 +396,8 @@ class ReplicatedRuns:
             "metrics": self.metrics[configuration][0].to_dict(),
             "wall_time_s": round(self.wall_time_s[configuration][0], 3),
         }
+        if self.unshaken:  # which event loop replayed it (`SimulationResult.loop`)
+            data["loop"] = self.unshaken[configuration].loop
         if self.replicas > 1:
             data["replicas"] = [m.to_dict() for m in self.metrics[configuration]]
             data["replica_wall_time_s"] = [round(t, 3) for t in self.wall_time_s[configuration]]

@@ -64,6 +64,11 @@ class SimulationResult:
     first_reserved_start_s: list[int]  # shadow time first promised as head of the queue, or -1
     wall_time_s: float = 0.0
     settings: dict[str, object] = field(default_factory=dict)
+    # Which event loop replayed it: "compiled" (`compiled_replay`, `compiled_slurm_replay`: the
+    # configurations `compiled_replay.covered` and `models_predictor_and_correction` declare)
+    # or "python" (`Simulation._run`, `slurm_backfill`'s loop: every option). Same schedules
+    # either way (tests/test_replay_kernel.py); said so that a reader knows which code ran.
+    loop: str = "python"
     # The guard's slack stage: the jobs started in front of a
     # head on an estimate below their request, how many outlived it (each moved that head's
     # start), and by how much in all (their runtimes beyond their estimates).
@@ -219,7 +224,8 @@ class Simulation:
             self.finished = len(self.jobs)
             return self._result(columns.start_s, columns.initial_prediction_s,
                                 columns.final_prediction_s, columns.corrections,
-                                columns.backfilled, columns.first_reserved_start_s, wall_start)
+                                columns.backfilled, columns.first_reserved_start_s, wall_start,
+                                loop="compiled")
         # The cycle collector paused for the replay (`hpcpredict.collector`: it makes tuples at
         # every event and no cycle).
         with collector_paused():
@@ -274,7 +280,7 @@ class Simulation:
     def _result(
         self, start_s: list[int], initial_prediction_s: list[int], final_prediction_s: list[int],
         corrections: list[int], backfilled: list[bool], first_reserved_start_s: list[int],
-        wall_start: float,
+        wall_start: float, loop: str = "python",
     ) -> SimulationResult:
         return SimulationResult(
             jobs=self.jobs,
@@ -294,6 +300,7 @@ class Simulation:
             estimated_starts=self.estimated_starts,
             estimates_outlived=self.estimates_outlived,
             estimate_overrun_s=self.estimate_overrun_s,
+            loop=loop,
         )
 
     @cached_property

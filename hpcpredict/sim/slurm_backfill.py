@@ -173,7 +173,7 @@ def simulate_slurm(
             _guard_wait_s(scheduler, columns["requested_s"]), predictor, correction,
             correction_lead_s, progress, progress_every)
         return _result(jobs, machine_procs, scheduler, predictor, correction, correction_lead_s,
-                       replayed, wall_start)
+                       replayed, wall_start, loop="compiled")
     requests, submit_s, run_s, procs, requested_s = job_columns(jobs, machine_procs)
 
     start_s = [-1] * count
@@ -359,7 +359,7 @@ def _guard_wait_s(scheduler: SlurmBackfill, requested_s: np.ndarray) -> np.ndarr
 
 def _result(jobs: Sequence[Job], machine_procs: int, scheduler: SlurmBackfill,
             predictor: Predictor, correction: CorrectionPolicy, correction_lead_s: int,
-            columns: ReplayColumns, wall_start: float) -> SimulationResult:
+            columns: ReplayColumns, wall_start: float, loop: str = "python") -> SimulationResult:
     return SimulationResult(
         jobs=jobs,
         machine_procs=machine_procs,
@@ -379,4 +379,5 @@ def _result(jobs: Sequence[Job], machine_procs: int, scheduler: SlurmBackfill,
                   **({} if scheduler.guard_slack_s is None else {
                       "guard_slack_s": scheduler.guard_slack_s,
                       "guard_slack_after_s": scheduler.guard_slack_after_s})},
+        loop=loop,
     )
