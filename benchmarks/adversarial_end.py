@@ -1,4 +1,4 @@
-"""How far can one absurd job move everybody else's predictions? (issue 29, item 7)
+"""How far can one absurd job move everybody else's predictions?
 
 Run on demand (never from the test suite); docs/daemon.md ("Bounded influence") quotes it:
 

@@ -1,4 +1,4 @@
-"""PREDICT latency on the socket while admins read the store over HTTP (issue 17, item 1-2).
+"""PREDICT latency on the socket while admins read the store over HTTP.
 
 Run on demand (never from the test suite) and copy the printed table into docs/performance.md:
 

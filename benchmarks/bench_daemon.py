@@ -16,7 +16,7 @@ the model, which is not what is measured here.
 * ``per-request`` — connect, send one PREDICT, half-close, read the answer, close, as the SLURM
   plugin does at every ``sbatch`` (``--no-half-close``: without the half-close, as the plugin
   did before; the daemon then serves the connection with a transport instead of at accept);
-* ``per-request, loaded`` (issue 17) — the same, while an *event stream* (one client sending
+* ``per-request, loaded`` — the same, while an *event stream* (one client sending
   SUBMIT, START and END for new jobs as fast as they are acknowledged) and a *heavy admin read*
   (``GET /errors`` in a loop, over every live job the store holds) run against the same daemon.
   Before the benchmark the store is given `--preload-jobs` live jobs (their three events each,
@@ -52,7 +52,7 @@ The clients and the daemon share the machine's cores, so each row also gives the
 daemon's process (all its threads; in loaded runs its events and HTTP front too, not the read
 worker's process) and the PREDICT clients spent per PREDICT: the daemon's figure is the steady
 one on a shared machine, and the two say which side limits the throughput.
-The goal (issues 6 and 17): p99 < 2 ms and >= 5,000 predictions/s in connect-ask-close mode on
+The goal (docs/performance.md): p99 < 2 ms and >= 5,000 predictions/s in connect-ask-close mode on
 this machine, with events and admin reads flowing, and no PREDICT over 300 ms.
 """
 

@@ -1,4 +1,4 @@
-"""What a missing numba cache costs a command's start (issue 28, item 1).
+"""What a missing numba cache costs a command's start.
 
 Run on demand, as root (it lays out a site's install: testbed/site_install.py), and copy the lines
 into docs/performance.md:

@@ -1,4 +1,4 @@
-"""What job_submit.lua adds to each ``sbatch``, on a real SLURM (issue 7: goal < 5 ms).
+"""What job_submit.lua adds to each ``sbatch``, on a real SLURM (goal < 5 ms).
 
 Run on demand (as root; installs Debian's Slurm if needed) and copy the table into
 docs/performance.md:

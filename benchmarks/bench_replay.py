@@ -2,7 +2,7 @@
 
 Run on demand (never from the test suite) and copy the printed table into docs/performance.md:
 
-    python benchmarks/bench_replay.py                        # CEA-Curie, the targets
+    python benchmarks/bench_replay.py                        # CEA-Curie (the default log)
     python benchmarks/bench_replay.py ../shared/swf/SDSC-BLUE-2000-4.1-cln.swf.gz --repeat 3
 
 Each configuration is replayed `--repeat` times in this process; the table gives the best and

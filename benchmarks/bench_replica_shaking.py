@@ -1,4 +1,4 @@
-"""CPU seconds to make shaken replicas of a log and the objects their replays read (issue 31):
+"""CPU seconds to make shaken replicas of a log and the objects their replays read:
 what each replica of `simulate --replicas N` costs before its replay starts.
 
     cd /tmp && PYTHONPATH=TREE python /path/to/benchmarks/bench_replica_shaking.py \

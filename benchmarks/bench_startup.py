@@ -1,4 +1,4 @@
-"""Start-up: `hpcpredict --help` and `hpcpredict simulate --help` as whole processes (issue 28:
+"""Start-up: `hpcpredict --help` and `hpcpredict simulate --help` as whole processes (goal:
 under 0.5 s), interleaved with an older tree for comparison.
 
     python benchmarks/bench_startup.py                          # this tree only

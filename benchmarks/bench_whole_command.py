@@ -1,11 +1,11 @@
-"""The whole command as a user waits for it (issue 31): `hpcpredict info` and `hpcpredict
+"""The whole command as a user waits for it: `hpcpredict info` and `hpcpredict
 simulate` on the three archive logs, process start to exit, interleaved with an older tree.
 
     python benchmarks/bench_whole_command.py --before /tmp/speed-before --rounds 3
     python benchmarks/bench_whole_command.py --before /tmp/speed-before --tree main=/tmp/speed-main --rounds 2
     python benchmarks/bench_whole_command.py --only "simulate CEA-Curie --replicas 10" --rounds 1
 
-Goals (issue 31, default configuration): `simulate LOG --no-baseline` KTH-SP2 <= 1.0 s,
+Goals (default configuration): `simulate LOG --no-baseline` KTH-SP2 <= 1.0 s,
 SDSC-BLUE <= 3 s, CEA-Curie <= 4 s; with the baseline CEA-Curie <= 6 s; `info` CEA-Curie
 <= 0.8 s. Prints best / median wall and CPU (user + system of the process and its workers).
 """

@@ -11,7 +11,7 @@ the event's learning step and waits for it (`Daemon.on_loop`: ``call_soon_thread
 the next event. Two ways back for the answer:
 
 * ``future`` — `StoreWriter.submit`'s future, whose done callback wakes the loop
-  (``call_soon_threadsafe``): the socket's path before issue 17 item 8;
+  (``call_soon_threadsafe``): the socket's path before the inbox;
 * ``inbox`` — `StoreWriter.run_soon` and a `LoopInbox` (the path now).
 
 ``--no-learn`` leaves out the learning step's round trip. Printed: process CPU µs per event

@@ -1,4 +1,4 @@
-"""Every starvation bound measured for issue 30, per log, against the goal's box.
+"""Every starvation bound measured, per log, against the goal's box (docs/results.md).
 
     python benchmarks/bound_frontier.py sim/results/guard/runs.csv sim/results/bound*/runs.csv
 

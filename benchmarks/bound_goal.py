@@ -1,4 +1,4 @@
-"""Issue 30's goal, per log and per bound, from campaigns' runs.csv (docs/results.md).
+"""The bound's goal, per log and per bound, from campaigns' runs.csv (docs/results.md).
 
     python benchmarks/bound_goal.py sim/results/bound-head/runs.csv \
         --bound "learned, guard 24 h=EASY++ (guard 24 h)" \

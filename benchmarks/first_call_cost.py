@@ -1,7 +1,7 @@
-"""What a command's first compiled call costs (issue 31, docs/performance.md, "The whole command
-after round 3"): two default replays of one log in one process, and the time numba spends in
-each kernel's first dispatch (loading it from the cache; the first one also initialises numba's
-CPU target).
+"""What a command's first compiled call costs (docs/journal/performance-2026-11.md,
+"The whole command after round 3"): two default replays of one log in one process, and the time
+numba spends in each kernel's first dispatch (loading it from the cache; the first one also
+initialises numba's CPU target).
 
     cd /tmp && PYTHONPATH=/work/main python /work/main/benchmarks/first_call_cost.py \\
         ../shared/swf/KTH-SP2-1996-2.swf.gz
@@ -38,7 +38,7 @@ def main() -> None:
     laps = []
     for _ in range(2):
         started = time.process_time()
-        run(workload, RunSpec(starvation_guard_s=GUARD_S))
+        run(workload, RunSpec.from_keys(starvation_guard_s=GUARD_S))
         laps.append(time.process_time() - started)
     print(f"replay CPU s: first {laps[0]:.2f}, second {laps[1]:.2f}")
     print(f"first dispatches: {len(first_calls)}, {sum(t for t, _ in first_calls):.2f} s in all")

@@ -1,5 +1,5 @@
 """Where a guard's cost on a log comes from: the fortnights and users that carry AVEbsld
-(docs/results.md, "A threshold relative to the job's request").
+(docs/results.md, "The goal for a bound, and where it stands").
 
     python benchmarks/guard_bursts.py ../shared/swf/CEA-Curie-2011-2.1-cln.swf.gz --procs 80640 \
         --without-users 270,575 --replicas 1,2,3
@@ -28,10 +28,10 @@ FORTNIGHT_S = 14 * 86_400
 CONFIGURATIONS = {
     "EASY": RunSpec(scheduler="easy", predictor="requested", correction="requested"),
     "learned, no guard": RunSpec(),
-    "guard 12 h": RunSpec(starvation_guard_s=43_200),
-    "guard 24 h": RunSpec(starvation_guard_s=86_400),
-    "guard 48 h": RunSpec(starvation_guard_s=172_800),
-    "guard xfactor 5 or 24 h": RunSpec(starvation_guard_s=86_400, guard_rule="xfactor",
+    "guard 12 h": RunSpec.from_keys(starvation_guard_s=43_200),
+    "guard 24 h": RunSpec.from_keys(starvation_guard_s=86_400),
+    "guard 48 h": RunSpec.from_keys(starvation_guard_s=172_800),
+    "guard xfactor 5 or 24 h": RunSpec.from_keys(starvation_guard_s=86_400, guard_rule="xfactor",
                                        guard_xfactor=5.0),
 }
 

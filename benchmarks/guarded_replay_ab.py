@@ -22,7 +22,7 @@ ROUNDS = 5
 
 def main() -> None:
     workload = load_workload(sys.argv[2])
-    spec = RunSpec(starvation_guard_s=86_400)
+    spec = RunSpec.from_keys(starvation_guard_s=86_400)
     run(workload, spec)  # warm-up: numba's cache, the first compiled calls
     seconds = []
     for _ in range(ROUNDS):

@@ -20,7 +20,7 @@ from hpcpredict.sim.metrics import compute_metrics
 from hpcpredict.sim.runner import RunSpec, run
 from hpcpredict.workload import load_workload
 
-DEFAULT = RunSpec(starvation_guard_s=86_400)
+DEFAULT = RunSpec.from_keys(starvation_guard_s=86_400)
 EASY = RunSpec("easy", "requested", "requested")
 
 

@@ -1,4 +1,4 @@
-"""The floor under any `hpcpredict simulate` while its kernels are numba's (issue 31): the CPU a
+"""The floor under any `hpcpredict simulate` while its kernels are numba's: the CPU a
 process spends, from the interpreter's start, to import numpy and numba and get one cached
 kernel's first answer, before it reads a single job. Cumulative `time.process_time` (which
 counts from the process's start) after each step.

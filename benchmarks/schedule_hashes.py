@@ -45,7 +45,7 @@ CONFIGURATIONS = {
 # Paths of the replay the default set does not take: the starvation guard (pinned jobs), a
 # correction with state (SURVIVAL), decisions on corrections, doubling, plain EASY + AVE2.
 EXTRA_CONFIGURATIONS = {
-    "learned eloss+incr+sjbf+guard 24h": RunSpec(
+    "learned eloss+incr+sjbf+guard 24h": RunSpec.from_keys(
         "easy-sjbf", "learned", "incremental", starvation_guard_s=86_400
     ),
     "learned eloss+survival+sjbf": RunSpec("easy-sjbf", "learned", "survival"),
@@ -53,7 +53,7 @@ EXTRA_CONFIGURATIONS = {
         "easy-sjbf", "learned", "incremental", decide_on_correction=True
     ),
     "ave2+doubling+easy": RunSpec("easy", "ave2", "doubling"),
-    "ave2+incr+easy+guard 1h": RunSpec("easy", "ave2", "incremental", starvation_guard_s=3600),
+    "ave2+incr+easy+guard 1h": RunSpec.from_keys("easy", "ave2", "incremental", starvation_guard_s=3600),
 }
 
 

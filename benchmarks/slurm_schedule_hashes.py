@@ -26,10 +26,10 @@ LOGS = {"KTH": ("KTH-SP2-1996-2.swf.gz", None), "BLUE": ("SDSC-BLUE-2000-4.1-cln
         "CURIE": ("CEA-Curie-2011-2.1-cln.swf.gz", 80_640)}
 CONFIGURATIONS = {
     "requested": RunSpec("slurm-backfill", "requested", "requested"),
-    "learned+incr+guard 24 h": RunSpec("slurm-backfill", "learned", "incremental",
+    "learned+incr+guard 24 h": RunSpec.from_keys("slurm-backfill", "learned", "incremental",
                                        starvation_guard_s=86_400),
     "learned+survival": RunSpec("slurm-backfill", "learned", "survival"),
-    "ave2+incr+xfactor 5, multifactor, small window": RunSpec(
+    "ave2+incr+xfactor 5, multifactor, small window": RunSpec.from_keys(
         "slurm-backfill", "ave2", "incremental", starvation_guard_s=86_400, guard_rule="xfactor",
         guard_xfactor=5.0, slurm_params="PriorityWeightAge=1000,PriorityWeightJobSize=500,"
         "bf_interval=60,bf_resolution=300,bf_window=1440,bf_max_job_test=50"),

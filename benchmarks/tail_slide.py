@@ -1,5 +1,5 @@
 """Who waits in the p99 tail, and how much of their wait is the slide of their reservation
-(issue 30): per replica and configuration, the jobs whose wait is at or above the 99th
+(docs/results.md): per replica and configuration, the jobs whose wait is at or above the 99th
 percentile, their processors and requests, the share that had a reservation, and how far they
 started after the start first promised to them as head of the queue ("slide"; negative: earlier,
 when jobs ended before their requests or predictions).
@@ -31,7 +31,7 @@ CONFIGURATIONS = {
     "EASY": RunSpec("easy", "requested", "requested"),
     "clairvoyant EASY-SJBF": RunSpec("easy-sjbf", "clairvoyant", "requested"),
     "learned, no guard": RunSpec("easy-sjbf", "learned", "incremental"),
-    "learned, guard 24 h": RunSpec("easy-sjbf", "learned", "incremental", starvation_guard_s=86_400),
+    "learned, guard 24 h": RunSpec.from_keys("easy-sjbf", "learned", "incremental", starvation_guard_s=86_400),
 }
 
 

@@ -1,9 +1,9 @@
-"""How often a guard `hpcpredict tune` chose was due in the later part of a log (docs/results.md,
-"`hpcpredict tune` with guards scaled to the site's own waits"): the figure `tune` prints as "The
-chosen guard was due N% of the later period", for a setting given here instead of chosen, so
-that the choices recorded there can be checked without running `tune`'s whole grid again. One
-replay of the log as it is, the learned predictor on EASY-SJBF, the split at the same share of
-the jobs as `tune`'s default.
+"""How often a guard `hpcpredict tune` chose was due in the later part of a log
+(docs/journal/results-2026-11.md, "`hpcpredict tune` with guards scaled to the site's own
+waits"): the figure `tune` prints as "The chosen guard was due N% of the later period", for a
+setting given here instead of chosen, so that the choices recorded there can be checked without
+running `tune`'s whole grid again. One replay of the log as it is, the learned predictor on
+EASY-SJBF, the split at the same share of the jobs as `tune`'s default.
 
     python benchmarks/tune_due_share.py ../shared/swf/KTH-SP2-1996-2.swf.gz --guard 6h --correction survival
     python benchmarks/tune_due_share.py ../shared/swf/CEA-Curie-2011-2.1-cln.swf.gz --procs 80640 --guard 24h
@@ -30,7 +30,7 @@ def main() -> None:
     parser.add_argument("--split", type=float, default=2 / 3, help="share of the jobs in the earlier part")
     args = parser.parse_args()
     workload = load_workload(args.log, machine_procs=args.procs)
-    spec = RunSpec("easy-sjbf", "learned", args.correction,
+    spec = RunSpec.from_keys("easy-sjbf", "learned", args.correction,
                    starvation_guard_s=parse_starvation_guard(args.guard))
     share = replayed_due_share(workload, spec, split_s(workload, args.split))
     print(f"{workload.name}: guard {args.guard} + {args.correction}: due "

@@ -2,7 +2,7 @@
 process: imports, read + clean, the objects the replay reads, the compiled kernels' loading, the
 replay (default configuration: EASY-SJBF + learned + incremental + the 24 h guard), the metrics.
 
-Runs the tree its PYTHONPATH names, so older trees can be measured the same way (issue 31):
+Runs the tree its PYTHONPATH names, so older trees can be measured the same way:
 
     cd /tmp && PYTHONPATH=/work/wt-speed2 python /work/wt-speed2/benchmarks/whole_command_phases.py \\
         ../shared/swf/CEA-Curie-2011-2.1-cln.swf.gz --procs 80640
@@ -49,7 +49,7 @@ def main() -> None:
     import hpcpredict.learn.nag_kernels  # noqa: F401  numba and the cached kernels' modules
     import hpcpredict.sim.backfill_kernel  # noqa: F401
     at = lap("kernel modules", at)
-    result = run(workload, RunSpec(starvation_guard_s=GUARD_S))
+    result = run(workload, RunSpec.from_keys(starvation_guard_s=GUARD_S))
     at = lap("replay", at)
     from hpcpredict.sim.metrics import compute_metrics
 

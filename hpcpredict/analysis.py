@@ -63,8 +63,9 @@ def prediction_stats(
     )
 
 
-# Users' history at a job's submission: how many of their jobs had ended (docs/results.md, "Cold
-# start"). A new user is the first bucket; the last is an established user.
+# Users' history at a job's submission: how many of their jobs had ended
+# (docs/journal/results-2026-11.md, "Cold start"). A new user is the first bucket; the last is
+# an established user.
 HISTORY_BUCKETS: tuple[tuple[str, int, float], ...] = (
     ("0", 0, 0), ("1-5", 1, 5), ("6-20", 6, 20), (">20", 21, float("inf")),
 )

@@ -5,7 +5,7 @@ function, at import, and raises ``RuntimeError: cannot cache function ...: no lo
 when it finds none. That is the normal case on a production host: hpcpredict installed by root in
 a venv (its ``__pycache__`` read-only to everyone else), run by slurmctld's ``SlurmUser`` whose
 home is ``/nonexistent`` (no ``~/.cache``), under systemd's ``ProtectSystem=strict``. Every
-command then died at import, and the unit restarted every 5 s for ever (issue 28).
+command then died at import, and the unit restarted every 5 s for ever.
 
 Where the cache goes, in numba's own order (nothing here second-guesses it):
 
@@ -15,8 +15,9 @@ Where the cache goes, in numba's own order (nothing here second-guesses it):
 3. ``$XDG_CACHE_HOME/numba`` (``~/.cache/numba``) when writable;
 4. otherwise no cache: the kernels are compiled in memory at each start (seconds: the first
    learning step took 7.6-22 s instead of 5-5.6 s from a warm cache on the loaded 2-core
-   development machine, docs/performance.md), which only slows a command's start. The daemon
-   compiles them in its warm-up, before its socket opens, so no PREDICT ever waits for it.
+   development machine, docs/journal/performance-2026-11.md, "A command's start without a numba
+   cache"), which only slows a command's start. The daemon compiles them in its warm-up,
+   before its socket opens, so no PREDICT ever waits for it.
 
 The fallback is decided per kernel, by numba's own test (it writes a temporary file in each
 candidate folder), so a folder that exists but is not writable counts as absent.

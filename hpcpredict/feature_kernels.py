@@ -2,9 +2,9 @@
 
 Why compiled: per job, the learner computed x_j in Python (about twenty attribute reads, a
 struct pack), recorded the submission, then expanded and scored x_j in a compiled call; starts and
-ends updated Python objects and a heap (docs/performance.md, "Issue 31, round 3"). Here the
-state is four arrays that `FeatureState` owns and these kernels update, and a submission
-(features, record, Phi, w . Phi) is one compiled call.
+ends updated Python objects and a heap (docs/journal/performance-2026-11.md, "Issue 31, round 3:
+the feature state compiled"). Here the state is four arrays that `FeatureState` owns and these
+kernels update, and a submission (features, record, Phi, w . Phi) is one compiled call.
 
 The arrays (`FeatureState` allocates and grows them; the kernels never resize), two because
 numba's dispatch costs per array argument:

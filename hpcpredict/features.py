@@ -2,8 +2,8 @@
 
 One `FeatureState` is fed the three events every driver produces (a job is submitted, starts,
 ends) and answers, for a job being submitted, the vector x_j of docs/method.md §2 from what is known
-at that instant. The simulator and the daemon share this single implementation (style.md,
-"feature code written twice" is an anti-pattern).
+at that instant. The simulator and the daemon share this single implementation (two copies
+would drift apart).
 
 What "known at r_j" means here:
 

@@ -4,8 +4,8 @@ Why: a package ``__init__`` that imports its submodules' names runs all of them 
 one submodule is imported. `hpcpredict.learn` and `hpcpredict.sim` gather numba kernels beside
 light modules of names and defaults that the command line reads to build its options, and
 ``hpcpredict --help`` must not wait ~1 s for numba, scipy and the kernels (docs/performance.md,
-"Start-up"). With `lazy_exports`, ``from hpcpredict.sim import simulate`` still works; it imports
-`hpcpredict.sim.simulation` at that moment.
+"The whole command"). With `lazy_exports`, ``from hpcpredict.sim import simulate`` still works;
+it imports `hpcpredict.sim.simulation` at that moment.
 
 >>> getattr_, dir_, names = lazy_exports("pkg", {"json": ("dumps",)})
 >>> names, getattr_("dumps")({"a": 1})

@@ -22,7 +22,14 @@ class Running:
     """A daemon serving in a thread of this process."""
 
     def __init__(self, config: DaemonConfig, *, wait_for_spool: bool = True, **daemon_options: object) -> None:
-        """`daemon_options`: passed to `Daemon` (``http_limits``, ``max_backlog``)."""
+        """`daemon_options`: passed to `Daemon` (``http_limits``, ``max_backlog``). Without
+        ``http_limits``, the admin API answers within 300 s instead of its 30: the first read
+        starts the read workers, which on a machine busy with the rest of the suite can take
+        longer than 30 s (a test of the timeout itself gives its own limits)."""
+        if "http_limits" not in daemon_options:
+            from hpcpredict.daemon.http_api import HttpLimits
+
+            daemon_options["http_limits"] = HttpLimits(request_timeout_s=300.0)
         self.config = config
         self.store = Store(config.db)
         self.service = PredictionService.open(
@@ -38,7 +45,7 @@ class Running:
         if not self.daemon.ready.wait(120):
             self.stop()
             raise RuntimeError(f"daemon did not start: {self.error!r}")
-        # The spool found at start is ingested in the background (issue 17): tests start from
+        # The spool found at start is ingested in the background: tests start from
         # a daemon that has done it, as the old synchronous start had.
         if wait_for_spool and not self.daemon.spool_ingested.wait(60):
             self.stop()

@@ -1,4 +1,4 @@
-"""hpcpredict installed as a site installs it, for the tests that run it as a site runs it (issue 28).
+"""hpcpredict installed as a site installs it, for the tests that run it as a site runs it.
 
 A site's install: root makes a venv with Debian's own ``/usr/bin/python3`` at ``/opt/hpcpredict/venv``
 (docs/quickstart-cluster.md, step 1), outside any home, owned by root, read-only to everyone else;

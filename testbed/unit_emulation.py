@@ -1,4 +1,4 @@
-"""deploy/hpcpredict.service's directives applied without systemd as PID 1 (issue 28).
+"""deploy/hpcpredict.service's directives applied without systemd as PID 1.
 
 The test machines have no systemd to start the unit, so `EmulatedUnit` reads the unit file itself
 and does what each directive does, by other means, inside a `SiteNamespace` (testbed/site_install.py):

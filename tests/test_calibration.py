@@ -10,7 +10,8 @@ import random
 import numpy as np
 import pytest
 
-from hpcpredict.daemon.config import ConfigError, LearnerConfig, load_config
+from hpcpredict.daemon.config import ConfigError, DaemonConfig, load_config
+from hpcpredict.learn.settings import LearnerSettings
 from hpcpredict.jobs import JobRequest
 from hpcpredict.learn.calibration import ConformalCalibration
 from hpcpredict.learn.predictor import LearnedPredictor
@@ -130,15 +131,15 @@ def test_the_calibration_is_checkpointed_and_restored_exactly(tmp_path) -> None:
 
 
 def test_the_option_in_simulate_campaigns_and_the_daemon(tmp_path) -> None:
-    assert RunSpec(calibration_alpha=0.3).to_dict()["calibration_alpha"] == 0.3
+    assert RunSpec.from_keys(calibration_alpha=0.3).to_dict()["calibration_alpha"] == 0.3
     assert "calibration_alpha" not in RunSpec().to_dict()  # off: the keys of older runs
-    assert "calibrated alpha=0.3" in RunSpec(calibration_alpha=0.3).label
+    assert "calibrated alpha=0.3" in RunSpec.from_keys(calibration_alpha=0.3).label
     with pytest.raises(ValueError):
-        RunSpec(calibration_alpha=1.0)
+        RunSpec.from_keys(calibration_alpha=1.0)
     path = tmp_path / "daemon.toml"
     path.write_text("[learner]\ncalibration_alpha = 0.25\n")
     assert load_config(path).predictor_factory().calibration_alpha == 0.25
-    assert LearnerConfig().build(None).calibration is None
+    assert DaemonConfig().predictor_factory().calibration is None
     path.write_text("[learner]\ncalibration_alpha = 2.0\n")
     with pytest.raises(ConfigError):
         load_config(path)

@@ -113,7 +113,7 @@ def test_grid_expands_logs_times_baselines_and_learned_product(tmp_path: Path) -
     # Log by log, so a worker's workload cache stays warm.
     assert [cell.log.name for cell in campaign.cells] == ["kth"] * per_log + ["kth-128"] * per_log
 
-    defaults = RunSpec()
+    defaults = RunSpec().learner
     for log in campaign.logs:
         cells = [cell for cell in campaign.cells if cell.log == log]
         assert len({cell.label for cell in cells}) == per_log
@@ -122,8 +122,8 @@ def test_grid_expands_logs_times_baselines_and_learned_product(tmp_path: Path) -
             "EASY", RunSpec("easy-sjbf", "ave2", "incremental").label  # default label
         ]
         learned = {
-            (c.spec.loss, c.spec.correction, c.spec.scheduler, c.spec.eta, c.spec.l2,
-             c.spec.loss_unit_s, c.spec.negative)
+            (c.spec.learner.loss, c.spec.correction, c.spec.scheduler, c.spec.learner.eta, c.spec.learner.l2,
+             c.spec.learner.loss_unit_s, c.spec.learner.negative)
             for c in cells if c.spec.predictor == "learned"
         }
         losses = [parse_loss(name).name for name in
@@ -138,7 +138,7 @@ def test_losses_all_gives_the_twenty_losses(tmp_path: Path) -> None:
     path = write(tmp_path, LOG + '[learned]\nlosses = "all"\n')
     cells = load_campaign(path).cells
     assert len(cells) == 20
-    assert [cell.spec.loss for cell in cells] == [loss.name for loss in all_losses()]
+    assert [cell.spec.learner.loss for cell in cells] == [loss.name for loss in all_losses()]
     assert len({cell.key for cell in cells}) == 20
 
 
@@ -206,7 +206,7 @@ def test_key_ignores_the_label_and_the_log_path_but_not_procs() -> None:
     assert Cell(LogEntry("kth", "/b/y.swf"), "two", spec).key == a.key
     assert Cell(LogEntry("kth", "/a/x.swf", procs=64), "one", spec).key != a.key
     assert Cell(LogEntry("blue", "/a/x.swf"), "one", spec).key != a.key
-    assert Cell(LogEntry("kth", "/a/x.swf"), "one", RunSpec(eta=1.0)).key != a.key
+    assert Cell(LogEntry("kth", "/a/x.swf"), "one", RunSpec.from_keys(eta=1.0)).key != a.key
 
 
 INVALID = {
@@ -297,8 +297,8 @@ def test_store_adds_each_key_once_and_frames_metrics(tmp_path: Path, kind: str) 
     assert pd.isna(row["loss"]) and pd.isna(row["eta"])  # learning settings: learned runs only
     assert row["host"] == "node-a" and row["wall_time_s"] == 0.5 and row["finished_at"] > 0
     row = frame.loc[learned.key]
-    assert row["loss"] == learned.spec.loss and row["correction"] == "doubling"
-    assert row["eta"] == learned.spec.eta and row["l2"] == learned.spec.l2
+    assert row["loss"] == learned.spec.learner.loss and row["correction"] == "doubling"
+    assert row["eta"] == learned.spec.learner.eta and row["l2"] == learned.spec.learner.l2
     assert list(only["key"]) == [learned.key]
 
 
@@ -546,7 +546,7 @@ def test_l2_is_read_under_its_old_name_lambda_with_the_same_keys_and_labels(tmp_
         for key in ("l2", "lambda")
     )
     assert [(c.key, c.label) for c in new.cells] == [(c.key, c.label) for c in old.cells]
-    assert sorted(c.spec.l2 for c in new.cells) == [0.0, 0.0, 4e11]
+    assert sorted(c.spec.learner.l2 for c in new.cells) == [0.0, 0.0, 4e11]
     assert any("lambda=4e+11" in c.label for c in new.cells)
     for section in (baseline.format(key="l2") + "lambda = 0.0\n", grid.format(key="l2") + "lambda = [0.0]\n"):
         with pytest.raises(CampaignError, match="l2 and lambda are the same setting"):

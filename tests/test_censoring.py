@@ -171,11 +171,11 @@ def test_the_simulator_censors_exactly_the_jobs_that_ran_to_their_request() -> N
 def test_censoring_is_an_option_of_the_run_spec_and_keeps_old_keys() -> None:
     default = RunSpec()
     assert "censor_at_limit" not in default.to_dict()  # campaign keys of earlier runs unchanged
-    censored = RunSpec(censor_at_limit=True)
+    censored = RunSpec.from_keys(censor_at_limit=True)
     assert censored.to_dict()["censor_at_limit"] is True
     assert "censored" in censored.label
     with pytest.raises(ValueError, match="censor_at_limit"):
-        RunSpec(censor_at_limit="yes")  # type: ignore[arg-type]
+        RunSpec.from_keys(censor_at_limit="yes")  # type: ignore[arg-type]
     workload = load_workload(SAMPLE_LOG)
     result = run(workload, censored)
     assert result.settings["censor_at_limit"] is True

@@ -3,6 +3,7 @@ what the new one gives, says on stderr what to write instead, and is refused bes
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -11,7 +12,7 @@ import pytest
 from click.testing import CliRunner
 
 from hpcpredict.cli import main
-from hpcpredict.cli.options import LearningSettings, format_option, learning_options
+from hpcpredict.cli.options import LearnerSettings, format_option, learning_options
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 RECORDED = REPO_ROOT / "docs" / "slurm-replay" / "KTH-SP2-5780-120-k60-lower.swf"
@@ -20,9 +21,9 @@ RECORDED = REPO_ROOT / "docs" / "slurm-replay" / "KTH-SP2-5780-120-k60-lower.swf
 @click.command()
 @learning_options
 @format_option()
-def echo_settings(learning: LearningSettings, output_format: str) -> None:
+def echo_settings(learning: LearnerSettings, output_format: str) -> None:
     """What the shared options hand a command (the real decorators, without a simulation)."""
-    click.echo(json.dumps({**learning.spec_fields(), "format": output_format}))
+    click.echo(json.dumps({**dataclasses.asdict(learning), "format": output_format}))
 
 
 def test_the_learners_old_names_give_what_the_new_ones_give() -> None:

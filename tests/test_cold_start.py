@@ -18,7 +18,8 @@ from click.testing import CliRunner
 
 from hpcpredict.analysis import HISTORY_BUCKETS, earlier_jobs, error_by_history
 from hpcpredict.cli import main
-from hpcpredict.daemon.config import ConfigError, DaemonConfig, LearnerConfig, load_config
+from hpcpredict.daemon.config import ConfigError, DaemonConfig, load_config
+from hpcpredict.learn.settings import LearnerSettings
 from hpcpredict.daemon.service import PredictionService
 from hpcpredict.daemon.store import Store
 from hpcpredict.features import BREAK_TIME_S
@@ -39,7 +40,7 @@ def returning_users(feature_scaling: str, gap_s: int) -> list[tuple[int, int]]:
     history ends with a job like their last, from a daemon trained on the sample as `train` does."""
     workload = load_workload(SAMPLE_LOG)
     learner = DaemonConfig(
-        time_zone="Europe/Stockholm", learner=LearnerConfig(feature_scaling=feature_scaling)
+        time_zone="Europe/Stockholm", learner=LearnerSettings(feature_scaling=feature_scaling)
     ).predictor_factory()
     replay = replay_history(workload.jobs, learner, offset_s=workload.header.unix_start_time or 0)
     assert replay.last_end_s is not None

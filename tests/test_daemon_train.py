@@ -9,7 +9,8 @@ import pytest
 from click.testing import CliRunner
 
 from hpcpredict.cli import main
-from hpcpredict.daemon.config import DaemonConfig, LearnerConfig
+from hpcpredict.daemon.config import DaemonConfig
+from hpcpredict.learn.settings import LearnerSettings
 from hpcpredict.daemon.service import PredictionService
 from hpcpredict.daemon.store import Store
 from hpcpredict.jobs import Job, JobRequest
@@ -92,7 +93,7 @@ def test_a_model_with_other_learner_constants_is_refused(tmp_path: Path) -> None
     store = Store(f"sqlite:///{tmp_path / 'state.db'}")
     try:
         service = PredictionService.open(store, DaemonConfig().predictor_factory)
-        other = DaemonConfig(learner=LearnerConfig(eta=10.0)).predictor_factory()
+        other = DaemonConfig(learner=LearnerSettings(eta=10.0)).predictor_factory()
         with pytest.raises(ValueError, match="eta"):
             service.bootstrap(other)
         assert store.latest_checkpoint() is None  # refused before anything was written

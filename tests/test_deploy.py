@@ -24,14 +24,15 @@ def test_example_config_loads_with_the_documented_paths() -> None:
     assert config.http == "127.0.0.1:8765" and config.http_token_file == "/etc/hpcpredict/http-token"
     assert config.slurm is False  # record mode first
     assert config.learner.loss == "eloss"
-    assert config.starvation_guard_s == 86_400
+    assert config.guard is not None and config.guard.wait_s == 86_400
 
 
 @pytest.mark.parametrize(("value", "seconds"), [('"off"', None), ('"12h"', 43_200), ("7200", 7200)])
 def test_the_starvation_guard_is_configurable(tmp_path: Path, value: str, seconds: int | None) -> None:
     path = tmp_path / "daemon.toml"
     path.write_text(f"[daemon]\nstarvation_guard = {value}\n")
-    assert load_config(path).starvation_guard_s == seconds
+    guard = load_config(path).guard
+    assert (None if guard is None else guard.wait_s) == seconds
 
 
 @pytest.mark.parametrize("value", ['"soon"', "30", "true"])
@@ -50,7 +51,8 @@ def test_the_starvation_guards_xfactor_is_configurable_and_off_by_default(
     line = "" if value is None else f"starvation_guard_xfactor = {value}\n"
     path.write_text(f"[daemon]\nstarvation_guard = \"24h\"\n{line}")
     config = load_config(path)
-    assert config.starvation_guard_xfactor == xfactor and config.starvation_guard_s == 86_400
+    assert config.guard.xfactor == xfactor and config.guard.wait_s == 86_400
+    assert config.guard.rule == ("wait" if xfactor is None else "xfactor")
 
 
 @pytest.mark.parametrize(("value", "expected"), [
@@ -106,10 +108,10 @@ def test_the_guards_slack_stage_is_configurable_and_off_by_default(tmp_path: Pat
     path = tmp_path / "daemon.toml"
     path.write_text('[daemon]\nstarvation_guard = "24h"\n')
     config = load_config(path)
-    assert (config.starvation_guard_slack_s, config.starvation_guard_slack_after_s) == (None, None)
+    assert (config.guard.slack_s, config.guard.slack_after_s) == (None, None)
     path.write_text('[daemon]\nstarvation_guard_slack = "2h"\nstarvation_guard_slack_after = 14400\n')
     config = load_config(path)
-    assert (config.starvation_guard_slack_s, config.starvation_guard_slack_after_s) == (7_200, 14_400)
+    assert (config.guard.slack_s, config.guard.slack_after_s) == (7_200, 14_400)
 
 
 @pytest.mark.parametrize(("lines", "expected"), [
@@ -122,7 +124,8 @@ def test_the_guards_slack_stage_is_configurable_and_off_by_default(tmp_path: Pat
     ('starvation_guard_slack = "2h"\nstarvation_guard_slack_after = "soon"',
      "starvation_guard_slack_after: expected a duration"),
     ('starvation_guard_slack = "0m"\nstarvation_guard_slack_after = "4h"', "at least 1 minute"),
-    ('starvation_guard_slack = "2h"\nstarvation_guard_slack_after = "25h"', "must be at most the guard"),
+    ('starvation_guard_slack = "2h"\nstarvation_guard_slack_after = "25h"',
+     "starvation_guard_slack_after: expected a whole number of seconds within the guard's wait"),
     ('starvation_guard = "off"\nstarvation_guard_slack = "2h"\nstarvation_guard_slack_after = "4h"',
      "needs a starvation guard"),
 ])
@@ -140,7 +143,7 @@ def test_serve_takes_the_slack_stage_on_its_command_line(tmp_path: Path) -> None
     path = tmp_path / "daemon.toml"
     path.write_text('[daemon]\nstarvation_guard_slack = "1h"\nstarvation_guard_slack_after = "3h"\n')
     config = _config(path, starvation_guard_slack="2h", starvation_guard_slack_after="4h")
-    assert (config.starvation_guard_slack_s, config.starvation_guard_slack_after_s) == (7_200, 14_400)
+    assert (config.guard.slack_s, config.guard.slack_after_s) == (7_200, 14_400)
 
 
 def test_unit_paths_match_the_example_config() -> None:

@@ -46,7 +46,7 @@ def _due_share(load: float) -> float:
     from hpcpredict.sim.runner import RunSpec, run
     from hpcpredict.workload import load_workload
 
-    result = run(scaled_load(load_workload(SAMPLE), load), RunSpec(starvation_guard_s=86_400))
+    result = run(scaled_load(load_workload(SAMPLE), load), RunSpec.from_keys(starvation_guard_s=86_400))
     return waited_share(job_column(result.jobs, "submit_s"), result.start_s, 86_400)
 
 
@@ -78,12 +78,12 @@ def test_the_xfactor_rule_is_due_at_each_jobs_own_time_and_other_rules_are_not_s
     from hpcpredict.workload import load_workload
 
     workload = load_workload(SAMPLE)
-    spec = RunSpec(starvation_guard_s=86_400, guard_rule="xfactor", guard_xfactor=3.0)
+    spec = RunSpec.from_keys(starvation_guard_s=86_400, guard_rule="xfactor", guard_xfactor=3.0)
     result = run(workload, spec)
     requested = np.asarray(job_column(result.jobs, "requested_s"))
     by_hand = waited_share(job_column(result.jobs, "submit_s"), result.start_s,
                            np.minimum(2 * requested, 86_400))
     assert guard_due_share(result, spec) == by_hand
     assert by_hand != waited_share(job_column(result.jobs, "submit_s"), result.start_s, 86_400)
-    promise = RunSpec(starvation_guard_s=86_400, guard_rule="promise")
+    promise = RunSpec.from_keys(starvation_guard_s=86_400, guard_rule="promise")
     assert guard_due_share(run(workload, promise), promise) is None

@@ -61,7 +61,7 @@ def test_a_pickled_table_carries_columns_only(workload) -> None:
 
 
 @pytest.mark.parametrize("spec", [
-    RunSpec(starvation_guard_s=86_400), RunSpec("easy", "requested", "requested"),
+    RunSpec.from_keys(starvation_guard_s=86_400), RunSpec("easy", "requested", "requested"),
 ])
 def test_a_replay_of_a_table_builds_no_job_and_equals_the_replay_of_the_objects(workload, spec) -> None:
     import dataclasses
@@ -85,7 +85,7 @@ def test_runs_in_the_compiled_loop_build_no_object_here_or_in_the_workers(worklo
     from hpcpredict.sim.runner import run_replicated
 
     from_table, table = _fresh(workload)
-    specs = [RunSpec(starvation_guard_s=86_400), RunSpec("easy", "requested", "requested")]
+    specs = [RunSpec.from_keys(starvation_guard_s=86_400), RunSpec("easy", "requested", "requested")]
     runs = run_replicated(from_table, specs, jobs=2)
     assert [m[0] for m in runs.metrics] == [compute_metrics(run(from_table, spec)) for spec in specs]
     assert table._requests is None and table._jobs is None

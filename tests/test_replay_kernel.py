@@ -14,6 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from hpcpredict.corrections import CORRECTION_NAMES, CORRECTIONS, make_correction
+from hpcpredict.corrections.starvation import GuardSettings
 from hpcpredict.corrections.survival import RuntimeHistory, SurvivalCorrection
 from hpcpredict.jobs import Job, JobRequest
 from hpcpredict.learn.predictor import LearnedPredictor
@@ -92,8 +93,8 @@ def test_the_compiled_loop_replays_what_the_python_loop_replays(workload, schedu
     policy = SCHEDULERS[scheduler]
     if guard is not None:
         rule, wait_s = guard
-        policy = dataclasses.replace(policy, starvation_guard_s=wait_s, guard_rule=rule,
-                                     guard_xfactor=3.0 if rule == "xfactor" else None)
+        policy = dataclasses.replace(policy, guard=GuardSettings(
+            wait_s, rule, 3.0 if rule == "xfactor" else None))
     with mock.patch.object(compiled_replay, "_FIRST_POOL_ROWS", 1):
         outcomes = both_loops(jobs, machine, policy, lambda: predictor_named(predictor, jobs),
                               correction, progress_every=3)
@@ -144,8 +145,7 @@ def test_a_learner_trained_before_the_replay_goes_on_from_its_state():
     {"predictor": lambda: LearnedPredictor(feature_scaling="robust")},
     {"predictor": lambda: LearnedPredictor(censor_at_limit=True)},
     {"predictor": lambda: LearnedPredictor(calibration_alpha=0.5)},
-    {"scheduler": {"starvation_guard_s": 60, "guard_estimate_slack_s": 30,
-                   "guard_estimate_after_s": 10}},
+    {"scheduler": {"guard": GuardSettings(60, slack_s=30, slack_after_s=10)}},
     {"duplicate_ids": True},
 ])
 def test_what_the_compiled_loop_does_not_model_replays_in_the_python_loop(change):
@@ -177,14 +177,14 @@ def test_what_the_compiled_loop_does_not_model_replays_in_the_python_loop(change
 
 # The real logs: the default, the published baselines and the guard's rules, as campaigns run them.
 REAL_CONFIGURATIONS = [
-    RunSpec("easy-sjbf", "learned", "incremental", starvation_guard_s=86_400),
-    RunSpec("easy-sjbf", "learned", "incremental", starvation_guard_s=86_400, guard_rule="xfactor",
+    RunSpec.from_keys("easy-sjbf", "learned", "incremental", starvation_guard_s=86_400),
+    RunSpec.from_keys("easy-sjbf", "learned", "incremental", starvation_guard_s=86_400, guard_rule="xfactor",
             guard_xfactor=5.0),
     RunSpec("easy", "requested", "requested"),
     RunSpec("easy-sjbf", "ave2", "incremental"),
     RunSpec("easy-sjbf", "clairvoyant", "requested"),
-    RunSpec("easy", "ave2", "doubling", starvation_guard_s=3600, guard_rule="promise"),
-    RunSpec("easy-sjbf", "learned", "survival", starvation_guard_s=86_400),
+    RunSpec.from_keys("easy", "ave2", "doubling", starvation_guard_s=3600, guard_rule="promise"),
+    RunSpec.from_keys("easy-sjbf", "learned", "survival", starvation_guard_s=86_400),
 ]
 
 
@@ -195,12 +195,9 @@ def kth():
 
 @pytest.mark.slow
 @pytest.mark.parametrize("spec", REAL_CONFIGURATIONS, ids=lambda spec: (
-    f"{spec.scheduler}-{spec.predictor}-{spec.correction}-{spec.starvation_guard_s}-{spec.guard_rule}"))
+    f"{spec.scheduler}-{spec.predictor}-{spec.correction}-{spec.guard and spec.guard.label}"))
 def test_the_compiled_loop_replays_kth_sp2_as_the_python_loop(kth, spec):
-    scheduler = SCHEDULERS[spec.scheduler]
-    if spec.starvation_guard_s is not None:
-        scheduler = dataclasses.replace(scheduler, starvation_guard_s=spec.starvation_guard_s,
-                                        guard_rule=spec.guard_rule, guard_xfactor=spec.guard_xfactor)
+    scheduler = dataclasses.replace(SCHEDULERS[spec.scheduler], guard=spec.guard)
     assert_same(*both_loops(kth.jobs, kth.machine_procs, scheduler,
                             lambda: build_predictor(spec, kth), spec.correction))
 
@@ -215,6 +212,6 @@ def test_the_compiled_loop_replays_the_large_logs_as_the_python_loop(log, procs,
     workload = load_workload(shared_log(log), machine_procs=procs)
     workload = dataclasses.replace(workload, jobs=workload.jobs[:25_000])
     spec = REAL_CONFIGURATIONS[0]
-    scheduler = dataclasses.replace(SCHEDULERS["easy-sjbf"], starvation_guard_s=86_400)
+    scheduler = dataclasses.replace(SCHEDULERS["easy-sjbf"], guard=GuardSettings(86_400))
     assert_same(*both_loops(list(workload.jobs), workload.machine_procs, scheduler,
                             lambda: build_predictor(spec, workload), correction))

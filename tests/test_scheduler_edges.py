@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 from hpcpredict.corrections import CORRECTIONS
+from hpcpredict.corrections.starvation import GuardSettings
 from hpcpredict.sim import simulate
 from hpcpredict.sim.profile import RunningProfile
 from hpcpredict.sim.schedulers import Scheduler, WaitingQueue
@@ -44,7 +45,7 @@ def test_a_guard_without_the_running_jobs_by_request_is_refused_by_name(rule: st
     message that says what is missing. Catches the message lost or changed."""
     waiting, profile = _busy_machine()
     waiting.set_guard_wait(0)  # the head is due at once
-    scheduler = Scheduler("easy", "fcfs", starvation_guard_s=0, guard_rule=rule)
+    scheduler = Scheduler("easy", "fcfs", GuardSettings(0, rule))
     with pytest.raises(ValueError) as raised:
         scheduler.schedule(10, waiting, profile, lambda job, backfilled: None)
     assert str(raised.value) == "the starvation guard needs the running jobs by requested end"
@@ -92,8 +93,8 @@ def test_the_promise_is_fixed_when_a_job_first_becomes_the_head(scheduler: str) 
 
 def test_an_unknown_guard_rule_is_refused_with_the_rules_there_are() -> None:
     with pytest.raises(ValueError) as raised:
-        Scheduler("easy", "fcfs", 60, guard_rule="sometimes")
-    assert str(raised.value) == "unknown guard rule 'sometimes'; one of wait, promise, xfactor"
+        Scheduler("easy", "fcfs", GuardSettings(60, "sometimes"))
+    assert str(raised.value) == "rule: unknown guard rule 'sometimes'; one of wait, promise, xfactor"
 
 
 def test_a_queue_without_submit_times_counts_them_as_zero() -> None:

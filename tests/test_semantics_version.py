@@ -33,21 +33,21 @@ SPECS = {
     "easy-sjbf, clairvoyant": RunSpec("easy-sjbf", "clairvoyant", "requested"),
     "easy, ave2, doubling": RunSpec("easy", "ave2", "doubling"),
     "learned, no guard": RunSpec(),
-    "learned, square loss": RunSpec(loss="over=square,under=square,weight=constant"),
-    "learned, guard 24 h": RunSpec(starvation_guard_s=DAY_S),
-    "learned, guard 6 h, decide on corrections": RunSpec(starvation_guard_s=21_600,
+    "learned, square loss": RunSpec.from_keys(loss="over=square,under=square,weight=constant"),
+    "learned, guard 24 h": RunSpec.from_keys(starvation_guard_s=DAY_S),
+    "learned, guard 6 h, decide on corrections": RunSpec.from_keys(starvation_guard_s=21_600,
                                                          decide_on_correction=True),
-    "learned, promise rule": RunSpec(starvation_guard_s=DAY_S, guard_rule="promise"),
-    "learned, xfactor rule": RunSpec(starvation_guard_s=DAY_S, guard_rule="xfactor",
+    "learned, promise rule": RunSpec.from_keys(starvation_guard_s=DAY_S, guard_rule="promise"),
+    "learned, xfactor rule": RunSpec.from_keys(starvation_guard_s=DAY_S, guard_rule="xfactor",
                                      guard_xfactor=3.0),
-    "learned, slack stage": RunSpec(starvation_guard_s=DAY_S, guard_estimate_slack_s=3_600,
+    "learned, slack stage": RunSpec.from_keys(starvation_guard_s=DAY_S, guard_estimate_slack_s=3_600,
                                     guard_estimate_after_s=1_800),
     "learned, survival": RunSpec(correction="survival", survival_quantile=0.9),
-    "learned, censored, robust": RunSpec(censor_at_limit=True, feature_scaling="robust"),
-    "learned, calibrated": RunSpec(calibration_alpha=0.5),
+    "learned, censored, robust": RunSpec.from_keys(censor_at_limit=True, feature_scaling="robust"),
+    "learned, calibrated": RunSpec.from_keys(calibration_alpha=0.5),
     "slurm-backfill, requests": RunSpec("slurm-backfill", "requested", "requested"),
-    "slurm-backfill, learned, guard 24 h": RunSpec("slurm-backfill", starvation_guard_s=DAY_S),
-    "slurm-backfill, learned, slack stage": RunSpec(
+    "slurm-backfill, learned, guard 24 h": RunSpec.from_keys("slurm-backfill", starvation_guard_s=DAY_S),
+    "slurm-backfill, learned, slack stage": RunSpec.from_keys(
         "slurm-backfill", starvation_guard_s=DAY_S, guard_estimate_slack_s=3_600,
         guard_estimate_after_s=1_800),
 }
@@ -134,3 +134,31 @@ def test_a_bumped_version_runs_again_what_the_earlier_code_stored(
     bumped = runner.invoke(main, ["campaign", str(path), "--store", store, "-j", "1"])
     assert bumped.exit_code == 0, bumped.output
     assert "0 already stored, 6 to run" in bumped.output
+
+
+# Campaign and tune stores key each run by its settings (`RunSpec.to_dict`); these keys were
+# computed by the code before the guard's settings became one `GuardSettings` (44967d1): a store
+# filled then is read by this code as the same runs.
+STORED_KEYS = {
+    "default": (RunSpec(), "c6d7d3b1ebac7179"),
+    "guard 24h": (RunSpec.from_keys(starvation_guard_s=86400), "99ac1c5c574bcee7"),
+    "xfactor": (RunSpec.from_keys(starvation_guard_s=86400, guard_rule="xfactor", guard_xfactor=5),
+                "7777d1dd8b026faa"),
+    "promise": (RunSpec.from_keys(starvation_guard_s=3600, guard_rule="promise"), "9c523450a6e2d3a8"),
+    "slack": (RunSpec.from_keys(starvation_guard_s=86400, guard_estimate_slack_s=7200,
+                                guard_estimate_after_s=14400), "9136bda736778164"),
+    "slurm slack xfactor": (RunSpec.from_keys(
+        "slurm-backfill", starvation_guard_s=86400, guard_rule="xfactor", guard_xfactor=3.0,
+        guard_estimate_slack_s=3600, guard_estimate_after_s=1800), "5b0359a7f99a804b"),
+    "ave2 survival": (RunSpec("easy", "ave2", "survival", survival_quantile=0.9), "a34b253843a8380d"),
+    "learner options": (RunSpec.from_keys(eta=1.0, l2=0.0, censor_at_limit=True, feature_scaling="robust",
+                                calibration_alpha=0.5, loss_unit_s=1.0, negative="clip"),
+                        "489e6061708bf315"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(STORED_KEYS))
+def test_a_runs_settings_keep_the_key_stores_have_for_it(name: str) -> None:
+    spec, stored = STORED_KEYS[name]
+    assert hashlib.sha256(json.dumps(spec.to_dict(), sort_keys=True).encode()).hexdigest()[:16] == stored
+    assert RunSpec.from_keys(**spec.to_dict()) == spec  # and the keys read back as the same run

@@ -14,6 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from hpcpredict.corrections import CORRECTION_NAMES, make_correction
+from hpcpredict.corrections.starvation import GuardSettings, guard_from
 from hpcpredict.corrections.survival import RuntimeHistory, SurvivalCorrection
 from hpcpredict.jobs import Job, JobRequest
 from hpcpredict.learn.predictor import LearnedPredictor
@@ -55,7 +56,8 @@ def test_the_compiled_loop_replays_what_the_python_loop_replays(workload, params
     pending rows grown at nearly every submission (one row at first), progress every 3 jobs."""
     machine, jobs = workload
     guard_s, xfactor = guard if guard is not None else (None, None)
-    scheduler = SlurmBackfill(params, starvation_guard_s=guard_s, guard_xfactor=xfactor)
+    scheduler = SlurmBackfill(params, guard=guard_from(guard_s, rule="wait" if xfactor is None else "xfactor",
+                                                       xfactor=xfactor))
     with mock.patch.object(compiled_replay, "_FIRST_POOL_ROWS", 1):
         outcomes = both_loops(jobs, machine, scheduler, lambda: predictor_named(predictor, jobs),
                               correction, lead_s=lead_s, progress_every=3)
@@ -72,7 +74,7 @@ def test_limits_the_guard_raises_make_the_next_pass_plan_again():
                 (1, 0, 1, 5, 4), (2, 0, 1, 1, 1), (3, 1, 1, 1, 1), (4, 1, 1, 1, 1), (5, 1, 1, 3, 2),
                 (6, 1, 2, 1, 1), (7, 1, 1, 1, 1), (8, 1, 1, 1, 1)]]
     params = SlurmParams(bf_interval_s=1, bf_max_job_test=3, bf_window_min=1, bf_resolution_s=1)
-    assert_same(*both_loops(jobs, 3, SlurmBackfill(params, starvation_guard_s=150, guard_xfactor=3.0),
+    assert_same(*both_loops(jobs, 3, SlurmBackfill(params, guard=GuardSettings(150, "xfactor", 3.0)),
                             LearnedPredictor, "doubling"))
 
 
@@ -90,8 +92,8 @@ def test_survival_with_a_short_window_replays_alike(workload, params, predictor,
         return SurvivalCorrection(quantile=quantile, min_history=min_history,
                                   history=RuntimeHistory(window=window))
 
-    outcomes = both_loops(jobs, machine, SlurmBackfill(params, starvation_guard_s=guard_s,
-                                                       guard_xfactor=xfactor),
+    guard = guard_from(guard_s, rule="wait" if xfactor is None else "xfactor", xfactor=xfactor)
+    outcomes = both_loops(jobs, machine, SlurmBackfill(params, guard=guard),
                           lambda: predictor_named(predictor, jobs), policy, progress_every=4)
     assert_same(*outcomes)
 
@@ -123,12 +125,12 @@ def test_a_covered_replay_takes_the_compiled_loop():
     with mock.patch("hpcpredict.sim.compiled_slurm_replay.replay",
                     side_effect=RuntimeError("compiled")):
         with pytest.raises(RuntimeError, match="compiled"):
-            simulate_slurm(_jobs(), 4, SlurmBackfill(starvation_guard_s=86_400), LearnedPredictor(),
+            simulate_slurm(_jobs(), 4, SlurmBackfill(guard=GuardSettings(86_400)), LearnedPredictor(),
                            make_correction("incremental"))
 
 
 def test_the_result_says_which_loop_replayed_it():
-    arguments = (_jobs(), 4, SlurmBackfill(starvation_guard_s=86_400))
+    arguments = (_jobs(), 4, SlurmBackfill(guard=GuardSettings(86_400)))
     assert simulate_slurm(*arguments, LearnedPredictor(), make_correction("incremental")).loop == "compiled"
     assert simulate_slurm(*arguments, LearnedPredictor(), make_correction("incremental"),
                           compiled=False).loop == "python"
@@ -147,9 +149,9 @@ def test_bad_input_is_refused_alike():
 
 
 REAL_CONFIGURATIONS = [
-    (RunSpec("slurm-backfill", "learned", "incremental", starvation_guard_s=86_400), ""),
+    (RunSpec.from_keys("slurm-backfill", "learned", "incremental", starvation_guard_s=86_400), ""),
     (RunSpec("slurm-backfill", "learned", "survival"), "bf_job_part_count_reserve=1"),
-    (RunSpec("slurm-backfill", "ave2", "incremental", starvation_guard_s=86_400,
+    (RunSpec.from_keys("slurm-backfill", "ave2", "incremental", starvation_guard_s=86_400,
              guard_rule="xfactor", guard_xfactor=5.0),
      "PriorityWeightAge=1000,PriorityWeightJobSize=500,bf_interval=60,bf_resolution=300,"
      "bf_max_job_test=50"),
@@ -164,10 +166,9 @@ def kth():
 
 @pytest.mark.slow
 @pytest.mark.parametrize("spec,params", REAL_CONFIGURATIONS, ids=lambda value: (
-    f"{value.predictor}-{value.correction}-{value.starvation_guard_s}" if isinstance(value, RunSpec)
+    f"{value.predictor}-{value.correction}-{value.guard and value.guard.label}" if isinstance(value, RunSpec)
     else value[:24]))
 def test_the_compiled_loop_replays_kth_sp2_as_the_python_loop(kth, spec, params):
-    scheduler = SlurmBackfill(SlurmParams.parse(params), starvation_guard_s=spec.starvation_guard_s,
-                              guard_xfactor=spec.guard_xfactor)
+    scheduler = SlurmBackfill(SlurmParams.parse(params), guard=spec.guard)
     assert_same(*both_loops(kth.jobs, kth.machine_procs, scheduler,
                             lambda: build_predictor(spec, kth), spec.correction, lead_s=30))

@@ -16,7 +16,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from sqlalchemy import select
 
-from hpcpredict.corrections.starvation import xfactor_guard_wait_s
+from hpcpredict.corrections.starvation import guard_from, xfactor_guard_wait_s
 from hpcpredict.daemon.config import DaemonConfig
 from hpcpredict.daemon.handlers import Handlers
 from hpcpredict.daemon.server import Daemon
@@ -85,9 +85,15 @@ def service(tmp_path: Path):
 
 
 def watcher_for(
-    service: PredictionService, slurm: ScriptedSlurm, clock: Clock, **options
+    service: PredictionService, slurm: ScriptedSlurm, clock: Clock, *, guard_s: int | None = 86_400,
+    xfactor: float | None = None, slack_s: int | None = None, slack_after_s: int | None = None,
+    **options
 ) -> SlurmWatcher:
-    return SlurmWatcher(slurm, service.record, service.job_status, margin_s=120, clock=clock, **options)
+    """The guard's settings as the daemon's configuration reads them (`guard_from`)."""
+    guard = guard_from(guard_s, rule="wait" if xfactor is None else "xfactor", xfactor=xfactor,
+                       slack_s=slack_s, slack_after_s=slack_after_s)
+    return SlurmWatcher(slurm, service.record, service.job_status, margin_s=120, clock=clock,
+                        guard_settings=guard, **options)
 
 
 def test_a_job_is_reported_once_per_stage_and_corrected_in_time(service: PredictionService) -> None:

@@ -1,4 +1,4 @@
-"""The starvation guard (Scheduler.starvation_guard_s): a bound on how long the head job's
+"""The starvation guard (Scheduler.guard, GuardSettings): a bound on how long the head job's
 reservation can slide when backfilling trusts predictions that are too short."""
 
 from __future__ import annotations
@@ -24,7 +24,8 @@ from hpcpredict.sim import SCHEDULERS, simulate
 from hpcpredict.sim.runner import RunSpec
 from hpcpredict.corrections import starvation
 from hpcpredict.corrections.starvation import (
-    DEFAULT_STARVATION_GUARD_S, guard_slack_estimate_s, parse_starvation_guard, xfactor_guard_wait_s,
+    DEFAULT_STARVATION_GUARD_S, GuardSettings, guard_slack_estimate_s, parse_starvation_guard,
+    xfactor_guard_wait_s,
 )
 from hpcpredict.sim import simulation
 from test_simulation import PREDICTORS, build_predictor, make_job, peak_usage, workloads
@@ -46,7 +47,8 @@ class OneSecond:
 
 
 def guarded(name: str, guard_s: int | None, rule: str = "wait"):
-    return dataclasses.replace(SCHEDULERS[name], starvation_guard_s=guard_s, guard_rule=rule)
+    guard = None if guard_s is None else GuardSettings(guard_s, rule)
+    return dataclasses.replace(SCHEDULERS[name], guard=guard)
 
 
 # A 10-processor machine. Job 0 (6 procs, 1000 s) runs; job 1 needs all 10 and becomes the head
@@ -140,8 +142,7 @@ def test_the_xfactor_rule_protects_a_job_once_it_has_waited_a_multiple_of_its_re
 
 
 def xfactor(name: str, cap_s: int, factor: float):
-    return dataclasses.replace(SCHEDULERS[name], starvation_guard_s=cap_s, guard_rule="xfactor",
-                               guard_xfactor=factor)
+    return dataclasses.replace(SCHEDULERS[name], guard=GuardSettings(cap_s, "xfactor", factor))
 
 
 @pytest.mark.parametrize("scheduler", ["easy", "easy-sjbf"])
@@ -169,9 +170,9 @@ def test_the_xfactor_rule_with_the_cap_always_first_is_the_wait_rule() -> None:
     from hpcpredict.workload import load_workload
 
     workload = load_workload(sample)
-    wait = run(workload, RunSpec(starvation_guard_s=86_400))
+    wait = run(workload, RunSpec.from_keys(starvation_guard_s=86_400))
     for factor, same in ((1e9, True), (5.0, False)):
-        relative = run(workload, RunSpec(starvation_guard_s=86_400, guard_rule="xfactor",
+        relative = run(workload, RunSpec.from_keys(starvation_guard_s=86_400, guard_rule="xfactor",
                                          guard_xfactor=factor))
         assert (relative.start_s == wait.start_s) is same
 
@@ -188,8 +189,8 @@ def test_schedules_under_the_xfactor_rule_keep_the_invariants_and_the_fast_path_
 
 
 def slack_estimating(name: str, guard_s: int, after_s: int, slack_s: int):
-    return dataclasses.replace(guarded(name, guard_s), guard_estimate_slack_s=slack_s,
-                               guard_estimate_after_s=after_s)
+    return dataclasses.replace(SCHEDULERS[name], guard=GuardSettings(guard_s, slack_s=slack_s,
+                                                                     slack_after_s=after_s))
 
 
 class Tenfold:
@@ -337,47 +338,47 @@ def test_with_requested_times_the_guard_is_plain_easy(workload, scheduler) -> No
 
 def test_the_guard_is_an_option_of_a_run_and_off_by_default() -> None:
     assert "starvation_guard_s" not in RunSpec().to_dict()  # off: campaign keys unchanged
-    assert "guard_rule" not in RunSpec(starvation_guard_s=60).to_dict()  # the old rule: keys unchanged
-    promise = RunSpec(starvation_guard_s=172_800, guard_rule="promise")
+    assert "guard_rule" not in RunSpec.from_keys(starvation_guard_s=60).to_dict()  # the old rule: keys unchanged
+    promise = RunSpec.from_keys(starvation_guard_s=172_800, guard_rule="promise")
     assert promise.to_dict()["guard_rule"] == "promise" and promise.label.endswith("guard promise or 48 h")
     with pytest.raises(ValueError, match="needs a starvation guard"):
-        RunSpec(guard_rule="promise")
-    relative = RunSpec(starvation_guard_s=86_400, guard_rule="xfactor", guard_xfactor=5)
+        RunSpec.from_keys(guard_rule="promise")
+    relative = RunSpec.from_keys(starvation_guard_s=86_400, guard_rule="xfactor", guard_xfactor=5)
     assert relative.to_dict()["guard_xfactor"] == 5.0 and relative.label.endswith("guard xfactor 5 or 24 h")
     assert "guard_xfactor" not in promise.to_dict()  # that rule's setting alone
-    with pytest.raises(ValueError, match="> 1"):
-        RunSpec(starvation_guard_s=60, guard_rule="xfactor")
-    with pytest.raises(ValueError, match="> 1"):
-        RunSpec(starvation_guard_s=60, guard_rule="xfactor", guard_xfactor=1.0)
+    with pytest.raises(ValueError, match="guard_xfactor: expected a number above 1"):
+        RunSpec.from_keys(starvation_guard_s=60, guard_rule="xfactor")
+    with pytest.raises(ValueError, match="guard_xfactor: expected a number above 1"):
+        RunSpec.from_keys(starvation_guard_s=60, guard_rule="xfactor", guard_xfactor=1.0)
     with pytest.raises(ValueError, match="xfactor"):
-        RunSpec(starvation_guard_s=60, guard_xfactor=5.0)
+        RunSpec.from_keys(starvation_guard_s=60, guard_xfactor=5.0)
     with pytest.raises(ValueError, match="EASY schedulers only"):
-        RunSpec(scheduler="slurm-backfill", starvation_guard_s=60, guard_rule="promise")
-    assert "guard_estimate_after_s" not in RunSpec(starvation_guard_s=60).to_dict()
+        RunSpec.from_keys(scheduler="slurm-backfill", starvation_guard_s=60, guard_rule="promise")
+    assert "guard_estimate_after_s" not in RunSpec.from_keys(starvation_guard_s=60).to_dict()
     with pytest.raises(ValueError, match="within the guard"):
-        RunSpec(starvation_guard_s=3_600, guard_estimate_slack_s=600, guard_estimate_after_s=7_200)
-    with pytest.raises(ValueError, match="needs guard_estimate_slack_s"):
-        RunSpec(starvation_guard_s=3_600, guard_estimate_after_s=60)
-    slack = RunSpec(starvation_guard_s=86_400, guard_estimate_slack_s=7_200, guard_estimate_after_s=14_400)
+        RunSpec.from_keys(starvation_guard_s=3_600, guard_estimate_slack_s=600, guard_estimate_after_s=7_200)
+    with pytest.raises(ValueError, match="guard_estimate_after_s: guard_estimate_slack_s and guard_estimate_after_s go together"):
+        RunSpec.from_keys(starvation_guard_s=3_600, guard_estimate_after_s=60)
+    slack = RunSpec.from_keys(starvation_guard_s=86_400, guard_estimate_slack_s=7_200, guard_estimate_after_s=14_400)
     assert slack.to_dict()["guard_estimate_slack_s"] == 7_200
     assert slack.to_dict()["guard_estimate_after_s"] == 14_400
     assert slack.label.endswith("guard 24 h, request - 2 h in front after 4 h")
-    assert "guard_estimate_slack_s" not in RunSpec(starvation_guard_s=60).to_dict()
+    assert "guard_estimate_slack_s" not in RunSpec.from_keys(starvation_guard_s=60).to_dict()
     with pytest.raises(ValueError, match="seconds >= 1"):
-        RunSpec(starvation_guard_s=86_400, guard_estimate_slack_s=0, guard_estimate_after_s=60)
+        RunSpec.from_keys(starvation_guard_s=86_400, guard_estimate_slack_s=0, guard_estimate_after_s=60)
     with pytest.raises(ValueError, match="go together"):
-        dataclasses.replace(guarded("easy", 60), guard_estimate_slack_s=60)
+        GuardSettings(60, slack_s=60)
     with pytest.raises(ValueError, match="needs a starvation guard"):
-        RunSpec(guard_estimate_slack_s=7_200, guard_estimate_after_s=60)
-    slurm = RunSpec(scheduler="slurm-backfill", starvation_guard_s=86_400, guard_estimate_slack_s=7_200,
+        RunSpec.from_keys(guard_estimate_slack_s=7_200, guard_estimate_after_s=60)
+    slurm = RunSpec.from_keys(scheduler="slurm-backfill", starvation_guard_s=86_400, guard_estimate_slack_s=7_200,
                     guard_estimate_after_s=60)  # the daemon's slack stage: modelled for SLURM too
     assert slurm.to_dict()["guard_estimate_slack_s"] == 7_200
-    spec = RunSpec(starvation_guard_s=43_200)
+    spec = RunSpec.from_keys(starvation_guard_s=43_200)
     assert spec.to_dict()["starvation_guard_s"] == 43_200 and spec.label.endswith("guard 12 h")
     with pytest.raises(ValueError, match="backfilling scheduler"):
-        RunSpec(scheduler="fcfs", starvation_guard_s=10)
+        RunSpec.from_keys(scheduler="fcfs", starvation_guard_s=10)
     with pytest.raises(ValueError, match=">= 0"):
-        RunSpec(starvation_guard_s=-1)
+        RunSpec.from_keys(starvation_guard_s=-1)
 
 
 @pytest.mark.parametrize(
@@ -402,7 +403,7 @@ def _simulated_guard(*options: str) -> object:
 
 
 def test_simulate_guards_learned_predictions_by_default_as_the_daemon_does() -> None:
-    assert _simulated_guard() == DEFAULT_STARVATION_GUARD_S == DaemonConfig().starvation_guard_s
+    assert _simulated_guard() == DEFAULT_STARVATION_GUARD_S == DaemonConfig().guard.wait_s
     assert _simulated_guard("--starvation-guard", "off") is None
     assert _simulated_guard("--starvation-guard", "12h") == 43_200
     assert _simulated_guard("--predictor", "requested", "--correction", "requested") is None  # a no-op there
@@ -415,7 +416,7 @@ def test_simulate_guards_learned_predictions_by_default_as_the_daemon_does() -> 
 
 def test_published_baselines_are_named_as_published_and_their_bounded_variants_as_such() -> None:
     assert RunSpec("easy-sjbf", "ave2", "incremental").published_name == "EASY++"
-    assert RunSpec("easy-sjbf", "ave2", "incremental",
+    assert RunSpec.from_keys("easy-sjbf", "ave2", "incremental",
                    starvation_guard_s=86_400).published_name == "EASY++ (guard 24 h)"
     assert RunSpec("easy", "requested", "requested").published_name == "EASY"
     assert RunSpec("easy-sjbf", "learned", "incremental").published_name is None
@@ -446,14 +447,14 @@ def test_predict_eval_runs_every_predictor_under_the_guard_it_names(options, gua
 @pytest.mark.parametrize("value", [1, 0.5, -3, float("inf"), float("nan"), True])
 def test_every_door_refuses_the_same_expansion_factors(value: float, tmp_path: Path) -> None:
     """The simulator's runs, `tune --xfactors` and the daemon's configuration accept the same
-    expansion factors (`starvation.is_expansion_factor`: finite, above 1), each saying so in its
-    own words."""
+    expansion factors (`GuardSettings`' one validation: finite, above 1), each saying so in its
+    own names."""
     from hpcpredict.daemon.config import ConfigError, load_config
     from hpcpredict.sim.tune import parse_xfactors
 
     assert not starvation.is_expansion_factor(value)
-    with pytest.raises(ValueError, match="expansion factor must be a finite number > 1"):
-        RunSpec("easy-sjbf", "learned", "incremental", starvation_guard_s=86_400, guard_rule="xfactor",
+    with pytest.raises(ValueError, match="guard_xfactor: expected a number above 1"):
+        RunSpec.from_keys("easy-sjbf", "learned", "incremental", starvation_guard_s=86_400, guard_rule="xfactor",
                 guard_xfactor=value)
     if not isinstance(value, bool):
         with pytest.raises(ValueError, match="--xfactors takes numbers above 1"):
@@ -470,12 +471,12 @@ def test_every_door_takes_an_expansion_factor_above_one(value: float, tmp_path: 
     from hpcpredict.sim.tune import parse_xfactors
 
     assert starvation.is_expansion_factor(value)
-    assert RunSpec("easy-sjbf", "learned", "incremental", starvation_guard_s=86_400, guard_rule="xfactor",
-                   guard_xfactor=value).guard_xfactor == value
+    assert RunSpec.from_keys("easy-sjbf", "learned", "incremental", starvation_guard_s=86_400, guard_rule="xfactor",
+                   guard_xfactor=value).guard.xfactor == value
     assert parse_xfactors(str(value)) == (float(value),)
     toml = tmp_path / "daemon.toml"
     toml.write_text(f"[daemon]\nstarvation_guard_xfactor = {value}\n")
-    assert load_config(toml).starvation_guard_xfactor == value
+    assert load_config(toml).guard.xfactor == value
 
 
 @pytest.mark.parametrize(("scheduler", "predictor", "guard_s"), [

@@ -14,6 +14,7 @@ from hpcpredict.cli import main
 from hpcpredict.daemon.config import load_config
 from hpcpredict.sim.campaign import Cell, LogEntry, run_cell
 from hpcpredict.sim.guard_due import guard_due_share
+from hpcpredict.corrections.starvation import GuardSettings
 from hpcpredict.sim.runner import RunSpec, run
 from hpcpredict.sim.tune import (
     Evidence,
@@ -107,7 +108,7 @@ def test_the_grid_is_the_bounds_the_daemon_applies_with_every_correction() -> No
     assert [s.label for s in settings] == [
         "guard 6 h + incremental", "guard 24 h + incremental",
         "guard 6 h + survival(q=0.5)", "guard 24 h + survival(q=0.5)"]
-    assert all(s.spec.guard_rule == "wait" and s.spec.predictor == "learned" for s in settings)
+    assert all(s.spec.guard.rule == "wait" and s.spec.predictor == "learned" for s in settings)
 
 
 def test_the_grid_tries_the_xfactor_rule_under_the_default_cap_and_the_fragment_carries_it(
@@ -118,16 +119,15 @@ def test_the_grid_tries_the_xfactor_rule_under_the_default_cap_and_the_fragment_
         "guard 24 h + incremental", "guard xfactor 3 or 24 h + incremental",
         "guard xfactor 5 or 24 h + incremental"]
     relative = settings[2]
-    assert (relative.spec.guard_rule, relative.spec.guard_xfactor,
-            relative.spec.starvation_guard_s) == ("xfactor", 5.0, 86_400)
+    assert relative.spec.guard == GuardSettings(86_400, "xfactor", 5.0)
     unbounded, ave2 = goal_settings(relative)  # without a guard, no rule either
-    assert unbounded.spec.starvation_guard_s is None and unbounded.spec.guard_xfactor is None
+    assert unbounded.spec.guard is None
     assert ave2.label == "AVE2, guard xfactor 5 or 24 h + incremental"
     fragment = daemon_fragment(relative.spec, "site.swf", Choice(relative.label, "a rule"))
     assert 'starvation_guard = "24h"\nstarvation_guard_xfactor = 5\ncorrection = "incremental"' in fragment
     (tmp_path / "daemon.toml").write_text(fragment)  # the daemon reads it as written
     loaded = load_config(tmp_path / "daemon.toml")
-    assert (loaded.starvation_guard_s, loaded.starvation_guard_xfactor) == (86_400, 5.0)
+    assert loaded.guard == relative.spec.guard  # what tune replayed is what the daemon runs
     assert "xfactor" not in daemon_fragment(settings[0].spec, "site.swf", Choice("x", "a rule"))
     assert parse_xfactors("5, 3,5") == (3.0, 5.0) and parse_xfactors("none") == ()
     for bad in ("1", "0.5,3", "three", ","):
@@ -140,24 +140,23 @@ def test_the_slack_stage_is_in_the_grid_only_when_asked_and_its_fragment_is_the_
     assert [s.label for s in settings] == [
         "guard 24 h + incremental", "guard 24 h, request - 2 h in front after 4 h + incremental"]
     slack = settings[1].spec
-    assert (slack.starvation_guard_s, slack.guard_estimate_slack_s, slack.guard_estimate_after_s) == (
-        86_400, 7_200, 14_400)
+    assert slack.guard == GuardSettings(86_400, slack_s=7_200, slack_after_s=14_400)
     unbounded, ave2 = goal_settings(settings[1])  # without a guard, no stage either
-    assert unbounded.spec.starvation_guard_s is None and unbounded.spec.guard_estimate_slack_s is None
-    assert ave2.spec.guard_estimate_slack_s == 7_200
+    assert unbounded.spec.guard is None
+    assert ave2.spec.guard == slack.guard
     fragment = daemon_fragment(slack, "site.swf", Choice(settings[1].label, "a rule"))
     assert ('starvation_guard = "24h"\nstarvation_guard_slack = "2h"\nstarvation_guard_slack_after = "4h"\n'
             'correction = "incremental"') in fragment
     (tmp_path / "daemon.toml").write_text(fragment)  # the daemon reads it as written
     loaded = load_config(tmp_path / "daemon.toml")
-    assert (loaded.starvation_guard_slack_s, loaded.starvation_guard_slack_after_s) == (7_200, 14_400)
+    assert loaded.guard == slack.guard  # what tune replayed is what the daemon runs
     assert parse_slacks("2h@4h, 1h@3h,2h@4h") == ((3_600, 10_800), (7_200, 14_400))
     assert parse_slacks("none") == () and parse_slacks("90m@240m") == ((5_400, 14_400),)
     for bad in ("2h", "2h@", "@4h", "30s@4h", "2h@25h", "0m@4h", "off@4h", ","):
         with pytest.raises(ValueError, match="SLACK@AFTER"):
             parse_slacks(bad)
     slurm = grid(RunSpec("slurm-backfill"), ["incremental"], slacks=((7_200, 14_400),))[1]
-    assert slurm.spec.scheduler == "slurm-backfill" and slurm.spec.guard_estimate_slack_s == 7_200
+    assert slurm.spec.scheduler == "slurm-backfill" and slurm.spec.guard.slack_s == 7_200
 
 
 def test_tune_tries_the_slack_stage_when_asked(tmp_path: Path) -> None:
@@ -185,10 +184,10 @@ def test_tune_tries_the_slack_stage_when_asked(tmp_path: Path) -> None:
 def test_the_goal_sets_the_bound_beside_the_unbounded_learner_and_ave2() -> None:
     chosen = grid(RunSpec(), ["survival"], (12 * 3600,))[0]
     unbounded, ave2 = goal_settings(chosen)
-    assert unbounded.spec.starvation_guard_s is None and unbounded.spec.correction == "survival"
+    assert unbounded.spec.guard is None and unbounded.spec.correction == "survival"
     assert unbounded.label == "no guard + survival(q=0.5)"
-    assert (ave2.spec.predictor, ave2.spec.correction, ave2.spec.starvation_guard_s) == (
-        "ave2", "incremental", 12 * 3600)
+    assert (ave2.spec.predictor, ave2.spec.correction, ave2.spec.guard) == (
+        "ave2", "incremental", GuardSettings(12 * 3600))
     assert ave2.label == "AVE2, guard 12 h + incremental"
     plain = evidence("plain", 90, 20, 70)
     bounded = Evidence.of("guard", {"ave_bsld": [50.0, 52.0, 51.0], "p99_wait_s": [19 * HOUR] * 3,
@@ -251,9 +250,8 @@ def test_tune_chooses_on_the_earlier_part_checks_on_the_later_and_resumes(tmp_pa
     assert f"checking: {2 * checked} replays, {2 * checked} already stored" in payload_run.stderr
     assert payload["guards_s"] == list(thresholds_s(payload["earlier"]["plain"]["p99_wait_s"]["mean"]))
     chosen = payload["chosen"]
-    assert config.starvation_guard_s == chosen["settings"]["starvation_guard_s"]
+    assert config.guard.to_keys() == RunSpec.from_keys(**chosen["settings"]).guard.to_keys()
     assert config.correction == chosen["settings"]["correction"]
-    assert config.starvation_guard_xfactor == chosen["settings"].get("guard_xfactor")
     # the rule, checked from the evidence printed: the lowest AVEbsld among those kept
     earlier = payload["earlier"]
     plain = earlier.pop("plain")
@@ -278,7 +276,7 @@ def test_tune_chooses_on_the_earlier_part_checks_on_the_later_and_resumes(tmp_pa
     assert goal["kept"]["max_wait"] == (goal["max_wait_over_plain"] <= 1.25)
     assert "Goal (longest wait, p99 wait, the bound's cost, against AVE2):" in shown.output
     # how often the chosen guard was due in the later period, on the history as it is
-    spec = RunSpec(**{key: value for key, value in chosen["settings"].items() if key != "label"})
+    spec = RunSpec.from_keys(**{key: value for key, value in chosen["settings"].items() if key != "label"})
     due = guard_due_share(run(load_workload(SAMPLE_LOG), spec), spec, from_s=payload["split_s"])
     assert payload["later_guard_due_share"] == round(due, 4) and 0 < due < 1
     assert f"The chosen guard was due {due:.0%} of the later period" in shown.output

@@ -11,7 +11,6 @@ from __future__ import annotations
 import dataclasses
 import functools
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +19,7 @@ import click
 from hpcpredict.corrections import CORRECTION_NAMES
 from hpcpredict.learn.defaults import FEATURE_SCALINGS
 from hpcpredict.learn.losses import parse_loss
+from hpcpredict.learn.settings import LearnerSettings
 from hpcpredict.retired import RETIRED_SETTINGS, RetiredSettingError, drop_retired, retired_message
 from hpcpredict.sim.runner import SCHEDULER_NAMES, RunSpec
 from hpcpredict.sim.slurm_conf import read_slurm_conf
@@ -118,68 +118,54 @@ _LOSS_UNIT_TYPE = click.FloatRange(min=0, min_open=True)
 _FEATURE_SCALING_TYPE = click.Choice(list(FEATURE_SCALINGS))
 
 
-@dataclass(frozen=True)
-class LearningSettings:
-    """The learned predictor's constants as the options gave them: RunSpec's fields of the same names."""
-
-    loss: str
-    eta: float
-    l2: float
-    loss_unit_s: float
-    negative: str
-    censor_at_limit: bool
-    feature_scaling: str
-    calibration_alpha: float | None
-
-    def spec_fields(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
-
-
 def learning_options(command: Callable[..., Any]) -> Callable[..., Any]:
     """The learned predictor's constants, named as in a campaign's [learned] table and the
     daemon's [learner] section: --loss, --eta, --l2, --loss-unit-s, --negative,
     --censor-at-limit, --feature-scaling, --calibration-alpha. The command receives them as one
-    `learning` (LearningSettings)."""
-    fields = [field.name for field in dataclasses.fields(LearningSettings)]
+    `learning` (`LearnerSettings`, whose validation says what a value cannot be)."""
+    fields = [field.name for field in dataclasses.fields(LearnerSettings)]
     inner = command
 
     @functools.wraps(inner)
     def with_learning(*args: Any, **kwargs: Any) -> Any:
-        learning = LearningSettings(**{name: kwargs.pop(name) for name in fields})
+        try:
+            learning = LearnerSettings(**{name: kwargs.pop(name) for name in fields})
+        except ValueError as error:
+            raise click.BadParameter(str(error)) from None
         return inner(*args, learning=learning, **kwargs)
 
     command = with_learning
     for option in reversed(
         [
-            click.option("--loss", default=RunSpec.loss, show_default=True, help=_LOSS_HELP,
+            click.option("--loss", default=LearnerSettings.loss, show_default=True, help=_LOSS_HELP,
                          callback=_check_loss),
-            click.option("--eta", type=float, default=RunSpec.eta, show_default=True,
+            click.option("--eta", type=float, default=LearnerSettings.eta, show_default=True,
                          help="NAG learning rate of the learned predictor."),
-            click.option("--l2", "l2", type=_L2_TYPE, default=RunSpec.l2, show_default=True,
+            click.option("--l2", "l2", type=_L2_TYPE, default=LearnerSettings.l2, show_default=True,
                          help="l2 regularisation of the learned predictor (lambda in docs/method.md)."),
             deprecated_alias("--lambda", "--l2", "l2", type=_L2_TYPE),
             click.option(
-                "--loss-unit-s", "loss_unit_s", type=_LOSS_UNIT_TYPE, default=RunSpec.loss_unit_s,
+                "--loss-unit-s", "loss_unit_s", type=_LOSS_UNIT_TYPE, default=LearnerSettings.loss_unit_s,
                 show_default=True,
                 help="Seconds in the unit the loss measures errors in (squared branches are "
                 "z^2/unit): 3600 measures in hours, 1 is the reference's seconds.",
             ),
             deprecated_alias("--loss-unit", "--loss-unit-s", "loss_unit_s", type=_LOSS_UNIT_TYPE),
             click.option(
-                "--negative", type=click.Choice(["abs", "clip"]), default=RunSpec.negative,
+                "--negative", type=click.Choice(["abs", "clip"]), default=LearnerSettings.negative,
                 show_default=True,
                 help="A negative model output becomes |f| (abs, as the reference) or 1 s (clip).",
             ),
             click.option(
                 "--censor-at-limit/--no-censor-at-limit", "censor_at_limit",
-                default=RunSpec.censor_at_limit, show_default=True,
+                default=LearnerSettings.censor_at_limit, show_default=True,
                 help="Learn a job that ran to its request (killed at its limit) as a lower bound: "
                 "only the under-prediction branch of the loss, no step when the model already "
                 "predicts the limit.",
             ),
             click.option(
                 "--feature-scaling", "feature_scaling", type=_FEATURE_SCALING_TYPE,
-                default=RunSpec.feature_scaling, show_default=True,
+                default=LearnerSettings.feature_scaling, show_default=True,
                 help="raw: the 20 features of docs/method.md §2. robust: the break time as "
                 "log(1 + s), and predictions made with every term clamped to the range learned "
                 "from (no extrapolation for a user back after a long gap).",

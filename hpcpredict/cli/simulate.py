@@ -21,7 +21,7 @@ from hpcpredict.cli.common import (
     workload_summary,
 )
 from hpcpredict.cli.options import (
-    LearningSettings,
+    LearnerSettings,
     correction_option,
     format_option,
     learning_options,
@@ -32,7 +32,7 @@ from hpcpredict.cli.options import (
     slurm_settings_options,
 )
 from hpcpredict.corrections.starvation import (
-    DEFAULT_STARVATION_GUARD_S, default_starvation_guard_s, parse_starvation_guard,
+    DEFAULT_STARVATION_GUARD_S, GuardSettings, default_starvation_guard_s, parse_starvation_guard,
 )
 from hpcpredict.learn.losses import parse_loss
 from hpcpredict.sim.load_scaling import MAX_LOAD_FACTOR, scaled_load
@@ -156,7 +156,7 @@ def simulate(
     slurm_params: str,
     predictor: str,
     correction: str,
-    learning: LearningSettings,
+    learning: LearnerSettings,
     procs: int | None,
     baseline: bool,
     output: Path | None,
@@ -192,12 +192,12 @@ def simulate(
     from hpcpredict.sim.metrics import metrics_table, replica_table  # the simulator: not for --help
     from hpcpredict.sim.output import write_jobs_csv, write_result_swf
 
-    starvation_guard_s = guard_option_s(starvation_guard, scheduler, predictor)
+    guard = guard_option(starvation_guard, scheduler, predictor)
     try:
         spec = RunSpec(
             scheduler, predictor, correction, decide_on_correction=decide_on_correction,
-            starvation_guard_s=starvation_guard_s, slurm_params=slurm_params,
-            survival_quantile=survival_quantile, **learning.spec_fields(),
+            guard=guard, slurm_params=slurm_params,
+            survival_quantile=survival_quantile, learner=learning,
         )
         # SLURM without hpcpredict is the baseline a SLURM site compares with
         baseline_spec = BASELINE if scheduler != SLURM_BACKFILL else RunSpec(
@@ -257,7 +257,7 @@ def simulate(
     click.echo(f"  starvation guard: {guard_sentence(spec, starvation_guard is None)}")
     if due_share is not None:
         click.echo(f"    due {due_share:.0%} of the time (some job had waited "
-                   f"{spec.starvation_guard_s / 3600:g} h)" + ("; replica 0" if replicas > 1 else ""))
+                   f"{spec.guard.wait_s / 3600:g} h)" + ("; replica 0" if replicas > 1 else ""))
         if due_share >= MOSTLY_DUE:
             click.echo(f"    due {MOSTLY_DUE:.0%} of the time or more: on the logs measured so, the "
                        "learned limits did no better than AVE2's under the same guard "
@@ -279,7 +279,7 @@ def simulate(
             click.echo(f"  {describe_change(COMPARED_METRICS[metric], difference)}")
         warning = tail_warning(comparison["ave_bsld"], {
             COMPARED_METRICS[metric]: comparison[metric] for metric in ("p99_wait_s", "max_wait_s")},
-            tail_advice(spec.starvation_guard_s))
+            tail_advice(None if spec.guard is None else spec.guard.wait_s))
         if warning:
             click.echo(f"\n{warning}")
         if replicas == 1:
@@ -301,16 +301,18 @@ def tail_advice(guard_s: int | None) -> str:
             "(docs/tune.md).")
 
 
-def guard_option_s(starvation_guard: str | None, scheduler: str, predictor: str) -> int | None:
+def guard_option(starvation_guard: str | None, scheduler: str, predictor: str) -> GuardSettings | None:
     """--starvation-guard as given, or the default for this scheduler and predictor
     (`default_starvation_guard_s`: bounded for hpcpredict's learned default, unbounded for the
     published baselines)."""
     if starvation_guard is None:
-        return default_starvation_guard_s(scheduler, predictor)
-    try:
-        return parse_starvation_guard(starvation_guard)
-    except ValueError as error:
-        raise click.BadParameter(str(error), param_hint="--starvation-guard") from None
+        wait_s = default_starvation_guard_s(scheduler, predictor)
+    else:
+        try:
+            wait_s = parse_starvation_guard(starvation_guard)
+        except ValueError as error:
+            raise click.BadParameter(str(error), param_hint="--starvation-guard") from None
+    return None if wait_s is None else GuardSettings(wait_s)
 
 
 def spec_title(spec: RunSpec) -> str:
@@ -322,7 +324,7 @@ def spec_title(spec: RunSpec) -> str:
 
 def guard_sentence(spec: RunSpec, defaulted: bool) -> str:
     """Which starvation guard a replay ran, and why, in one line."""
-    if spec.starvation_guard_s is None:
+    if spec.guard is None:
         if spec.scheduler == "fcfs":
             return "none (FCFS does not backfill)"
         if defaulted and spec.predictor == "requested":
@@ -330,7 +332,7 @@ def guard_sentence(spec: RunSpec, defaulted: bool) -> str:
         why = ("the published baselines are replayed unbounded, as published"
                if defaulted else "--starvation-guard off")
         return f"off ({why}; --starvation-guard 24h runs the bounded variant)"
-    hours = f"{spec.starvation_guard_s / 3600:g} h"
+    hours = f"{spec.guard.wait_s / 3600:g} h"
     why = "hpcpredict's default for the learned predictor" if defaulted else "--starvation-guard"
     return f"{hours} ({why}; --starvation-guard off runs it unbounded)"
 
@@ -375,7 +377,7 @@ EVALUATED_PREDICTORS = ("learned", "ave2", "requested")
 @format_option()
 def predict_eval(
     log: Path,
-    learning: LearningSettings,
+    learning: LearnerSettings,
     scheduler: str,
     slurm_params: str,
     correction: str,
@@ -404,11 +406,11 @@ def predict_eval(
     from hpcpredict.analysis import error_by_history, plot_ecdfs, prediction_stats
     from hpcpredict.sim.metrics import compute_metrics
 
-    starvation_guard_s = guard_option_s(starvation_guard, scheduler, "learned")
+    guard = guard_option(starvation_guard, scheduler, "learned")
     try:
         specs = [
             RunSpec(scheduler, name, correction, slurm_params=slurm_params,
-                    starvation_guard_s=starvation_guard_s, **learning.spec_fields())
+                    guard=guard, learner=learning)
             for name in EVALUATED_PREDICTORS
         ]
     except ValueError as error:
@@ -439,7 +441,7 @@ def predict_eval(
             "scheduler": scheduler,
             "correction": correction,
             "loss": loss,
-            "starvation_guard_s": starvation_guard_s,
+            "starvation_guard_s": None if guard is None else guard.wait_s,
             "predictors": {
                 name: {**stat.to_dict(), "ave_bsld": bsld,
                        "by_history": [bucket.to_dict() for bucket in buckets]}

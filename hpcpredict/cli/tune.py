@@ -10,7 +10,7 @@ import click
 
 from hpcpredict.cli.common import check_file, load_log, require_jobs, run_into_store
 from hpcpredict.cli.options import (
-    LearningSettings,
+    LearnerSettings,
     format_option,
     learning_options,
     lenient_option,
@@ -78,7 +78,7 @@ _NAMES = {"ave_bsld": "AVEbsld", "p99_wait_s": "p99 wait h", "max_wait_s": "max 
 @lenient_option
 @format_option()
 def tune(
-    log: Path, scheduler: str, slurm_params: str, learning: LearningSettings, procs: int | None,
+    log: Path, scheduler: str, slurm_params: str, learning: LearnerSettings, procs: int | None,
     split: float, guards: str, xfactors: str, slacks: str, corrections: str, replicas: int, shake_s: int,
     seed: int, jobs: int | None,
     executor: str, scheduler_address: str | None, store_url: str, fragment_path: Path | None,
@@ -111,7 +111,7 @@ def tune(
 
     try:
         base = RunSpec(scheduler, "learned", "incremental", slurm_params=slurm_params,
-                       **learning.spec_fields())
+                       learner=learning)
         correction_names = [c.strip() for c in corrections.split(",") if c.strip()]
         tuning.grid(base, correction_names)  # validates the corrections before any replay
         given_guards_s = tuning.parse_guards(guards)
@@ -220,8 +220,9 @@ def _due_sentence(share: float, spec) -> str:  # type: ignore[no-untyped-def]
     """How often the chosen guard was due out of sample, and what that has meant elsewhere."""
     from hpcpredict.sim.guard_due import MOSTLY_DUE
 
-    waited = (f"{spec.starvation_guard_s / 3600:g} h" if spec.guard_rule == "wait" else
-              f"{spec.guard_xfactor:g} - 1 times its request, at most {spec.starvation_guard_s / 3600:g} h")
+    guard = spec.guard
+    waited = (f"{guard.wait_s / 3600:g} h" if guard.rule == "wait" else
+              f"{guard.xfactor:g} - 1 times its request, at most {guard.wait_s / 3600:g} h")
     sentence = (f"The chosen guard was due {share:.0%} of the later period (the history as it is; "
                 f"some job had waited {waited}).")
     if share >= MOSTLY_DUE:

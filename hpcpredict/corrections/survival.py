@@ -1,4 +1,4 @@
-"""Survival-based correction (issue 14, idea 5; docs/method.md §8): when a job outlives its
+"""Survival-based correction (docs/method.md §8): when a job outlives its
 prediction, extend it to a conditional quantile of its user's runtimes given the time it has run.
 
 INCREMENTAL extends a job by fixed steps (1, 5, 15, 30 min, 1 h, ...) whatever the user usually

@@ -1,4 +1,4 @@
-"""The prediction daemon's core: store, service, error statistics (issue 6).
+"""The prediction daemon's core: store, service, error statistics.
 
 * `store` — SQLAlchemy 2 models and `Store` (SQLite by default, PostgreSQL by URL), with the
   Alembic migrations of `migrations` run by `Store.upgrade`.

@@ -58,19 +58,13 @@ from hpcpredict.daemon.paths import default_db_url, state_dir
 from hpcpredict.daemon.readiness import DEFAULT_MIN_TRAINED_JOBS
 from hpcpredict.corrections import CORRECTION_NAMES, make_correction
 from hpcpredict.corrections.policies import CorrectionPolicy
-from hpcpredict.corrections.starvation import DEFAULT_STARVATION_GUARD_S, is_expansion_factor, parse_starvation_guard
+from hpcpredict.corrections.starvation import (
+    DAEMON_NAMES, DEFAULT_STARVATION_GUARD_S, GuardSettings, guard_from, parse_starvation_guard,
+)
 from hpcpredict.corrections.survival import DEFAULT_SURVIVAL_QUANTILE
 from hpcpredict.retired import RetiredSettingError, drop_retired
 from hpcpredict.slurm.failsafe import FailsafeConfig, FailsafeConfigError
-from hpcpredict.learn.defaults import (
-    DEFAULT_CALIBRATION_ALPHA,
-    DEFAULT_CENSOR_AT_LIMIT,
-    DEFAULT_ETA,
-    DEFAULT_FEATURE_SCALING,
-    DEFAULT_L2,
-    DEFAULT_LOSS_UNIT_S,
-    DEFAULT_NEGATIVE,
-)
+from hpcpredict.learn.settings import LEARNER_KEYS, LearnerSettings
 
 if TYPE_CHECKING:
     from hpcpredict.learn.predictor import LearnedPredictor
@@ -84,35 +78,6 @@ class ConfigError(ValueError):
 
 class DaemonError(RuntimeError):
     """The daemon cannot start as configured (socket in use, bad path...)."""
-
-
-@dataclass(frozen=True)
-class LearnerConfig:
-    loss: str = "eloss"
-    eta: float = DEFAULT_ETA
-    l2: float = DEFAULT_L2
-    negative: str = DEFAULT_NEGATIVE
-    loss_unit_s: float = DEFAULT_LOSS_UNIT_S
-    censor_at_limit: bool = DEFAULT_CENSOR_AT_LIMIT
-    feature_scaling: str = DEFAULT_FEATURE_SCALING
-    calibration_alpha: float | None = DEFAULT_CALIBRATION_ALPHA
-
-    def build(self, time_zone: str | None) -> LearnedPredictor:
-        """An untrained learner whose clock is Unix seconds read in the site's time zone."""
-        from hpcpredict.features import FeatureContext  # numpy, and numba's kernels: not for --help
-        from hpcpredict.learn.predictor import LearnedPredictor
-
-        return LearnedPredictor(
-            self.loss,
-            eta=self.eta,
-            l2=self.l2,
-            negative=self.negative,  # type: ignore[arg-type]
-            loss_unit_s=self.loss_unit_s,
-            context=FeatureContext(0, time_zone),
-            censor_at_limit=self.censor_at_limit,
-            feature_scaling=self.feature_scaling,  # type: ignore[arg-type]
-            calibration_alpha=self.calibration_alpha,
-        )
 
 
 @dataclass(frozen=True)
@@ -150,32 +115,49 @@ class DaemonConfig:
     # runtimes from the events the service logs, in its checkpoint (hpcpredict/corrections/survival.py).
     correction: str = "incremental"
     survival_quantile: float = DEFAULT_SURVIVAL_QUANTILE
-    learner: LearnerConfig = field(default_factory=LearnerConfig)
+    learner: LearnerSettings = field(default_factory=LearnerSettings)
     failsafe: FailsafeConfig = field(default_factory=FailsafeConfig)
 
     def predictor_factory(self) -> LearnedPredictor:
-        return self.learner.build(self.time_zone)
+        """An untrained learner whose clock is Unix seconds read in the site's time zone."""
+        from hpcpredict.features import FeatureContext  # numpy, and numba's kernels: not for --help
+        from hpcpredict.learn.predictor import LearnedPredictor
+
+        return LearnedPredictor.from_settings(self.learner, FeatureContext(0, self.time_zone))
 
     def correction_policy(self) -> CorrectionPolicy:
         """A fresh correction policy for the service (which feeds it) and the SLURM corrector."""
         return make_correction(self.correction, survival_quantile=self.survival_quantile)
 
     @property
-    def starvation_guard_s(self) -> int | None:
-        """The guard in seconds, None when off."""
-        return parse_starvation_guard(self.starvation_guard)
-
-    @property
-    def starvation_guard_slack_s(self) -> int | None:
-        """The guard's slack in seconds, None without a slack stage."""
-        slack = self.starvation_guard_slack
-        return None if slack is None else parse_starvation_guard(slack)
-
-    @property
-    def starvation_guard_slack_after_s(self) -> int | None:
-        """The wait that starts the slack stage, in seconds, None without one."""
-        after = self.starvation_guard_slack_after
-        return None if after is None else parse_starvation_guard(after)
+    def guard(self) -> GuardSettings | None:
+        """The starvation guard these keys describe (None: off), read as the simulator reads a
+        run's (`GuardSettings`, one validation): durations in seconds, the xfactor rule when a
+        factor is given; and what SLURM adds, whose limits are whole minutes: a guard of at least
+        one, a slack stage in whole minutes. Raises ConfigError naming this file's keys."""
+        seconds = {}
+        for setting in ("wait_s", "slack_s", "slack_after_s"):
+            key = DAEMON_NAMES[setting]
+            value = getattr(self, key)
+            try:
+                seconds[setting] = None if value is None else parse_starvation_guard(value)
+            except ValueError as error:
+                raise ConfigError(f"{key}: {error}".replace("a starvation guard is", "expected")) from None
+            parsed = seconds[setting]
+            if setting == "wait_s" and parsed is not None and parsed < 60:
+                raise ConfigError(f"{key} must be off or at least 60 s, got {value!r}")
+            if setting != "wait_s" and value is not None and (
+                    parsed is None or parsed % 60 or (setting == "slack_s" and parsed < 60)):
+                raise ConfigError(f"{key}: expected a whole number of minutes, at least 1 minute for "
+                                  f"the slack, such as \"2h\" or \"90m\" (SLURM's limits are whole "
+                                  f"minutes), got {value!r}")
+        xfactor = self.starvation_guard_xfactor
+        try:
+            return guard_from(seconds["wait_s"], rule="wait" if xfactor is None else "xfactor",
+                              xfactor=xfactor, slack_s=seconds["slack_s"],
+                              slack_after_s=seconds["slack_after_s"], names=DAEMON_NAMES)
+        except ValueError as error:
+            raise ConfigError(str(error)) from None
 
     def with_overrides(self, **overrides: Any) -> DaemonConfig:
         """A copy with the given keys replaced; None means "not given" and keeps the value."""
@@ -190,7 +172,7 @@ _DAEMON_KEYS = {
     "starvation_guard_xfactor", "starvation_guard_slack", "starvation_guard_slack_after", "correction",
     "survival_quantile",
 }
-_LEARNER_KEYS = {f.name for f in dataclasses.fields(LearnerConfig)}
+_LEARNER_KEYS = LEARNER_KEYS
 
 
 CONFIG_VARIABLE = "HPCPREDICT_CONFIG"
@@ -209,7 +191,7 @@ class FoundConfig:
 def find_config(explicit: Path | None, *, system_config: Path | None = None,
                 environ: dict[str, str] | None = None) -> FoundConfig:
     """Which configuration `hpcpredict errors` and `report` read when none is given, so that on a
-    controller they find the installed daemon's database by themselves (issue 28), in this order:
+    controller they find the installed daemon's database by themselves, in this order:
 
     1. ``--config FILE``;
     2. ``$HPCPREDICT_CONFIG`` (a file that must exist: a typo is an error, never a silent
@@ -271,9 +253,11 @@ def load_config(path: str | os.PathLike[str] | None) -> DaemonConfig:
     if "socket_mode" in daemon:
         daemon["socket_mode"] = parse_mode(daemon["socket_mode"], where=f"{path}: [daemon] socket_mode")
     try:
-        config = DaemonConfig(**daemon, learner=LearnerConfig(**learner), failsafe=failsafe)
+        config = DaemonConfig(**daemon, learner=LearnerSettings(**learner), failsafe=failsafe)
     except TypeError as error:
         raise ConfigError(f"{path}: {error}") from error
+    except ValueError as error:  # the learner's settings (`LearnerSettings`' one validation)
+        raise ConfigError(f"{path}: learner: {error}") from error
     try:
         return _checked(config)
     except ConfigError as error:
@@ -332,52 +316,6 @@ def _check_time_zone(time_zone: str | None) -> None:
         ) from None
 
 
-def _check_xfactor(xfactor: object, guard_s: int | None) -> None:
-    """A number above 1 (an expansion factor of 1 is reached at submission: the guard always on),
-    and only with a guard: its duration is the rule's cap, and "off" means no guard at all."""
-    if xfactor is None:
-        return
-    if not is_expansion_factor(xfactor):
-        raise ConfigError(f"starvation_guard_xfactor: expected a number above 1 such as 5 (the "
-                          f"expansion factor, (wait + request) / request, that turns the guard on), "
-                          f"got {xfactor!r}")
-    if guard_s is None:
-        raise ConfigError("starvation_guard_xfactor needs a starvation guard: starvation_guard is "
-                          "off, and its duration is the xfactor rule's cap (set it, e.g. \"24h\", "
-                          "or drop starvation_guard_xfactor)")
-
-
-def _check_slack(config: DaemonConfig, guard_s: int | None) -> None:
-    """Both or neither; whole minutes (SLURM's limits are), a slack of at least one, a stage that
-    starts within the guard's duration; and only with a guard (the stage comes before it)."""
-    slack, after = config.starvation_guard_slack, config.starvation_guard_slack_after
-    if slack is None and after is None:
-        return
-    if slack is None or after is None:
-        raise ConfigError("starvation_guard_slack and starvation_guard_slack_after go together (the "
-                          "slack, and the wait from which it applies, e.g. \"2h\" and \"4h\"); set "
-                          "both or neither")
-    seconds = {}
-    for key in ("starvation_guard_slack", "starvation_guard_slack_after"):
-        try:
-            value = parse_starvation_guard(getattr(config, key))
-        except ValueError as error:
-            raise ConfigError(f"{key}: {error}".replace("a starvation guard is", "expected")) from None
-        if value is None or value % 60:
-            raise ConfigError(f"{key}: expected a whole number of minutes such as \"2h\" or \"90m\" "
-                              f"(SLURM's limits are whole minutes), got {getattr(config, key)!r}")
-        seconds[key] = value
-    if seconds["starvation_guard_slack"] < 60:
-        raise ConfigError(f"starvation_guard_slack must be at least 1 minute, got {slack!r}")
-    if guard_s is None:
-        raise ConfigError("starvation_guard_slack needs a starvation guard: starvation_guard is off, "
-                          "and the slack's stage is the one before it (set it, e.g. \"24h\", or drop "
-                          "the slack)")
-    if seconds["starvation_guard_slack_after"] > guard_s:
-        raise ConfigError(f"starvation_guard_slack_after ({after!r}) must be at most the guard "
-                          f"({config.starvation_guard!r}): the slack's stage comes before it")
-
-
 def _checked(config: DaemonConfig) -> DaemonConfig:
     for key, expected in _TEXT_KEYS.items():
         value = getattr(config, key)
@@ -405,14 +343,7 @@ def _checked(config: DaemonConfig) -> DaemonConfig:
             f"[failsafe] stale_after_s ({config.failsafe.stale_after_s:g}) must cover two looks at "
             f"SLURM ({config.slurm_interval_s:g} s each) and 10 s for a look itself: a healthy "
             "watcher's heartbeat would otherwise read as stale")
-    try:
-        guard_s = config.starvation_guard_s
-    except ValueError as error:
-        raise ConfigError(f"starvation_guard: {error}") from None
-    if guard_s is not None and guard_s < 60:
-        raise ConfigError(f"starvation_guard must be off or at least 60 s, got {config.starvation_guard!r}")
-    _check_xfactor(config.starvation_guard_xfactor, guard_s)
-    _check_slack(config, guard_s)
+    config.guard  # (its checks: `DaemonConfig.guard`)
     if config.correction not in CORRECTION_NAMES:
         raise ConfigError(f"correction must be one of {', '.join(CORRECTION_NAMES)}, got {config.correction!r}")
     if isinstance(config.survival_quantile, bool) or not isinstance(config.survival_quantile, (int, float)) \

@@ -1,4 +1,4 @@
-"""Per-user error statistics of the daemon's predictions, computed from its store (issue 6).
+"""Per-user error statistics of the daemon's predictions, computed from its store.
 
 What ``hpcpredict errors`` prints: for each user, how far hpcpredict's predictions were from the
 runtimes, next to the two answers a site would have had without it — the user's own request

@@ -35,7 +35,7 @@ def idempotency_key(
 
     A job is submitted, starts and ends once: its id and the kind identify the event (a second
     ``ended`` for a job is the same event resent, and must not train twice). A limit is set
-    absolutely (``scontrol update TimeLimit=...``, design.md), and may return to a value it had
+    absolutely (``scontrol update TimeLimit=...``), and may return to a value it had
     (the starvation guard gives a pending job its request, then its lowered limit again): a
     limit change is the job's `change`-th (0-based) to `new_limit_s`. A resent change finds the
     job at that limit already and is refused before any key is made. SLURM recycles job ids only

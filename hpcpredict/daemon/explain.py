@@ -1,4 +1,4 @@
-"""Why the daemon predicted what it did, from its store alone (issue 28, item 8).
+"""Why the daemon predicted what it did, from its store alone.
 
 A sysadmin asked "why did my job get 4 minutes?" needs the terms of the model that made the
 prediction, with the model as it was then. The store has what it takes: the checkpoints (the

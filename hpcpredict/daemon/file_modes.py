@@ -3,7 +3,7 @@
 `serve` and `train` create their files 0600 (cli/daemon.py's umask), and SQLite gives the -wal
 and -shm files the database file's own mode. That leaves a database that already exists with a
 loose mode: a backup restored or a copy made under a umask of 022 is 0644, and its -wal and
--shm then come out 0644 too (issue 29, item 5).
+-shm then come out 0644 too (docs/daemon.md, "Reliability").
 
 Such a file is **tightened**, not refused: the "other" bits are removed from the database and
 from its -wal and -shm files (the group bits are kept: a site may let an admin group read the

@@ -11,7 +11,7 @@ Sharing the loop that answers the SLURM plugin is safe because nothing here bloc
   loop, as cheap as a PREDICT on the socket;
 * every read of the store (`queries`), and the rendering of /metrics, runs in a worker process
   (`StoreReads`), so a ``GET /errors`` over every judged job (seconds on a big store) never
-  delays a PREDICT, not even through the GIL (issue 17);
+  delays a PREDICT, not even through the GIL;
 * connections and requests are bounded (`HttpLimits`): past the limits a client gets 503 at
   once rather than a queue, a connection that sends no complete request within
   `idle_timeout_s` is closed (idle or slowloris clients cannot pile up and make /health
@@ -60,7 +60,7 @@ class HttpLimits:
 
     # Open connections. At the cap, a new connection takes the place of the one idle longest
     # (no request in progress: just opened, or between keep-alive requests); only when every
-    # connection has a request in progress is it answered 503 and closed. Issue 29, item 3: a
+    # connection has a request in progress is it answered 503 and closed. Before that rule, a
     # client holding every slot without asking anything kept /health and /metrics at 503. A
     # client that reopens its connections as they are closed churns them (about 4,000/s here,
     # as it did against the 503s before) but cannot keep a probe out: the probe's request is

@@ -1,4 +1,4 @@
-"""Who may read per-user data from the admin API: a bearer token kept in a file (issue 17).
+"""Who may read per-user data from the admin API: a bearer token kept in a file.
 
 The per-user endpoints show every user's jobs, runtimes and errors, so they answer only a client
 that sends ``Authorization: Bearer <token>``, the token being the content of the file named by

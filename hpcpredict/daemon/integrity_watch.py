@@ -1,4 +1,4 @@
-"""Damage to the SQLite store while the daemon runs is found, said and acted on (issue 29, item 4).
+"""Damage to the SQLite store while the daemon runs is found, said and acted on.
 
 `serve` runs SQLite's ``PRAGMA quick_check`` at start (cli/daemon.py). Garbage written into the
 file later (a failing disk, a careless ``dd``, a bad restore over the live file) went unnoticed:

@@ -11,7 +11,7 @@ SLURM kills a job at its time limit. A job killed at a limit hpcpredict *lowered
 user's request) did not show its runtime: it would have run longer, so ``run_s`` is only a lower
 bound on it. Learning it as a true runtime would teach the model that the job was exactly as
 long as the limit the model itself chose, a feedback loop that hides under-predictions
-(design.md: lowering the limit is only safe because the corrector raises it in time). The rule,
+(lowering the limit is only safe because the corrector raises it in time). The rule,
 in order:
 
 1. ``never_ran`` — ``run_s <= 0`` (cancelled while pending): no runtime was observed. Recorded,
@@ -35,9 +35,9 @@ in order:
    towards a runtime the job did not have. Not trained. The job still enters the user's
    history (it did run ``run_s`` seconds; history describes behaviour, it is not a target).
 
-The issue's draft said "not trained on, unless run_s < the prediction"; rules 4-6 are that,
-made precise: below the prediction given at submission the runtime is true (4); above it, the
-bound is used only in the direction it is informative (5, 6).
+The first draft of this rule said "not trained on, unless run_s < the prediction"; rules 4-6 are
+that, made precise: below the prediction given at submission the runtime is true (4); above it,
+the bound is used only in the direction it is informative (5, 6).
 
 7. ``timeout_bound`` / ``timeout_bound_met`` — only with the learner's ``censor_at_limit``: a job
    killed at the *user's own* limit (SLURM's TIMEOUT, or a runtime that reached the request) is

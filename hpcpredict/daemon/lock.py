@@ -8,7 +8,7 @@ daemons may be given two sockets. So the store itself is locked:
   reaches it. A lock on ``<given path>.lock`` (what it was) followed the name: a second daemon
   through a symlink or a hard link locked another file and served beside the first; through a
   hard link each kept its own -wal file (SQLite names it after the path it was given), so an
-  event one acknowledged was never in the other's database (issue 29, item 1).
+  event one acknowledged was never in the other's database (docs/daemon.md, "Reliability").
   ``flock`` and SQLite's own locks (POSIX ``fcntl`` byte ranges) are separate kinds on Linux and
   do not see each other, so readers (``hpcpredict errors``) and SQLite's WAL locking are
   untouched. One rule of POSIX locks matters: closing *any* descriptor of a file drops every

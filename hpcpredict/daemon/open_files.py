@@ -1,4 +1,4 @@
-"""Open files: the daemon's limit raised at start, and the socket's share of it (issue 29, item 2).
+"""Open files: the daemon's limit raised at start, and the socket's share of it.
 
 Every connection is a file descriptor. Under systemd's default (a soft limit of 1,024 open
 files) one client holding 1,100 connections stopped every PREDICT for as long as it held them:

@@ -2,7 +2,7 @@
 
 They open their own sessions and never touch the `PredictionService` (which belongs to the event
 loop's thread): a ``GET /errors`` over every judged job takes seconds on a big store, and PREDICT
-on the socket must not wait for it (issue 17). A thread is not far enough: pandas, the ORM and
+on the socket must not wait for it. A thread is not far enough: pandas, the ORM and
 the JSON encoder hold the GIL for milliseconds at a time, and the loop would wait for it. So the
 HTTP API runs them in a worker *process* (`http_api.StoreReads`): `open_worker_store` is its
 initializer, `in_worker` its entry point, and everything crosses as plain picklable values.

@@ -1,6 +1,6 @@
 """``hpcpredict serve``: the daemon's life cycle around its two fronts.
 
-Issue 17: the PREDICT path never waits on the database, the spool or an HTTP read.
+The PREDICT path never waits on the database, the spool or an HTTP read (docs/daemon.md).
 
 * The asyncio event loop serves the plugin's Unix socket (`socket_server`) and the admin HTTP
   API (`http_api`, aiohttp on the same loop, its reads of the store in worker processes). It
@@ -248,10 +248,7 @@ class Daemon:
             margin_s=self.config.correction_margin_s,
             interval_s=self.config.slurm_interval_s,
             policy=self.service.correction,  # the policy the service feeds (SURVIVAL's history)
-            guard_s=self.config.starvation_guard_s,
-            xfactor=self.config.starvation_guard_xfactor,
-            slack_s=self.config.starvation_guard_slack_s,
-            slack_after_s=self.config.starvation_guard_slack_after_s,
+            guard_settings=self.config.guard,
             heartbeat=self.config.failsafe.heartbeat,
             stale_after_s=self.config.failsafe.stale_after_s,
         )

@@ -29,7 +29,7 @@ one is reported, removed, and the previous one (or the bootstrap checkpoint `tra
 is never pruned, or an untrained model) is used with the events logged after it: the same model,
 at the cost of a longer replay.
 
-Answers are given from memory. Threads (issue 17): the event methods (`submitted`, `started`,
+Answers are given from memory. Threads: the event methods (`submitted`, `started`,
 `ended`, `limit_changed`, `checkpoint`, `close`) do database work and are called from one thread
 at a time, the daemon's store writer (writer.py), never from the asyncio loop that answers
 PREDICT. The learner and the correction policy, though, are touched only through `on_learner`,

@@ -8,7 +8,7 @@ renamed file, taken first at the next start (every event is idempotent, so lines
 are answered ``applied=0``). Lines the daemon refuses are kept in ``<spool>.rejected`` with the
 reason, never dropped.
 
-`SpoolIngestion` reads the file in chunks of a bounded number of lines (issue 17): the daemon runs
+`SpoolIngestion` reads the file in chunks of a bounded number of lines: the daemon runs
 one chunk at a time on its store writer, so that 8,000 spooled reports after an outage are
 seconds of writing between which live events and every PREDICT are still served, instead of one
 block that stalled the plugin (which made jobcomp spool more, and the next stall longer).

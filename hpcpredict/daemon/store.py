@@ -1,6 +1,6 @@
 """What the daemon keeps on disk: SQLAlchemy 2 models, and `Store`, the engine behind them.
 
-Six tables (design.md, "Storage"):
+Six tables:
 
 * ``events`` — the append-only log of everything the daemon applied to its model, in order
   (``seq``). It is the source of truth: the other tables are projections of it, and the model is

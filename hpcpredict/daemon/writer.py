@@ -1,6 +1,6 @@
 """The daemon's store writer: one thread that runs every database write, in arrival order.
 
-Why a thread of its own (issue 17): a transaction costs about a millisecond on SQLite and more on
+Why a thread of its own: a transaction costs about a millisecond on SQLite and more on
 PostgreSQL, may wait ``busy_timeout`` (5 s) for a reader holding the file, and a burst of 3,000
 ENDs or 8,000 spooled reports is seconds of them. Run on the asyncio loop, that stalled every
 PREDICT past the SLURM plugin's 300 ms timeout. Here the loop only parses a request and hands the
@@ -12,7 +12,7 @@ does: events are committed one at a time in the order they were handed over, so 
 the commit order and the learning order are one order (service.py: the model equals its
 checkpoint plus the committed events replayed in log order).
 
-Hand-offs (issue 17, item 8): a socket event is a plain job in the queue (`run_soon`), not a
+Hand-offs: a socket event is a plain job in the queue (`run_soon`), not a
 future with a done callback, and its answer comes back through a `LoopInbox`: the writer
 appends it and wakes the loop only if the loop has not been woken for answers already, so
 answers that pile up while the loop is busy (with PREDICTs, or a burst of events from many

@@ -1,6 +1,6 @@
 """The online learner: degree-2 model (docs/method.md §3), 20 losses (§4), NAG (§5).
 
-Three objects, composed by `LearnedPredictor` (style.md §2): a loss gives dL/df, the model
+Three objects, composed by `LearnedPredictor`: a loss gives dL/df, the model
 turns it into a gradient in w through Phi(x), NAG steps. Build the usual one with
 ``LearnedPredictor("eloss", eta=5000.0, l2=4e9)``.
 

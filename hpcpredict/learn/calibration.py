@@ -1,4 +1,4 @@
-"""Calibrated confidence (issue 14, idea 2; docs/method.md §6): publish the model's prediction
+"""Calibrated confidence (docs/method.md §6): publish the model's prediction
 scaled so that a chosen share `alpha` of jobs outlive it, learned online.
 
 The learned model under-predicts on purpose (the E-Loss charges an over-prediction its square):

@@ -19,6 +19,7 @@ DEFAULT_ETA = ETA_REFERENCE
 DEFAULT_L2 = L2_REFERENCE
 DEFAULT_NEGATIVE: NegativeRule = "abs"
 DEFAULT_LOSS_UNIT_S = 3600.0
-DEFAULT_CENSOR_AT_LIMIT = False  # docs/results.md, "Censoring": measured, kept an option
-DEFAULT_FEATURE_SCALING: FeatureScaling = "raw"  # docs/results.md, "Cold start": idem
-DEFAULT_CALIBRATION_ALPHA: float | None = None  # docs/results.md, "Calibrated confidence": idem
+# Measured, kept as options, not defaults: docs/results.md, "Learner and correction options".
+DEFAULT_CENSOR_AT_LIMIT = False  # censoring
+DEFAULT_FEATURE_SCALING: FeatureScaling = "raw"  # robust features (cold start)
+DEFAULT_CALIBRATION_ALPHA: float | None = None  # calibrated confidence

@@ -2,7 +2,7 @@
 
 Why compiled: the step is about fifteen elementwise operations on 231 floats; as numpy calls it
 cost ~15 µs per learned job, about a third of a learned replay. These loops do the same
-arithmetic in ~3 µs (docs/performance.md).
+arithmetic in ~3 µs (docs/journal/performance-2026-11.md, "Replay speed on one core").
 
 Why these loops give the numpy version's results bit for bit (tested against it,
 tests/test_nag.py): every elementwise operation is the same IEEE operation in the same order
@@ -60,7 +60,9 @@ def axpy(a: float, x: np.ndarray, y: np.ndarray) -> None:  # pragma: no cover - 
 
 
 # Rows of the table the step works on (`nag.Nag` owns it): numba's dispatch costs ~0.2 us per
-# array argument, so the step's five vectors travel as one 2-D array (docs/performance.md).
+# array argument, so the step's five vectors travel as one 2-D array
+# (docs/journal/performance-2026-11.md, "Issue 13, item 5: the learner's glue and numba's
+# dispatch").
 W_ROW, S_ROW, G_SUM_ROW, INV_S_ROW, WORK_ROW = range(5)
 TABLE_ROWS = 5
 
@@ -164,8 +166,9 @@ def expand_and_score(x: np.ndarray, w: np.ndarray, out: np.ndarray) -> float:  #
 # The whole step for one of the asymmetric losses (`losses.AsymmetricLoss`), in one call.
 #
 # Why: `Nag.step` calls the two kernels above with the loss's gradient, a Python call, between
-# them; per learned job that was two dispatches and ~1 us of Python (docs/performance.md,
-# "Issue 13, item 5, round 3"). `learn_step` does steps 1-4 with the gradient in between.
+# them; per learned job that was two dispatches and ~1 us of Python
+# (docs/journal/performance-2026-11.md, "Issue 13, item 5, round 3"). `learn_step` does steps
+# 1-4 with the gradient in between.
 #
 # Why it is bit for bit `Nag.step(phi, lambda f: loss.gradient(f, p, q))`: the same kernels for
 # steps 1-2 and 3-4; the gradient written as `AsymmetricLoss.gradient` writes it, operation for

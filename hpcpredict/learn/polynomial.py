@@ -5,7 +5,7 @@ Phi(x) = (1, x_1..x_n, x_1^2..x_n^2, x_k x_l for k < l): 1 + 2n + n(n-1)/2 terms
 `quadratic_pairs`: the expansion is one compiled loop (`nag_kernels.quadratic_terms`, which
 writes those products out; it runs once per prediction: 1.45 us a call, numba's dispatch
 included, against 2.2 us for the two gathers and a multiply in numpy it replaced). `score` adds
-the prediction w . Phi in the same call (docs/performance.md, "Issue 13, item 5").
+the prediction w . Phi in the same call (docs/journal/performance-2026-11.md, "Issue 13, item 5").
 
 >>> expansion = QuadraticExpansion(2)
 >>> expansion.expand(np.array([2.0, 3.0])).tolist()

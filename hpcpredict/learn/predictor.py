@@ -1,6 +1,6 @@
 """`LearnedPredictor`: the online runtime learner behind the `Predictor` protocol.
 
-It composes the three objects of style.md §2 — features (`hpcpredict.features`), a loss
+It composes three objects — features (`hpcpredict.features`), a loss
 (`losses`) and an optimiser (`nag`) — over the degree-2 model of docs/method.md §3:
 
 * at submission (`predict`) it computes x_j from the per-user state, Phi = Phi(x_j) and
@@ -39,8 +39,8 @@ coordinate of Phi clamped to the largest magnitude NAG has learned from (its s_i
 prediction extrapolates beyond the range seen. Learning still sees the unclamped Phi (NAG widens
 its scales as usual).
 
-Bounded influence (issue 29, item 7). One job must not retrain the model for every user. Two
-rules, both in this learner so that the simulator and the daemon behave the same:
+Bounded influence (docs/daemon.md, "Reliability"). One job must not retrain the model for every
+user. Two rules, both in this learner so that the simulator and the daemon behave the same:
 
 * a runtime is learned at most as the job's request, as if it had ended at its limit (a job
   cannot outlive its limit in SLURM, and SWF cleaning rule 7 does the same); a "10-year" END of a
@@ -65,8 +65,8 @@ give close results.
 
 Speed: one job costs one feature computation, one compiled call for the expansion and the dot
 product, and one for the NAG step with its loss gradient (two loops on 231 floats, no
-allocation): about 11 µs per job in all before that last call was one (docs/performance.md,
-"Issue 13, item 5" and its round 3).
+allocation): about 11 µs per job in all before that last call was one
+(docs/journal/performance-2026-11.md, "Issue 13, item 5" and its round 3).
 
 >>> from hpcpredict.jobs import JobRequest
 >>> predictor = LearnedPredictor("eloss", eta=5000.0, l2=0.0)
@@ -108,11 +108,11 @@ from hpcpredict.learn.defaults import (  # re-exported: the learner's defaults a
     DEFAULT_L2,
     DEFAULT_LOSS_UNIT_S,
     DEFAULT_NEGATIVE,
-    FEATURE_SCALINGS,
     FeatureScaling,
     NegativeRule,
 )
 from hpcpredict.learn.explanation import PredictionExplanation, describe_transform
+from hpcpredict.learn.settings import LearnerSettings
 from hpcpredict.learn.losses import AsymmetricLoss, parse_loss
 from hpcpredict.learn.nag import (
     Nag,
@@ -160,12 +160,11 @@ class LearnedPredictor:
         feature_scaling: FeatureScaling = DEFAULT_FEATURE_SCALING,
         calibration_alpha: float | None = DEFAULT_CALIBRATION_ALPHA,
     ) -> None:
-        if negative not in ("clip", "abs"):
-            raise ValueError(f"negative must be 'clip' or 'abs', got {negative!r}")
-        if not isinstance(censor_at_limit, (bool, np.bool_)):
-            raise ValueError(f"censor_at_limit must be true or false, got {censor_at_limit!r}")
-        if feature_scaling not in FEATURE_SCALINGS:
-            raise ValueError(f"feature scaling must be 'raw' or 'robust', got {feature_scaling!r}")
+        if isinstance(censor_at_limit, np.bool_):  # (a checkpoint's array)
+            censor_at_limit = bool(censor_at_limit)
+        # The settings' one validation (`LearnerSettings`); a loss given as an object is its own.
+        LearnerSettings(loss if isinstance(loss, str) else "eloss", eta, l2, negative, loss_unit_s,
+                        censor_at_limit, feature_scaling, calibration_alpha)
         self.loss = loss
         self.eta = eta
         self.l2 = l2
@@ -201,6 +200,14 @@ class LearnedPredictor:
         self.name = (
             f"learned({self._loss.name},eta={eta:g},l2={l2:g},unit={loss_unit_s:g}s{extras})"
         )
+
+    @classmethod
+    def from_settings(cls, settings: LearnerSettings, context: FeatureContext | None = None) -> LearnedPredictor:
+        """An untrained predictor with these settings, on the log's or the site's clock."""
+        return cls(settings.loss, eta=settings.eta, l2=settings.l2, negative=settings.negative,
+                   loss_unit_s=settings.loss_unit_s, context=context,
+                   censor_at_limit=settings.censor_at_limit, feature_scaling=settings.feature_scaling,
+                   calibration_alpha=settings.calibration_alpha)
 
     # ------------------------------------------------------------------ the protocol
     def predict(self, request: JobRequest, now_s: int, *, features: np.ndarray | None = None) -> int:
@@ -257,7 +264,8 @@ class LearnedPredictor:
             return False
         # = `not self._outlier(phi)`, then nag.step(phi, lambda f: self._loss.gradient(f, run_s,
         # procs)) (`Nag.step_on_loss_within_scale`), then features.job_ended(request, run_s,
-        # end_s), bit for bit, in one compiled call (docs/performance.md, "Issue 31, round 3")
+        # end_s), bit for bit, in one compiled call (docs/journal/performance-2026-11.md,
+        # "Issue 31, round 3: the feature state compiled")
         nag = self.nag
         state = nag.state
         features = self.features
@@ -460,7 +468,8 @@ class LearnedPredictor:
         phi = self._pending_phi[request.job_id] = np.empty(self._expansion.n_terms)
         if features is None and not self._robust:
             # Features, the submission's record, the expansion and the dot product in one
-            # compiled call (docs/performance.md, "Issue 31, round 3").
+            # compiled call (docs/journal/performance-2026-11.md, "Issue 31, round 3: the feature
+            # state compiled").
             return phi, self.features.job_submitted_and_scored(
                 request, now_s, self.nag.weights, phi)
         if features is None:
@@ -472,7 +481,8 @@ class LearnedPredictor:
         if self._robust:
             self._expansion.expand(self._scaled(x), phi)
             return phi, self._score(phi)
-        # Expansion and dot product in one compiled call (docs/performance.md, issue 13 item 5).
+        # Expansion and dot product in one compiled call
+        # (docs/journal/performance-2026-11.md, "Issue 13, item 5").
         return phi, expand_and_score(x, self.nag.weights, phi)
 
     def _scaled(self, x: np.ndarray) -> np.ndarray:

@@ -3,7 +3,8 @@
 Why compiled: a backfilling pass visits the whole waiting queue at every scheduling decision
 (hundreds to thousands of jobs on SDSC-BLUE and CEA-Curie), and as numpy calls or a Python loop
 each pass cost tens of microseconds of interpreter and call overhead; this loop reads the
-waiting queue's arrays directly (docs/performance.md has the figures).
+waiting queue's arrays directly (figures: docs/journal/performance-2026-11.md, "Issue 13's three
+steps").
 
 The rule is EASY's (schedulers.py's module doc): a waiting job other than the head may start now
 if it fits in the free processors and either ends, by its duration, by the shadow time or fits in
@@ -30,12 +31,13 @@ _JOB_MASK = (1 << 32) - 1  # sjbf_key's low half: the job index
 
 # Rows of the waiting queue's table (`schedulers.WaitingQueue.table`: one int64 column per job
 # index). numba's dispatch costs ~0.2 us per array argument, and the pass runs at every
-# decision: one 2-D table instead of six 1-D arrays (docs/performance.md).
+# decision: one 2-D table instead of six 1-D arrays (docs/journal/performance-2026-11.md,
+# "Issue 13, item 5: the learner's glue and numba's dispatch").
 # GUARD_DUE_ROW: when the starvation guard falls due for each job; PROMISED_ROW: 1 once the
 # "promise" rule has fixed it; STARTED_ROW: the jobs a `schedule_pass` started, in start order;
 # CANDIDATES_ROW: the waiting queue's list of candidates (job indices; each job is added once,
 # so the list never outgrows the row); ESTIMATE_ROW and ESTIMATE_DUE_ROW, the guard's slack
-# stage (`schedulers.Scheduler.guard_estimate_slack_s`): what a candidate in front of a head in
+# stage (`GuardSettings.slack_s`): what a candidate in front of a head in
 # that stage is judged on and planned to, and when the stage falls due.
 (PROCS_ROW, PREDICTION_ROW, REQUESTED_ROW, SJBF_KEY_ROW, WAITING_ROW, WORK_ROW, GUARD_DUE_ROW,
  PROMISED_ROW, STARTED_ROW, CANDIDATES_ROW, ESTIMATE_ROW, ESTIMATE_DUE_ROW) = range(12)
@@ -132,7 +134,8 @@ def backfill_pass(
     waiting ones to the front in the same order (a separate compaction cost one numpy pass and
     its own call, ~3% of a learned replay); for SJBF the list is left in key order, so the next
     pass only places the jobs submitted since, instead of sorting the eligible jobs at every
-    pass (CEA-Curie under EASY++, ~350 candidates: docs/performance.md, "Issue 31, round 3").
+    pass (CEA-Curie under EASY++, ~350 candidates: docs/journal/performance-2026-11.md, "Issue 31,
+    round 3: the scheduling pass compiled").
     Returns (how many jobs to start, extra processors left at the shadow time, how many
     candidates were waiting: the row's first `kept` after the call); the jobs to start, in start
     order, are `table[WORK_ROW, :count]` (the scratch row is as long as the table, so that a

@@ -72,6 +72,7 @@ import numpy as np
 from hpcpredict.learn import all_losses, parse_loss
 from hpcpredict.retired import RetiredSettingError, drop_retired
 from hpcpredict.learn.losses import display_name
+from hpcpredict.learn.settings import LearnerSettings
 from hpcpredict.sim.metrics import compute_metrics
 from hpcpredict.sim.load_scaling import check_load_factor, scaled_load
 from hpcpredict.sim.runner import SEMANTICS_VERSION, RunSpec, run
@@ -275,8 +276,9 @@ def _spec(where: str, **settings: Any) -> RunSpec:
         for key, value in settings.items()
     }
     try:
-        spec = RunSpec(**settings)
-        return dataclasses.replace(spec, loss=parse_loss(spec.loss).name)
+        spec = RunSpec.from_keys(**settings)
+        learner = dataclasses.replace(spec.learner, loss=parse_loss(spec.learner.loss).name)
+        return dataclasses.replace(spec, learner=learner)
     except (TypeError, ValueError, AttributeError) as error:
         raise CampaignError(f"{where}: {error}") from None
 
@@ -322,21 +324,21 @@ def _learned_grid(path: Path, entry: dict[str, Any]) -> Iterator[tuple[str, RunS
         losses = [parse_loss(loss).name for loss in losses]
     except (ValueError, AttributeError) as error:
         raise CampaignError(f"{where}: {error}") from None
-    defaults = RunSpec()
+    defaults, learner = RunSpec(), LearnerSettings()
     axes = {
         "loss": losses,
         "correction": entry.get("corrections", [defaults.correction]),
         "scheduler": entry.get("schedulers", [defaults.scheduler]),
-        "eta": entry.get("eta", [defaults.eta]),
-        "l2": entry.get("l2", [defaults.l2]),
-        "loss_unit_s": entry.get("loss_unit_s", [defaults.loss_unit_s]),
-        "negative": entry.get("negative", [defaults.negative]),
-        "starvation_guard_s": entry.get("starvation_guard_s", [defaults.starvation_guard_s]),
-        "censor_at_limit": entry.get("censor_at_limit", [defaults.censor_at_limit]),
-        "feature_scaling": entry.get("feature_scaling", [defaults.feature_scaling]),
+        "eta": entry.get("eta", [learner.eta]),
+        "l2": entry.get("l2", [learner.l2]),
+        "loss_unit_s": entry.get("loss_unit_s", [learner.loss_unit_s]),
+        "negative": entry.get("negative", [learner.negative]),
+        "starvation_guard_s": entry.get("starvation_guard_s", [None]),
+        "censor_at_limit": entry.get("censor_at_limit", [learner.censor_at_limit]),
+        "feature_scaling": entry.get("feature_scaling", [learner.feature_scaling]),
         "slurm_params": entry.get("slurm_params", [defaults.slurm_params]),
         "survival_quantile": entry.get("survival_quantile", [defaults.survival_quantile]),
-        "calibration_alpha": entry.get("calibration_alpha", [defaults.calibration_alpha]),
+        "calibration_alpha": entry.get("calibration_alpha", [learner.calibration_alpha]),
     }
     unknown = set(entry) - {"losses", "corrections", "schedulers", "eta", "l2",
                             "loss_unit_s", "negative", "starvation_guard_s", "censor_at_limit",
@@ -351,9 +353,10 @@ def _learned_grid(path: Path, entry: dict[str, Any]) -> Iterator[tuple[str, RunS
         settings = dict(zip(axes, values))
         spec = _spec(where, predictor="learned", **settings)
         label = (
-            f"learned {display_name(spec.loss)} + {spec.correction_label} + {spec.scheduler}"
+            f"learned {display_name(spec.learner.loss)} + {spec.correction_label} + {spec.scheduler}"
             f"{f'({spec.slurm_params})' if spec.slurm_params else ''}"
-            f" (eta={spec.eta:g}, lambda={spec.l2:g}, unit={spec.loss_unit_s:g}s, {spec.negative}"
+            f" (eta={spec.learner.eta:g}, lambda={spec.learner.l2:g}, unit={spec.learner.loss_unit_s:g}s, "
+            f"{spec.learner.negative}"
             f"{spec.learning_label}){spec.guard_label}"
         )
         yield label, spec

@@ -79,7 +79,7 @@ def covered(
         return False
     if scheduler.backfill_order not in _ORDERS:
         return False
-    if scheduler.starvation_guard_s is not None and scheduler.has_estimate_stage:
+    if scheduler.has_estimate_stage:
         return False
     return models_predictor_and_correction(predictor, correction, job_ids)
 
@@ -282,7 +282,7 @@ def replay(
     the Python loop does (every `progress_every` jobs finished, then the total)."""
     count = len(machine.job_ids)
     kind = predictor_kind(predictor)
-    guard = scheduler.starvation_guard_s is not None
+    guard = scheduler.guard is not None
     int64 = np.int64
     # Users numbered by id (AVE2's rows; the learner's are its features' own).
     distinct_users, first_seen, user_row = np.unique(machine.user_ids, return_index=True,
@@ -300,7 +300,7 @@ def replay(
     config[K.CORRECTION_AT] = CORRECTION_KINDS[type(correction)]
     config[K.ORDER_AT] = _ORDERS[scheduler.backfill_order]
     config[K.GUARD_AT] = guard
-    config[K.PROMISE_AT] = guard and scheduler.guard_rule == "promise"
+    config[K.PROMISE_AT] = guard and scheduler.guard.rule == "promise"
     config[K.ABS_NEGATIVE_AT] = arrays.abs_negative
     config[K.OUTLIER_AFTER_AT] = arrays.outlier_after
     survival = SurvivalArrays.of(correction, len(distinct_users), count)

@@ -10,7 +10,6 @@ their own history.
 
 from __future__ import annotations
 
-from hpcpredict.corrections.starvation import xfactor_guard_wait_s
 from hpcpredict.job_table import job_column
 from hpcpredict.sim.metrics import waited_share
 from hpcpredict.sim.runner import RunSpec, run
@@ -27,19 +26,16 @@ def guard_due_share(result: SimulationResult, spec: RunSpec, from_s: int | None 
     for some job: the wait rule's time, or the xfactor rule's per-job times (`metrics.waited_share`).
     None without a guard, or for a rule whose due times depend on more than the job (the
     "promise" rule)."""
-    if spec.starvation_guard_s is None or spec.guard_rule not in ("wait", "xfactor"):
+    if spec.guard is None or spec.guard.rule == "promise":
         return None
-    submit = job_column(result.jobs, "submit_s")
-    threshold_s = (spec.starvation_guard_s if spec.guard_rule == "wait" else
-                   xfactor_guard_wait_s(job_column(result.jobs, "requested_s"), spec.guard_xfactor,
-                                        spec.starvation_guard_s))
-    return waited_share(submit, result.start_s, threshold_s, from_s)
+    threshold_s = spec.guard.due_after_s(job_column(result.jobs, "requested_s"))
+    return waited_share(job_column(result.jobs, "submit_s"), result.start_s, threshold_s, from_s)
 
 
 def replayed_due_share(workload: Workload, spec: RunSpec, from_s: int | None = None) -> float | None:
     """`guard_due_share` of one replay of `workload` as it is under `spec`: what `tune` reports for
     its chosen setting over the later period (the campaign store keeps metrics, not schedules, so
     this is one more replay). None without a guard."""
-    if spec.starvation_guard_s is None:
+    if spec.guard is None:
         return None
     return guard_due_share(run(workload, spec), spec, from_s)

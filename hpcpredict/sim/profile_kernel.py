@@ -3,7 +3,8 @@
 Why a table that compiled code owns: the full scheduling pass (`backfill_kernel.schedule_pass`)
 reads the running jobs for the processors free now and the head's reservation, and adds the
 jobs it starts, in one compiled call; with the running jobs in Python lists of tuples each of
-those was Python work per decision and per start (docs/performance.md, "Issue 31, round 3").
+those was Python work per decision and per start (docs/journal/performance-2026-11.md,
+"Issue 31, round 3: the scheduling pass compiled").
 
 The table is one int64 array of `PROFILE_ROWS` rows: the running jobs sorted by (predicted end,
 job index) in the first `size` columns of END_ROW, JOB_ROW and PROCS_ROW; the sizes in META_ROW

@@ -2,9 +2,9 @@
 configurations that need nothing but arrays (`compiled_replay.covered` says which; its
 `replay` drives this one).
 
-Why: after the scheduling pass, the feature state and the learner were compiled (issue 13,
-issue 31's round 3), a replay was still ~30 Python calls per job between compiled kernels,
-~80% of a whole `hpcpredict simulate` (docs/performance.md, "The whole command after round 3").
+Why: after the scheduling pass, the feature state and the learner were compiled, a replay was
+still ~30 Python calls per job between compiled kernels, ~80% of a whole `hpcpredict simulate`
+(docs/journal/performance-2026-11.md, "The whole command after round 3").
 Here the events, the corrections, the decisions, the starts and the learner's work run in one
 compiled loop over the arrays the Python objects already own (the waiting queue's and the running
 profiles' tables, the learner's NAG table and per-user features); it calls the same kernels the

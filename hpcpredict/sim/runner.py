@@ -15,19 +15,8 @@ from typing import TYPE_CHECKING
 
 from hpcpredict.corrections import CORRECTION_NAMES, make_correction
 from hpcpredict.corrections.survival import DEFAULT_SURVIVAL_QUANTILE
-from hpcpredict.learn.defaults import (
-    DEFAULT_CALIBRATION_ALPHA,
-    DEFAULT_CENSOR_AT_LIMIT,
-    DEFAULT_ETA,
-    DEFAULT_FEATURE_SCALING,
-    DEFAULT_L2,
-    DEFAULT_LOSS_UNIT_S,
-    DEFAULT_NEGATIVE,
-    FEATURE_SCALINGS,
-    NegativeRule,
-)
-from hpcpredict.learn.losses import parse_loss
-from hpcpredict.corrections.starvation import STARVATION_RULES, is_expansion_factor
+from hpcpredict.learn.settings import LEARNER_KEYS, LearnerSettings
+from hpcpredict.corrections.starvation import KEY_NAMES, GuardSettings, guard_from
 from hpcpredict.sim.backfill_orders import BACKFILL_ORDERS
 from hpcpredict.sim.replica_stats import PairedDifference, mean_ci, paired_difference
 from hpcpredict.sim.shaking import DEFAULT_SEED, DEFAULT_SHAKE_S, replica
@@ -52,6 +41,7 @@ if TYPE_CHECKING:  # the simulator and the learner load when a run starts, not w
 SEMANTICS_VERSION = 1
 
 PREDICTORS: tuple[str, ...] = ("requested", "clairvoyant", "ave2", "learned")
+_GUARD_KEYS = frozenset(KEY_NAMES.values())
 # Every scheduler a user can name: the EASY family (schedulers.py) and the SLURM-like model
 # (slurm_backfill.py), which has its own event loop (periodic passes) and settings.
 SCHEDULER_NAMES: tuple[str, ...] = (*BACKFILL_ORDERS, SLURM_BACKFILL)
@@ -64,36 +54,19 @@ class RunSpec:
     scheduler: str = "easy-sjbf"
     predictor: str = "learned"
     correction: str = "incremental"
-    loss: str = "eloss"
-    eta: float = DEFAULT_ETA
-    l2: float = DEFAULT_L2
+    # The learned predictor's settings (hpcpredict.learn.settings.LearnerSettings; meaningful
+    # for predictor "learned" only). A campaign names them by their flat keys (`from_keys`).
+    learner: LearnerSettings = LearnerSettings()
     decide_on_correction: bool = False
-    negative: NegativeRule = DEFAULT_NEGATIVE
-    loss_unit_s: float = DEFAULT_LOSS_UNIT_S
-    starvation_guard_s: int | None = None  # None: off (schedulers.Scheduler says what it does)
-    # When the guard falls due for a head: "wait" (after starvation_guard_s), "promise" (once
-    # later than plain EASY's promise when it became the head, or after starvation_guard_s) or
-    # "xfactor" (the setting below; corrections.starvation).
-    guard_rule: str = "wait"
-    # The "xfactor" rule's expansion factor by request, > 1: a job is protected once it has waited
-    # guard_xfactor - 1 times its request (corrections.starvation.xfactor_guard_wait_s); that
-    # rule's setting, required by it.
-    guard_xfactor: float | None = None
-    # The guard's slack stage (schedulers.Scheduler.guard_estimate_slack_s; the daemon's
-    # starvation_guard_slack): from guard_estimate_after_s of waiting until the guard is due,
-    # candidates in front of the head are judged on their request less this slack, never below
-    # their prediction; None: no such stage.
-    guard_estimate_after_s: int | None = None
-    guard_estimate_slack_s: int | None = None
-    censor_at_limit: bool = DEFAULT_CENSOR_AT_LIMIT  # learn jobs killed at their limit as bounds
-    feature_scaling: str = DEFAULT_FEATURE_SCALING  # "robust": log break time, no extrapolation
+    # The starvation guard (None: off; corrections.starvation.GuardSettings says what each of
+    # its settings does, schedulers.Scheduler how the EASY models apply it). A campaign names it
+    # by its flat keys (starvation_guard_s, guard_rule, ...: `from_keys`, `to_dict`).
+    guard: GuardSettings | None = None
     # slurm-backfill's slurm.conf settings that differ from Slurm 22.05's defaults, in
     # SlurmParams.parse's syntax ("bf_interval=10,bf_window=2880"); "" for the defaults.
     slurm_params: str = ""
     # With correction "survival": the quantile of the user's runtime given the elapsed time.
     survival_quantile: float = DEFAULT_SURVIVAL_QUANTILE
-    # Calibrated confidence: publish the model's answer scaled to this under-prediction rate.
-    calibration_alpha: float | None = DEFAULT_CALIBRATION_ALPHA
 
     def __post_init__(self) -> None:
         if self.scheduler not in SCHEDULER_NAMES:
@@ -117,75 +90,37 @@ class RunSpec:
         if isinstance(self.survival_quantile, bool) or not isinstance(self.survival_quantile, (int, float)) \
                 or not 0.0 < self.survival_quantile < 1.0:
             raise ValueError(f"the survival quantile must be in (0, 1), got {self.survival_quantile!r}")
-        parse_loss(self.loss)  # raises a ValueError that lists the valid forms
-        if not self.eta > 0:
-            raise ValueError(f"eta must be > 0, got {self.eta}")
-        if not self.l2 >= 0:
-            raise ValueError(f"lambda (l2) must be >= 0, got {self.l2}")
-        if self.negative not in ("clip", "abs"):
-            raise ValueError(f"negative must be 'clip' or 'abs', got {self.negative!r}")
-        if not self.loss_unit_s > 0:
-            raise ValueError(f"the loss unit must be > 0 seconds, got {self.loss_unit_s}")
-        if not isinstance(self.censor_at_limit, bool):
-            raise ValueError(f"censor_at_limit must be true or false, got {self.censor_at_limit!r}")
-        if self.feature_scaling not in FEATURE_SCALINGS:
-            raise ValueError(
-                f"feature scaling must be one of {', '.join(FEATURE_SCALINGS)}, got "
-                f"{self.feature_scaling!r}"
-            )
-        if self.calibration_alpha is not None and (
-                isinstance(self.calibration_alpha, bool)
-                or not isinstance(self.calibration_alpha, (int, float))
-                or not 0.0 < self.calibration_alpha < 1.0):
-            raise ValueError(
-                f"the calibration target must be in (0, 1), got {self.calibration_alpha!r}")
-        if self.starvation_guard_s is not None:
-            if isinstance(self.starvation_guard_s, bool) or not isinstance(self.starvation_guard_s, int) \
-                    or self.starvation_guard_s < 0:
-                raise ValueError(
-                    f"the starvation guard must be a whole number of seconds >= 0, got "
-                    f"{self.starvation_guard_s!r}"
-                )
+        if not isinstance(self.learner, LearnerSettings):
+            raise ValueError(f"learner must be LearnerSettings, got {self.learner!r}")
+        if self.guard is not None:
+            if not isinstance(self.guard, GuardSettings):
+                raise ValueError(f"guard must be GuardSettings or None, got {self.guard!r}")
             if self.scheduler != SLURM_BACKFILL and BACKFILL_ORDERS[self.scheduler] is None:
                 raise ValueError(f"the starvation guard needs a backfilling scheduler, not {self.scheduler}")
-        # The guard's rule: a value other than the default needs a guard (and under the SLURM
-        # model, which has the daemon's rules only, "xfactor").
-        if self.guard_rule not in STARVATION_RULES:
-            raise ValueError(f"unknown guard rule {self.guard_rule!r}; one of {', '.join(STARVATION_RULES)}")
-        if self.guard_rule != STARVATION_RULES[0]:
-            if self.starvation_guard_s is None:
-                raise ValueError(f"the guard rule {self.guard_rule!r} needs a starvation guard")
-            if self.scheduler == SLURM_BACKFILL and self.guard_rule != "xfactor":  # the daemon's
-                raise ValueError(f"the guard rule {self.guard_rule!r} is modelled for the EASY "
-                                 f"schedulers only, not {SLURM_BACKFILL}")
-        if self.guard_rule == "xfactor":
-            if not is_expansion_factor(self.guard_xfactor):
-                raise ValueError(f"the xfactor rule's expansion factor must be a finite number > 1, got "
-                                 f"{self.guard_xfactor!r}")
-        elif self.guard_xfactor is not None:
-            raise ValueError("guard_xfactor is the \"xfactor\" guard rule's setting; "
-                             f"the rule is {self.guard_rule!r}")
-        if self.guard_estimate_slack_s is not None:
-            if isinstance(self.guard_estimate_slack_s, bool) \
-                    or not isinstance(self.guard_estimate_slack_s, int) or self.guard_estimate_slack_s < 1:
-                raise ValueError(f"the guard's estimate slack must be a whole number of seconds >= 1, "
-                                 f"got {self.guard_estimate_slack_s!r}")
-            if self.starvation_guard_s is None:
-                raise ValueError("the guard's slack stage needs a starvation guard")
-            if isinstance(self.guard_estimate_after_s, bool) \
-                    or not isinstance(self.guard_estimate_after_s, int) \
-                    or not 0 <= self.guard_estimate_after_s <= self.starvation_guard_s:
-                raise ValueError(f"the guard's slack stage starts after a whole number of "
-                                 f"seconds within the guard's, got {self.guard_estimate_after_s!r}")
-        elif self.guard_estimate_after_s is not None:
-            raise ValueError("guard_estimate_after_s needs guard_estimate_slack_s")
+            if self.scheduler == SLURM_BACKFILL and self.guard.rule == "promise":  # the daemon's rules
+                raise ValueError(f"the guard rule 'promise' is modelled for the EASY schedulers only, "
+                                 f"not {SLURM_BACKFILL}")
+
+    @classmethod
+    def from_keys(cls, scheduler: str = "easy-sjbf", predictor: str = "learned",
+                  correction: str = "incremental", **keys: object) -> RunSpec:
+        """A spec from a campaign's flat keys (``starvation_guard_s = 86400``, ``guard_rule``,
+        ``guard_xfactor``, ``guard_estimate_slack_s``, ``guard_estimate_after_s``; ``loss``,
+        ``eta``, ... `LearnerSettings`' names; the other fields by their names): the guard's read
+        into one `GuardSettings`, its errors said in those keys, the learner's into one
+        `LearnerSettings`."""
+        learner = LearnerSettings(**{name: keys.pop(name) for name in list(keys) if name in LEARNER_KEYS})
+        flat = {name: keys.pop(name) for name in list(keys) if name in _GUARD_KEYS}
+        guard = guard_from(flat.pop(KEY_NAMES["wait_s"], None), rule=flat.pop(KEY_NAMES["rule"], "wait"),
+                           **{setting: flat[name] for setting, name in KEY_NAMES.items() if name in flat})
+        return cls(scheduler, predictor, correction, learner=learner, guard=guard, **keys)  # type: ignore[arg-type]
 
     @property
     def label(self) -> str:
         """Short human name, e.g. ``easy-sjbf + learned(eloss) + incremental``."""
         predictor = self.predictor
         if predictor == "learned":
-            predictor = f"learned({self.loss}){self.learning_label}"
+            predictor = f"learned({self.learner.loss}){self.learning_label}"
         scheduler = self.scheduler
         if self.slurm_params:
             scheduler = f"{scheduler}({self.slurm_params})"
@@ -203,26 +138,12 @@ class RunSpec:
         """``, censored, robust features`` for the learner's options that are on, else empty."""
         if self.predictor != "learned":
             return ""
-        return (
-            (", censored" if self.censor_at_limit else "")
-            + (", robust features" if self.feature_scaling != DEFAULT_FEATURE_SCALING else "")
-            + (f", calibrated alpha={self.calibration_alpha:g}"
-               if self.calibration_alpha is not None else "")
-        )
+        return self.learner.options_label
 
     @property
     def guard_label(self) -> str:
         """`` + guard 24 h`` when the starvation guard is on, else empty."""
-        if self.starvation_guard_s is None:
-            return ""
-        rule = "" if self.guard_rule == "wait" else f"{self.guard_rule} or "
-        if self.guard_rule == "xfactor":
-            rule = f"xfactor {self.guard_xfactor:g} or "
-        estimate = ""
-        if self.guard_estimate_slack_s is not None:
-            estimate = (f", request - {self.guard_estimate_slack_s / 3600:g} h in front after "
-                        f"{(self.guard_estimate_after_s or 0) / 3600:g} h")
-        return f" + guard {rule}{self.starvation_guard_s / 3600:g} h{estimate}"
+        return "" if self.guard is None else f" + {self.guard.label}"
 
     @property
     def published_name(self) -> str | None:
@@ -232,42 +153,28 @@ class RunSpec:
         name = PUBLISHED_NAMES.get((self.scheduler, self.predictor, self.correction))
         if name is None or self.decide_on_correction:
             return None
-        if self.starvation_guard_s is None:
+        if self.guard is None:
             return name
-        return f"{name} ({self.guard_label.removeprefix(' + ')})"
+        return f"{name} ({self.guard.label})"
 
     def to_dict(self) -> dict[str, object]:
         settings = asdict(self)
-        if self.starvation_guard_s is None:  # off: absent, so older campaign keys stay valid
-            settings.pop("starvation_guard_s")
-        if self.guard_rule == "wait":  # the rule every earlier guard had: absent, keys stay valid
-            settings.pop("guard_rule")
-        if self.guard_xfactor is None:  # that rule's setting alone: other keys stay valid
-            settings.pop("guard_xfactor")
-        else:
-            settings["guard_xfactor"] = float(self.guard_xfactor)
-        if self.guard_estimate_slack_s is None:  # off: absent, keys stay valid
-            settings.pop("guard_estimate_slack_s")
-            settings.pop("guard_estimate_after_s")
+        # The guard as its flat campaign keys, each absent while at what guards had before it
+        # existed (off: no key at all), so that older campaign keys stay valid.
+        settings.pop("guard")
+        if self.guard is not None:
+            settings.update(self.guard.to_keys())
+        # The learner's the same way (`LearnerSettings.to_keys`), and only for the learned
+        # predictor: learning constants mean nothing for the others.
+        settings.pop("learner")
+        if self.predictor == "learned":
+            settings.update(self.learner.to_keys())
         if not self.slurm_params:  # defaults or another scheduler: absent, older keys stay valid
             settings.pop("slurm_params")
-        # The same for the learner's options added later: absent while at their default.
-        if self.censor_at_limit == DEFAULT_CENSOR_AT_LIMIT:
-            settings.pop("censor_at_limit")
-        if self.feature_scaling == DEFAULT_FEATURE_SCALING:
-            settings.pop("feature_scaling")
-        if self.calibration_alpha is None:
-            settings.pop("calibration_alpha")
-        else:
-            settings["calibration_alpha"] = float(self.calibration_alpha)
         if self.correction != "survival":  # the quantile means nothing to the other policies
             settings.pop("survival_quantile")
         else:
             settings["survival_quantile"] = float(self.survival_quantile)
-        if self.predictor != "learned":  # learning constants mean nothing for the others
-            for key in ("loss", "eta", "l2", "negative", "loss_unit_s", "censor_at_limit",
-                        "feature_scaling", "calibration_alpha"):
-                settings.pop(key, None)
         return settings
 
 
@@ -291,7 +198,6 @@ def feature_context(workload: Workload) -> FeatureContext:
 
 
 def build_predictor(spec: RunSpec, workload: Workload) -> Predictor:
-    from hpcpredict.learn.predictor import LearnedPredictor
     from hpcpredict.predictors import Ave2Predictor, ClairvoyantPredictor, RequestedPredictor
 
     if spec.predictor == "requested":
@@ -300,17 +206,9 @@ def build_predictor(spec: RunSpec, workload: Workload) -> Predictor:
         return ClairvoyantPredictor({job.job_id: job.run_s for job in workload.jobs})
     if spec.predictor == "ave2":
         return Ave2Predictor()
-    return LearnedPredictor(
-        spec.loss,
-        eta=spec.eta,
-        l2=spec.l2,
-        negative=spec.negative,
-        loss_unit_s=spec.loss_unit_s,
-        context=feature_context(workload),
-        censor_at_limit=spec.censor_at_limit,
-        feature_scaling=spec.feature_scaling,  # type: ignore[arg-type]
-        calibration_alpha=spec.calibration_alpha,
-    )
+    from hpcpredict.learn.predictor import LearnedPredictor
+
+    return LearnedPredictor.from_settings(spec.learner, feature_context(workload))
 
 
 def run(
@@ -326,10 +224,7 @@ def run(
             workload.jobs,
             workload.machine_procs,
             SlurmBackfill(SlurmParams.parse(spec.slurm_params),
-                          starvation_guard_s=spec.starvation_guard_s,
-                          guard_xfactor=None if spec.guard_xfactor is None else float(spec.guard_xfactor),
-                          guard_slack_s=spec.guard_estimate_slack_s,
-                          guard_slack_after_s=spec.guard_estimate_after_s),
+                          guard=spec.guard),
             build_predictor(spec, workload),
             make_correction(spec.correction, survival_quantile=spec.survival_quantile),
             progress=progress,
@@ -338,13 +233,8 @@ def run(
         result.settings["log"] = workload.path
         return result
     scheduler = SCHEDULERS[spec.scheduler]
-    if spec.starvation_guard_s is not None:
-        scheduler = dataclasses.replace(scheduler, starvation_guard_s=spec.starvation_guard_s,
-                                        guard_rule=spec.guard_rule,
-                                        guard_xfactor=(None if spec.guard_xfactor is None
-                                                       else float(spec.guard_xfactor)),
-                                        guard_estimate_after_s=spec.guard_estimate_after_s,
-                                        guard_estimate_slack_s=spec.guard_estimate_slack_s)
+    if spec.guard is not None:
+        scheduler = dataclasses.replace(scheduler, guard=spec.guard)
     result = simulate(
         workload.jobs,
         workload.machine_procs,

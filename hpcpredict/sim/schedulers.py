@@ -50,7 +50,7 @@ from hpcpredict.sim.backfill_kernel import (
     consider_new_job_pass,
     schedule_pass,
 )
-from hpcpredict.corrections.starvation import STARVATION_RULES
+from hpcpredict.corrections.starvation import GuardSettings
 from hpcpredict.sim.backfill_orders import BACKFILL_ORDERS
 from hpcpredict.sim.profile import RunningProfile, never_fits
 from hpcpredict.sim.profile_kernel import NEVER
@@ -78,7 +78,8 @@ class WaitingQueue:
     shortest-prediction-first order. Removal only clears `is_waiting`; each backfilling pass
     drops the stale entries of the list of candidates as it reads them (`started_by_pass`), so
     each job costs O(1) amortised; the list is a row of the table, as long as the jobs (each is
-    added once), so it never grows (docs/performance.md, "Issue 31, round 3").
+    added once), so it never grows (docs/journal/performance-2026-11.md, "Issue 31, round 3: the
+    scheduling pass compiled").
     """
 
     __slots__ = (
@@ -260,10 +261,10 @@ StartJob = Callable[[int, bool], None]
 class Scheduler:
     """A backfilling policy. `backfill_order` None means no backfilling (FCFS).
 
-    The starvation guard (`starvation_guard_s`, None: off). Backfilling with predictions breaks
-    EASY's promise to the head job: a job backfilled because it was predicted to end before the
-    head's shadow time outlives its prediction, the shadow slides, and it can slide again and
-    again. Once the head has waited `starvation_guard_s` seconds, its reservation is computed
+    The starvation guard (`guard`, None: off). Backfilling with predictions breaks EASY's promise
+    to the head job: a job backfilled because it was predicted to end before the head's shadow
+    time outlives its prediction, the shadow slides, and it can slide again and again. Once the
+    head has waited the guard's time (`GuardSettings.wait_s`, or less by its rule), its reservation is computed
     from the running jobs' *requested* ends (`requested_profile`) and a candidate must end by the
     shadow time by its *request*, or fit in the extra processors: plain EASY's rule, whose
     reservation cannot slide, since no job outlives its request. The head then starts by the
@@ -278,41 +279,24 @@ class Scheduler:
 
     name: str
     backfill_order: str | None  # None | "fcfs" | "shortest_prediction"
-    starvation_guard_s: int | None = None
-    # When the guard falls due for a head (`GUARD_RULES`): "wait", once it has waited
-    # `starvation_guard_s`; "promise", once it is later than the start plain EASY promised it
-    # when it became the head (its reservation on the running jobs' requests then), or has
-    # waited `starvation_guard_s`, whichever comes first.
-    guard_rule: str = "wait"
-    # The "xfactor" rule's expansion factor by request (`corrections.starvation.
-    # xfactor_guard_wait_s`; the simulation leaves each job's due time in the waiting queue).
-    guard_xfactor: float | None = None
-    # The guard's slack stage (None: off; the daemon's `starvation_guard_slack`): from the time
-    # a head has waited `guard_estimate_after_s` until the guard is due for it, its reservation is
-    # on the guard's profile (the running jobs' requests) as under the guard, but a candidate in
-    # front of it is judged on its request less `guard_estimate_slack_s`, never below its
-    # prediction (`corrections.starvation.guard_slack_estimate_s`), and planned so in both
-    # profiles, as the live guard sets that as its time limit: each job started in front of a
-    # head in the stage can delay it by at most the slack (`Simulation`: the estimates, their
-    # ends, the moves). The guard itself, once due, is unchanged: plain EASY's rule.
-    guard_estimate_after_s: int | None = None
-    guard_estimate_slack_s: int | None = None
-
-    def __post_init__(self) -> None:
-        if self.guard_rule not in GUARD_RULES:
-            raise ValueError(f"unknown guard rule {self.guard_rule!r}; one of {', '.join(GUARD_RULES)}")
-        if (self.guard_rule == "xfactor") != (self.guard_xfactor is not None):
-            raise ValueError("the \"xfactor\" guard rule and its expansion factor go together")
-        if (self.guard_estimate_slack_s is None) != (self.guard_estimate_after_s is None):
-            raise ValueError("the guard's slack and its stage's start go together")
+    # The starvation guard (None: off): when it falls due for a head (its wait, or sooner by its
+    # "promise" or "xfactor" rule) and its slack stage before that: from the time a head has
+    # waited `guard.slack_after_s` until the guard is due for it, its reservation is on the
+    # guard's profile (the running jobs' requests) as under the guard, but a candidate in front of
+    # it is judged on its request less `guard.slack_s`, never below its prediction
+    # (`corrections.starvation.guard_slack_estimate_s`), and planned so in both profiles, as the
+    # live guard sets that as its time limit: each job started in front of a head in the stage can
+    # delay it by at most the slack (`Simulation`: the estimates, their ends, the moves). The guard
+    # itself, once due, is unchanged: plain EASY's rule.
+    guard: GuardSettings | None = None
 
     def guard_due(self, now_s: int, waiting: WaitingQueue, head: int) -> bool:
         """Has `head` waited long enough for the starvation guard?"""
-        return self.starvation_guard_s is not None and now_s >= waiting._guard_due_view[head]
+        return self.guard is not None and now_s >= waiting._guard_due_view[head]
 
     @property
     def has_estimate_stage(self) -> bool:
-        return self.starvation_guard_s is not None and self.guard_estimate_slack_s is not None
+        return self.guard is not None and self.guard.slack_s is not None
 
     @property
     def estimate_planning(self) -> int:
@@ -324,7 +308,7 @@ class Scheduler:
     def guard_stage(self, now_s: int, waiting: WaitingQueue, head: int) -> int:
         """The guard stage `head` is in at `now_s` (backfill_kernel's UNGUARDED, GUARDED,
         ESTIMATED), as `schedule_pass` decides it."""
-        if self.starvation_guard_s is None:
+        if self.guard is None:
             return UNGUARDED
         if now_s >= waiting._guard_due_view[head]:
             return GUARDED
@@ -353,9 +337,9 @@ class Scheduler:
         starts from the waiting queue into the running profiles; `start` is then told of each,
         in start order. Under the "promise" rule, the first time a job is the head, when the
         guard falls due for it is fixed at plain EASY's promise (its shadow time on the running
-        jobs' requests, which cannot slide), unless its wait reaches `starvation_guard_s` first.
+        jobs' requests, which cannot slide), unless its wait reaches the guard's `wait_s` first.
         """
-        guard = self.starvation_guard_s is not None
+        guard = self.guard is not None
         if guard and requested_profile is None:
             raise ValueError("the starvation guard needs the running jobs by requested end")
         order = _PASS_ORDERS[self.backfill_order]
@@ -365,7 +349,7 @@ class Scheduler:
         head, count, from_head, kept, reserved, shadow_s, extra, guarded = schedule_pass(
             waiting.table, candidate_count, sorted_count, profile.table,
             requested_profile.table if guard else profile.table,
-            now_s, waiting._head, waiting.count, order, guard, self.guard_rule == "promise",
+            now_s, waiting._head, waiting.count, order, guard, guard and self.guard.rule == "promise",
             self.estimate_planning, ended_job, ended_end_s, ended_request_end_s,
         )
         if reserved == ENDED_NOT_RUNNING:
@@ -404,7 +388,7 @@ class Scheduler:
         """
         if self.backfill_order is None:
             return reservation
-        guard = self.starvation_guard_s is not None
+        guard = self.guard is not None
         if guard and requested_profile is None:
             raise ValueError("the starvation guard needs the running jobs by requested end")
         started, extra = consider_new_job_pass(
@@ -439,6 +423,5 @@ class Reservation(NamedTuple):
 _NOTHING_ENDED = (-1, 0, 0)
 _PASS_ORDERS = {None: NO_BACKFILLING, "fcfs": SUBMISSION_ORDER,
                 "shortest_prediction": SHORTEST_FIRST}
-GUARD_RULES = STARVATION_RULES  # corrections.starvation: one list for the simulator and the daemon
 
 SCHEDULERS: dict[str, Scheduler] = {name: Scheduler(name, order) for name, order in BACKFILL_ORDERS.items()}

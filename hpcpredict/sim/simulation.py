@@ -36,7 +36,7 @@ from hpcpredict.job_table import JobTable
 from hpcpredict.jobs import Job, JobRequest
 from hpcpredict.predictors import Predictor, clip_prediction
 from hpcpredict.corrections.policies import CorrectionPolicy, RequestWithinSlack
-from hpcpredict.corrections.starvation import guard_slack_estimate_s, xfactor_guard_wait_s
+from hpcpredict.corrections.starvation import guard_slack_estimate_s
 from hpcpredict.sim.profile import RunningProfile
 from hpcpredict.sim.backfill_kernel import (
     ESTIMATED, ESTIMATES_AS_LIMITS, GUARDED, PREDICTION_ROW, in_estimate_stage,
@@ -141,8 +141,8 @@ class Simulation:
         # outlives one gets its request, not `correction`'s next step (`RequestWithinSlack`).
         self.estimates_are_limits = scheduler.estimate_planning == ESTIMATES_AS_LIMITS
         if self.estimates_are_limits:
-            assert scheduler.guard_estimate_slack_s is not None
-            correction = RequestWithinSlack(correction, scheduler.guard_estimate_slack_s)
+            assert scheduler.guard is not None and scheduler.guard.slack_s is not None
+            correction = RequestWithinSlack(correction, scheduler.guard.slack_s)
         self.correction = correction
         # A pure policy (`policies._Stateless`) ignores starts and ends: not called for them.
         self.correction_hears_jobs = not getattr(correction, "ignores_jobs", False)
@@ -166,23 +166,17 @@ class Simulation:
             np.asarray(self.procs, dtype=np.int64), np.asarray(self.requested_s, dtype=np.int64),
             self.submit_s,
         )
-        if scheduler.starvation_guard_s is not None:
-            rule_wait_s = (
-                scheduler.starvation_guard_s if scheduler.guard_rule != "xfactor"
-                else xfactor_guard_wait_s(self.waiting.requested_s, scheduler.guard_xfactor,
-                                          scheduler.starvation_guard_s))
-            self.waiting.set_guard_wait(rule_wait_s)
-        # The guard's slack stage (`Scheduler.guard_estimate_slack_s`, None: off): the jobs
+        if scheduler.guard is not None:
+            self.waiting.set_guard_wait(scheduler.guard.due_after_s(self.waiting.requested_s))
+        # The guard's slack stage (`GuardSettings.slack_s`, None: off): the jobs
         # started by the current decision (`just_started`, with whether backfilled), the
         # guard-profile end of each running job planned there on its estimate (`estimate_end_s`),
         # and those that will outlive it, by estimated end (`outliving`: moved to their request
         # then, or when a head is guarded: `_plan_estimates_to_requests`).
-        self.estimate_slack_s = (
-            scheduler.guard_estimate_slack_s if scheduler.has_estimate_stage else None
-        )
+        self.estimate_slack_s = scheduler.guard.slack_s if scheduler.has_estimate_stage else None
         if self.estimate_slack_s is not None:
-            assert scheduler.guard_estimate_after_s is not None
-            self.waiting.set_estimate_wait(scheduler.guard_estimate_after_s)
+            assert scheduler.guard is not None and scheduler.guard.slack_after_s is not None
+            self.waiting.set_estimate_wait(scheduler.guard.slack_after_s)
         self.just_started: list[tuple[int, bool]] = []
         self.estimated_starts = self.estimates_outlived = self.estimate_overrun_s = 0
         self.estimate_end_s: dict[int, int] = {}
@@ -191,7 +185,7 @@ class Simulation:
         # The running jobs by requested end, for the starvation guard's reservations (requests,
         # unlike predictions, never move: Scheduler's docstring).
         self.by_request = (
-            RunningProfile(machine_procs) if scheduler.starvation_guard_s is not None else None
+            RunningProfile(machine_procs) if scheduler.guard is not None else None
         )
         # After a guarded decision every running job is planned to its requested end for good,
         # as the live corrector raises their SLURM limits back to their requests and cannot
@@ -343,7 +337,7 @@ class Simulation:
             and reservation is not None
             and not self.profile.ends_by(now_s)
             # the head just became due for the guard: its reservation changes rule
-            and (reservation.guarded == GUARDED or scheduler.starvation_guard_s is None
+            and (reservation.guarded == GUARDED or scheduler.guard is None
                  or scheduler.guard_stage(now_s, waiting, reservation.head) == reservation.guarded)
             and (not self.plan_moved or (reservation := self._still_valid(reservation)) is not None)
         ):

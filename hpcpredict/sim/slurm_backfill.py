@@ -59,7 +59,7 @@ from hpcpredict.instants import Instant
 from hpcpredict.jobs import Job
 from hpcpredict.predictors import Predictor, clip_prediction
 from hpcpredict.corrections.policies import CorrectionPolicy, RequestWithinSlack
-from hpcpredict.corrections.starvation import check_slack_stage, guard_slack_estimate_s, xfactor_guard_wait_s
+from hpcpredict.corrections.starvation import GuardSettings, guard_slack_estimate_s
 from hpcpredict.sim.profile import RunningProfile, never_fits
 from hpcpredict.sim.slurm_backfill_kernel import NEVER_FITS, backfill_pass as planned_pass, priority_order
 from hpcpredict.sim.compiled_replay import ReplayColumns, models_predictor_and_correction
@@ -87,16 +87,13 @@ class SlurmBackfill:
 
     params: SlurmParams = SlurmParams()
     name: str = NAME
-    # The daemon's live starvation guard (None: off; `simulate_slurm` says what it does), and
-    # its "xfactor" rule (None: the wait rule; `corrections.starvation.xfactor_guard_wait_s`).
-    starvation_guard_s: int | None = None
-    guard_xfactor: float | None = None
-    # The daemon's slack stage before the guard (None: none; `simulate_slurm` says what it does).
-    guard_slack_s: int | None = None
-    guard_slack_after_s: int | None = None
+    # The daemon's live starvation guard (None: off; `simulate_slurm` says what it does): its
+    # wait, its "xfactor" rule and its slack stage, the daemon's own (no "promise" rule).
+    guard: GuardSettings | None = None
 
     def __post_init__(self) -> None:
-        check_slack_stage(self.starvation_guard_s, self.guard_slack_s, self.guard_slack_after_s)
+        if self.guard is not None and self.guard.rule == "promise":
+            raise ValueError(f"the guard rule 'promise' is modelled for the EASY schedulers only, not {NAME}")
 
     def order(self, now_s: int, pending: list[int], submit_s: np.ndarray, procs: np.ndarray,
               machine_procs: int) -> list[int]:
@@ -133,16 +130,16 @@ def simulate_slurm(
     (docs/admin-guide.md); the policy is asked as if the job had reached its limit. 0: at the
     predicted end, as in the EASY simulations.
 
-    The starvation guard (`scheduler.starvation_guard_s`) is the daemon's, as it acts on SLURM
+    The starvation guard (`scheduler.guard`) is the daemon's, as it acts on SLURM
     (hpcpredict/slurm/guard.py): while some pending job has waited that long, every running job
     still on a lowered limit gets its request back for good (it is never corrected or lowered
     again), pending jobs are planned with their requests (the plugin keeps new jobs at their
     requests), and once no job has waited that long, pending jobs go back to their predictions.
     SLURM itself is unchanged: the guard only moves time limits, which backfill then plans with.
-    With `scheduler.guard_xfactor`, the job that has waited longest turns the guard on once it
+    With the guard's `xfactor`, the job that has waited longest turns the guard on once it
     has waited that many times its request less one, or the guard's time, whichever first (the
-    daemon's `starvation_guard_xfactor`). With `scheduler.guard_slack_s` (the daemon's slack
-    stage), while the longest-waiting job has waited `guard_slack_after_s` but not its guard's
+    daemon's `starvation_guard_xfactor`). With the guard's `slack_s` (the daemon's slack
+    stage), while the longest-waiting job has waited its `slack_after_s` but not its guard's
     time, pending jobs are planned with their slack estimates (the request less the slack, never
     below the prediction) and start with them as limits, running jobs below theirs get their
     requests for good, and a limit reached within the slack of the request is corrected to the
@@ -158,7 +155,8 @@ def simulate_slurm(
     wall_start = time.perf_counter()
     params = scheduler.params
     count = len(jobs)
-    slack_s, slack_after_s = scheduler.guard_slack_s, scheduler.guard_slack_after_s
+    guard = scheduler.guard
+    slack_s, slack_after_s = (None, None) if guard is None else (guard.slack_s, guard.slack_after_s)
     if slack_s is not None:
         correction = RequestWithinSlack(correction, slack_s)  # (not modelled compiled: the Python loop)
     job_ids = job_column(jobs, "job_id") if compiled else None
@@ -199,7 +197,7 @@ def simulate_slurm(
     now_s = 0
     changed = False  # since the last backfill pass (backfill.c `_more_work`)
     pass_scheduled = False
-    guard_s = scheduler.starvation_guard_s
+    guard_s = None if guard is None else guard.wait_s
     waits = _guard_wait_s(scheduler, requested_array)
     guard_wait_s = [None] * count if waits is None else waits.tolist()
     guarded = False  # the longest-waiting pending job has waited its guard_wait_s: limits at the requests
@@ -348,13 +346,10 @@ def simulate_slurm(
 def _guard_wait_s(scheduler: SlurmBackfill, requested_s: np.ndarray) -> np.ndarray | None:
     """How long each job waits before it turns the guard on: the guard's time, or less by the
     xfactor rule; None without a guard."""
-    guard_s = scheduler.starvation_guard_s
-    if guard_s is None:
+    if scheduler.guard is None:
         return None
-    if scheduler.guard_xfactor is None:
-        return np.full(len(requested_s), guard_s, dtype=np.int64)
-    return np.asarray(xfactor_guard_wait_s(requested_s, scheduler.guard_xfactor, guard_s),
-                      dtype=np.int64)
+    waits = scheduler.guard.due_after_s(requested_s)
+    return np.broadcast_to(np.asarray(waits, dtype=np.int64), (len(requested_s),)).copy()
 
 
 def _result(jobs: Sequence[Job], machine_procs: int, scheduler: SlurmBackfill,
@@ -375,9 +370,7 @@ def _result(jobs: Sequence[Job], machine_procs: int, scheduler: SlurmBackfill,
         wall_time_s=time.perf_counter() - wall_start,
         settings={"slurm_params": scheduler.params.to_text(),
                   "correction_lead_s": correction_lead_s,
-                  "starvation_guard_s": scheduler.starvation_guard_s,
-                  **({} if scheduler.guard_slack_s is None else {
-                      "guard_slack_s": scheduler.guard_slack_s,
-                      "guard_slack_after_s": scheduler.guard_slack_after_s})},
+                  **({"starvation_guard_s": None} if scheduler.guard is None
+                     else scheduler.guard.to_keys())},
         loop=loop,
     )

@@ -38,14 +38,16 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
-from hpcpredict.corrections.starvation import DEFAULT_STARVATION_GUARD_S, is_expansion_factor, parse_starvation_guard
+from hpcpredict.corrections.starvation import (
+    DEFAULT_STARVATION_GUARD_S, GuardSettings, is_expansion_factor, parse_starvation_guard,
+)
 from hpcpredict.sim.campaign import Cell, LogEntry
 from hpcpredict.sim.replica_stats import Estimate, PairedDifference, mean_ci, paired_difference
 from hpcpredict.sim.runner import RunSpec
 from hpcpredict.sim.slurm_backfill import NAME as SLURM_BACKFILL
 from hpcpredict.workload import Workload
 
-MAX_WAIT_BOUND = 1.25  # the longest wait allowed, over the plain scheduler's (issue 30's bound)
+MAX_WAIT_BOUND = 1.25  # the longest wait allowed, over the plain scheduler's (the bound's goal)
 AVEBSLD_BOUND = 1.10  # what the bound may cost: AVEbsld over the unbounded learner's
 DEFAULT_SPLIT = 2 / 3  # share of the jobs, in submission order, in the earlier part
 DEFAULT_CORRECTIONS = ("incremental", "survival")
@@ -57,7 +59,7 @@ P99_FACTORS = (0.25, 0.5, 1.0, 2.0)
 # admin gives (`--xfactors`), capped by the shipped 24 h: added to the grid at 5 (the best of 3,
 # 5 and 9 on KTH-SP2 and SDSC-BLUE over whole logs), it won KTH-SP2's earlier part and broke the
 # longest-wait bound on its later part, where the grid without it met the whole goal; it was not
-# chosen on the two other logs (docs/results.md, "`hpcpredict tune` and the xfactor rule").
+# chosen on the two other logs (docs/results.md, "`hpcpredict tune` on the archive logs").
 HOUR_S = 3600
 JUDGED = ("ave_bsld", "p99_wait_s", "max_wait_s")
 
@@ -87,7 +89,8 @@ def thresholds_s(plain_p99_wait_s: float) -> tuple[int, ...]:
     scheduling's p99 wait, each rounded to the hour (at least one hour), and the shipped default.
     A scaled guard within `NEAR_DEFAULT` of the default is left out: its replays would differ
     from the default's by noise alone (25 h against 24 h on KTH-SP2: AVEbsld 70.18 against
-    70.66, max wait 79.9 against 82.4 h, docs/results.md) and cost a tenth of the run."""
+    70.66, max wait 79.9 against 82.4 h, docs/journal/results-2026-11.md, "`hpcpredict tune` with
+    guards scaled") and cost a tenth of the run."""
     relative = {max(1, round(factor * plain_p99_wait_s / HOUR_S)) * HOUR_S for factor in P99_FACTORS}
     kept = {seconds for seconds in relative
             if abs(seconds / DEFAULT_STARVATION_GUARD_S - 1) > NEAR_DEFAULT}
@@ -169,22 +172,23 @@ def grid(base: RunSpec, corrections: Sequence[str] = DEFAULT_CORRECTIONS,
     settings = []
     for correction in corrections:
         for seconds in guards_s:
-            spec = replace(base, correction=correction, starvation_guard_s=seconds)
+            spec = replace(base, correction=correction, guard=GuardSettings(seconds))
             settings.append(Setting(bound_label(spec), spec))
         for factor in xfactors:
-            spec = replace(base, correction=correction, starvation_guard_s=DEFAULT_STARVATION_GUARD_S,
-                           guard_rule="xfactor", guard_xfactor=float(factor))
+            spec = replace(base, correction=correction,
+                           guard=GuardSettings(DEFAULT_STARVATION_GUARD_S, "xfactor", float(factor)))
             settings.append(Setting(bound_label(spec), spec))
         for slack_s, after_s in slacks:
-            spec = replace(base, correction=correction, starvation_guard_s=DEFAULT_STARVATION_GUARD_S,
-                           guard_estimate_slack_s=slack_s, guard_estimate_after_s=after_s)
+            spec = replace(base, correction=correction,
+                           guard=GuardSettings(DEFAULT_STARVATION_GUARD_S, slack_s=slack_s,
+                                               slack_after_s=after_s))
             settings.append(Setting(bound_label(spec), spec))
     return settings
 
 
 def default_setting(base: RunSpec) -> Setting:
     """What hpcpredict ships: the daemon's default bound and correction."""
-    spec = replace(base, correction=RunSpec.correction, starvation_guard_s=DEFAULT_STARVATION_GUARD_S)
+    spec = replace(base, correction=RunSpec.correction, guard=GuardSettings())
     return Setting(bound_label(spec), spec)
 
 
@@ -201,8 +205,7 @@ def goal_settings(chosen: Setting) -> tuple[Setting, Setting]:
     """What the chosen bound is judged against besides plain scheduling: the same learner and
     correction without a guard (the bound's cost), and AVE2 with the incremental correction
     (EASY++'s predictor) under the same guard (the predictions' worth under the bound)."""
-    unbounded = replace(chosen.spec, starvation_guard_s=None, guard_rule="wait", guard_xfactor=None,
-                        guard_estimate_slack_s=None, guard_estimate_after_s=None)
+    unbounded = replace(chosen.spec, guard=None)
     ave2 = replace(chosen.spec, predictor="ave2", correction="incremental")
     return Setting(bound_label(unbounded), unbounded), Setting(bound_label(ave2), ave2)
 
@@ -327,8 +330,9 @@ def choose(candidates: Sequence[Evidence], plain: Evidence) -> Choice:
     """`choose`'s rule (module docstring) over the earlier part's evidence. A setting keeps a
     bound only if the upper end of its 95% interval does: the longest wait is a few jobs' and
     varies much between replicas and periods (on KTH-SP2 a guard whose mean was 1.24x plain's in
-    the earlier part reached 2.2x in the later one, docs/results.md), so a mean just under the
-    bound is no evidence that the bound holds."""
+    the earlier part reached 2.2x in the later one, docs/journal/results-2026-11.md,
+    "`hpcpredict tune` on the shared logs"), so a mean just under the bound is no evidence that
+    the bound holds."""
     max_bound = MAX_WAIT_BOUND * plain.mean("max_wait_s")
     p99_bound = plain.mean("p99_wait_s")
     tiers = (
@@ -351,26 +355,14 @@ def choose(candidates: Sequence[Evidence], plain: Evidence) -> Choice:
 
 def daemon_fragment(spec: RunSpec, history: str, choice: Choice) -> str:
     """The `[daemon]` keys of daemon.toml that carry the choice (docs/daemon.md)."""
-    guard = "off" if spec.starvation_guard_s is None else _duration(spec.starvation_guard_s)
+    guard = ['starvation_guard = "off"'] if spec.guard is None else spec.guard.daemon_toml_lines()
     lines = [
         f"# chosen by `hpcpredict tune` on {history}: {choice.rule}",
         "[daemon]",
-        f'starvation_guard = "{guard}"',
+        *guard,
         f'correction = "{spec.correction}"',
     ]
-    if spec.guard_rule == "xfactor":
-        lines.insert(3, f"starvation_guard_xfactor = {spec.guard_xfactor:g}")
-    if spec.guard_estimate_slack_s is not None:
-        assert spec.guard_estimate_after_s is not None
-        lines[3:3] = [f'starvation_guard_slack = "{_duration(spec.guard_estimate_slack_s)}"',
-                      f'starvation_guard_slack_after = "{_duration(spec.guard_estimate_after_s)}"']
     if spec.correction == "survival":
         lines.append(f"survival_quantile = {spec.survival_quantile:g}")
     return "\n".join(lines) + "\n"
 
-
-def _duration(seconds: int) -> str:
-    for unit, size in (("h", 3600), ("m", 60)):
-        if seconds % size == 0:
-            return f"{seconds // size}{unit}"
-    return str(seconds)

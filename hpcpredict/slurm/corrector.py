@@ -1,4 +1,4 @@
-"""When and how far the live corrector raises a running job's time limit (issue 7, part 2).
+"""When and how far the live corrector raises a running job's time limit (docs/method.md §8).
 
 SLURM kills a job at its limit; hpcpredict lowered that limit to a prediction, so a job that
 outlives it must get more time *before* SLURM's check (every ~30 s) reaches it. The decision is a

@@ -3,7 +3,7 @@
 In ``mode=lower`` the lowered limit is SLURM's kill time, and only the daemon's watcher raises it
 before a job reaches it (`watcher.py`, `corrector.py`). The E-Loss predicts short on purpose, so at
 any moment most running lowered jobs depend on it: with the daemon killed and kept down 8
-minutes, 25 of 29 lowered jobs ended TIMEOUT before their request (issue 50). The failsafe is what
+minutes, 25 of 29 lowered jobs ended TIMEOUT before their request. The failsafe is what
 does not share the daemon's fate: its own process and systemd unit (deploy/hpcpredict-failsafe.
 service), no model, no store, no numpy; only SLURM's commands, the marks job_submit.lua leaves
 in ``admin_comment`` (`tag.py`) and the watcher's heartbeat file (`heartbeat.py`).
@@ -61,7 +61,7 @@ DEFAULT_TIMEOUT_S = 20.0  # one SLURM command; the budget below counts on it
 # The least limit job_submit.lua sets: a prediction in whole minutes, at least one.
 LEAST_LOWERED_LIMIT_S = 60
 # What the failsafe's own commands may take, within that minute: a lean squeue at 100,000 jobs in
-# the controller took 2 s, a batched scontrol update ~0.1 s (issue 52's and 50's measurements).
+# the controller took 2 s, a batched scontrol update ~0.1 s (docs/admin-guide.md, "The failsafe").
 COMMAND_ALLOWANCE_S = 10.0
 BATCH = 100  # jobs per ``scontrol update JobId=a,b,c``: one RPC each, a short command line
 

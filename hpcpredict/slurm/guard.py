@@ -3,7 +3,7 @@
 Backfilling with lowered limits breaks the promise a backfilling scheduler makes to the job at the
 head of its queue: a job started because its lowered limit ended before the head's planned start
 outlives that limit, the corrector raises it, the head's start slides, and can slide again and
-again (docs/method.md §7). The simulator bounds it with `Scheduler.starvation_guard_s`; live, the
+again (docs/method.md §7). The simulator bounds it with `Scheduler.guard` (GuardSettings); live, the
 only lever is the limits SLURM plans with, so the same rule reads:
 
 * the guard is **on** while, of the jobs pending for the machine (reason ``Priority`` or
@@ -22,7 +22,7 @@ only lever is the limits SLURM plans with, so the same rule reads:
   at their slack estimate, below) get their lowered limit again (they have not started: nothing
   can be killed early).
 
-With a **slack** (``starvation_guard_slack`` S from ``starvation_guard_slack_after`` A; issue 30,
+With a **slack** (``starvation_guard_slack`` S from ``starvation_guard_slack_after`` A;
 docs/method.md §7), a softer stage comes first: while the longest-waiting job has waited A or more
 but not yet its threshold, every pending job the plugin lowered gets its *slack estimate*, its
 request less S, never below its lowered limit (`slack_limit_s`), every running job whose limit is
@@ -34,10 +34,9 @@ outlive: each moves the starving job's start once, by at most S. A job keeps the
 with when the stage ends; once the guard itself is on, every lowered limit goes to the request.
 
 The simulator models exactly this (`hpcpredict.sim.simulation`: running jobs at a guarded decision
-are planned to their requests for good; `hpcpredict.sim.slurm_backfill` with ``guard_xfactor``
-judges its head, the job that has waited longest, by the xfactor rule; the slack is the EASY
-schedulers' ``guard_estimate_slack_s``, whose estimates are planned as these limits, and the SLURM
-model's ``guard_slack_s``). Every decision is a pure function of what SLURM shows — the jobs, their limits and the plugin's mark — so after a restart
+are planned to their requests for good; `hpcpredict.sim.slurm_backfill` judges its head, the job
+that has waited longest, by the xfactor rule; the slack is `GuardSettings.slack_s` in both models,
+whose estimates are planned as these limits: one set of settings, `DaemonConfig.guard`). Every decision is a pure function of what SLURM shows — the jobs, their limits and the plugin's mark — so after a restart
 the guard decides the same.
 """
 

@@ -1,7 +1,7 @@
 """The mark `job_submit.lua` leaves in a job's ``admin_comment``: its request and prediction.
 
 ``hpcpredict:request_s=3600,prediction_s=720,mode=lower,procs=32,token=5f3a9c01-2a`` — users
-cannot set ``admin_comment`` (design.md), so the original request survives the lowered limit,
+cannot set ``admin_comment`` (admins only), so the original request survives the lowered limit,
 and every later reader (the corrector, the completion script, ``slurm-convert``) knows what the
 user asked for and what hpcpredict predicted, and whether the plugin was lowering limits
 (``mode``). ``procs`` is the processor count the prediction was made for (the one the watcher

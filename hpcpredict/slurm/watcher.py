@@ -63,12 +63,12 @@ from typing import Protocol
 
 from hpcpredict.job_events import JobEvent, LimitChanged
 from hpcpredict.corrections.policies import CorrectionPolicy, IncrementalCorrection, RequestWithinSlack
-from hpcpredict.corrections.starvation import check_slack_stage
+from hpcpredict.corrections.starvation import GuardSettings
 from hpcpredict.slurm import requests
 from hpcpredict.slurm.adapter import ENDED_STATES, SlurmJob
 from hpcpredict.slurm.corrector import DEFAULT_MARGIN_S, corrected_limit_s
 from hpcpredict.slurm.failsafe import DEFAULT_STALE_AFTER_S
-from hpcpredict.slurm.guard import DEFAULT_GUARD_S, GuardStatus, guard_limit_s, guard_status
+from hpcpredict.slurm.guard import GuardStatus, guard_limit_s, guard_status
 from hpcpredict.slurm.heartbeat import Heartbeat, write_heartbeat
 from hpcpredict.slurm.tag import parse_tag
 
@@ -113,17 +113,16 @@ class SlurmWatcher:
         margin_s: int = DEFAULT_MARGIN_S,
         interval_s: float = DEFAULT_INTERVAL_S,
         policy: CorrectionPolicy = IncrementalCorrection(),
-        guard_s: int | None = DEFAULT_GUARD_S,
-        xfactor: float | None = None,
-        slack_s: int | None = None,
-        slack_after_s: int | None = None,
+        guard_settings: GuardSettings | None = GuardSettings(),
         heartbeat: str | None = None,
         stale_after_s: float = DEFAULT_STALE_AFTER_S,
         clock: Callable[[], float] = time.time,
     ) -> None:
-        """`heartbeat`: the file the failsafe reads (None: none written, as in tests without
-        one); `stale_after_s`: past this since the last vouched look, PREDICT holds lowering."""
-        check_slack_stage(guard_s, slack_s, slack_after_s)
+        """`guard_settings`: the starvation guard (None: off; the daemon's `DaemonConfig.guard`);
+        `heartbeat`: the file the failsafe reads (None: none written, as in tests without one);
+        `stale_after_s`: past this since the last vouched look, PREDICT holds lowering."""
+        settings = guard_settings
+        slack_s = None if settings is None else settings.slack_s
         self.slurm = slurm
         self.record = record
         self.job_status = job_status
@@ -131,10 +130,12 @@ class SlurmWatcher:
         self.interval_s = interval_s
         # With a slack, a limit reached within it of the request gives the request (guard.py).
         self.policy = policy if slack_s is None else RequestWithinSlack(policy, slack_s)
-        self.guard_s = guard_s
-        self.xfactor = xfactor  # the guard's xfactor rule (guard.py); None: the wait rule
-        self.slack_s = slack_s  # the guard's slack stage (guard.py); None: none
-        self.slack_after_s = slack_after_s
+        # The guard's settings as guard.py's pure functions take them: its wait (None: off), its
+        # xfactor rule (None: the wait rule), its slack stage (None: none).
+        self.guard_s = None if settings is None else settings.wait_s
+        self.xfactor = None if settings is None else settings.xfactor
+        self.slack_s = slack_s
+        self.slack_after_s = None if settings is None else settings.slack_after_s
         # Replaced whole at each poll (one attribute write): PREDICT reads it from another thread.
         self.guard = GuardStatus()
         self.clock = clock
