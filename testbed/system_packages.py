@@ -38,6 +38,9 @@ PACKAGES: dict[str, str] = {
     "systemd": "systemd-analyze verify of the daemon's unit file (tests/test_deploy.py)",
     "debootstrap": "the chroots of Debian's newer Slurm releases (testbed/slurm_chroot.py)",
     "prometheus": "promtool check/test rules of deploy/hpcpredict-alerts.yml (tests/test_deploy.py)",
+    "libslurm-dev": "pyslurm's wheel, built against the host's libslurm (testbed/pyslurm_wheel.py)",
+    "gcc": "pyslurm's wheel (testbed/pyslurm_wheel.py): Cython's C, compiled",
+    "python3-dev": "pyslurm's wheel for Debian's python3 (testbed/pyslurm_wheel.py): Python.h",
 }
 NO_INSTALL_VARIABLE = "HPCPREDICT_NO_INSTALL"
 APT_TIMEOUT_S = 1200  # apt-get update + install on a slow mirror

@@ -1,17 +1,20 @@
 """One way to talk to SLURM, two backends: the Slurm commands everywhere, pyslurm where it fits.
 
-pyslurm's releases track recent Slurm versions and do not build against older libslurm (Debian 12
-ships Slurm 22.05; PyPI's pyslurm is 25.11): design.md. So `select_backend` uses pyslurm only when
-it is importable *and* its major.minor equals the installed Slurm's, and otherwise the command
-line backend (``squeue --json``, ``scontrol``, ``sbatch --parsable``), which works on 22.05 and
-later. The watcher and the tools see only `SlurmBackend`.
+pyslurm's releases track Slurm's, one pyslurm per Slurm major.minor, built against that
+libslurm (PyPI has 25.11 only; pyslurm 22.5.3 and 24.11.0 build from their sources against
+Debian 12's 22.05 and trixie's 24.11: testbed/pyslurm_wheel.py). So `select_backend` uses pyslurm
+only when it is installed *and* its major.minor equals the installed Slurm's (22.5.x for 22.05),
+and otherwise the command line backend (``squeue --json``, ``scontrol``, ``sbatch --parsable``),
+which works on 22.05 and later. The watcher and the tools see only `SlurmBackend`.
 """
 
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import json
 import logging
+import os
 import re
 import subprocess
 from collections.abc import Callable, Mapping, Sequence
@@ -216,12 +219,24 @@ def job_from_squeue(entry: Mapping[str, Any]) -> SlurmJob:
         end_s=end_s,
         time_limit_s=None if limit_min is None else 60 * limit_min,
         admin_comment=str(entry.get("admin_comment") or ""),
-        exit_code=_time(entry.get("exit_code")) if not isinstance(entry.get("exit_code"), Mapping) else None,
+        exit_code=_exit_status(entry.get("exit_code")),
         eligible_s=_time(entry.get("eligible_time")),
         state_reason=str(entry.get("state_reason") or ""),
         array_job_id=_time(entry.get("array_job_id")),  # 0: not an array
         array_task_id=_index(entry.get("array_task_id")),
     )
+
+
+def _exit_status(value: Any) -> int | None:
+    """squeue's exit code as the wait status (None for 0): 22.05 gives the status itself (exit 3:
+    768); 23.02+ an object, ``{"status": [...], "return_code": {number}, "signal": {"id":
+    {number}, "name"}}``, made the same status here (`PyslurmBackend` reads the same)."""
+    if isinstance(value, Mapping):
+        code = _index(value.get("return_code")) or 0
+        signal = value.get("signal")
+        number = _index(signal.get("id")) if isinstance(signal, Mapping) else None
+        return ((code & 0xFF) << 8 | (number or 0)) or None
+    return _time(value)
 
 
 def _index(value: Any) -> int | None:
@@ -237,58 +252,159 @@ def _index(value: Any) -> int | None:
 
 
 # ---------------------------------------------------------------------------- pyslurm
-class PyslurmBackend:
-    """pyslurm (>= 23.2 API: `pyslurm.Jobs.load`, `Job.modify(JobSubmitDescription)`).
+# slurm_errno.h's ESLURM_INVALID_JOB_ID (22.05 and 24.11): the job is not (or no longer) there
+ESLURM_INVALID_JOB_ID = 2017
 
-    Used only when its version matches the installed Slurm (`select_backend`); it cannot run on
-    this project's test machines (pyslurm does not build against Slurm 22.05), so only its
-    selection is tested here.
+
+class PyslurmBackend:
+    """pyslurm's job API: `pyslurm.Jobs.load`, `pyslurm.Job.load`, `Job.modify` with a
+    `JobSubmitDescription`, `Job.cancel`. pyslurm 22.5.3 has it beside its old `pyslurm.job()`
+    dictionaries, and 24.11 keeps it (checked on both, built from their sources against Debian
+    12's Slurm 22.05 and trixie's 24.11: testbed/pyslurm_wheel.py, tests/test_pyslurm_backend.py).
+
+    It reads the same jobs as `CliBackend` and gives the same `SlurmJob` fields (the tests compare
+    the two on a real slurmctld), except where libslurm itself words a field other than squeue:
+
+    * `state` is libslurm's job_state_string, which names a job's flag before its base state
+      ("COMPLETING" while a job's processes end, "REQUEUED", "CONFIGURING"), as 22.05's squeue
+      does; 23.02 and later's squeue lists the base state first ("COMPLETED", "COMPLETING"), which
+      `CliBackend` reads. In those few seconds pyslurm sees a completing job not ended yet.
+    * `state_reason` is the job's reason, or its description when slurmctld wrote one
+      (pyslurm prefers it); squeue gives the reason alone.
+    * `exit_code` is the wait status, as 22.05's squeue gives it (the exit code times 256, or
+      the signal; 24.11's squeue object is read the same way by `job_from_squeue`), but pyslurm
+      reads an exit code of 128 or more as that less 128 (a shell's "killed by signal N").
+    * `set_time_limit` of an array's own id sets that record's limit (its tasks not started
+      yet), where ``scontrol update JobId=<array id>`` sets every task's.
+
+    Submitting runs sbatch (`CliBackend.submit`): the caller's arguments are sbatch's. When
+    slurmctld cannot be reached, every call raises `SlurmError` (never an empty list), as with the
+    command line.
     """
 
     name = "pyslurm"
 
-    def __init__(self, module: Any) -> None:
+    def __init__(self, module: Any, *, timeout_s: float = DEFAULT_TIMEOUT_S, runner: Runner = run_command) -> None:
         self._pyslurm = module
+        self._cli = CliBackend(timeout_s=timeout_s, runner=runner)
+        # the job id of each array task (its update_id "A_T") as last read: Job.modify names a
+        # job by its own id, never "A_T" (JobSubmitDescription has no job_id_str)
+        self._task_ids: dict[str, int] = {}
+
+    def _rpc(self, what: str, call: Callable[[], Any]) -> Any:
+        try:
+            return call()
+        except self._pyslurm.RPCError as error:
+            raise SlurmError(f"pyslurm {what} failed (errno {getattr(error, 'errno', '?')}): {error}") from error
 
     def jobs(self) -> list[SlurmJob]:
-        return [self._convert(job) for job in self._pyslurm.Jobs.load().values()]
+        """Every job slurmctld holds, ended ones within MinJobAge included (``squeue -t all``'s)."""
+        loaded = self._rpc("Jobs.load", lambda: self._pyslurm.Jobs.load())
+        users: dict[int, str] = {}
+        jobs = [self._convert(job, users) for job in loaded.values()]
+        self._task_ids = {str(job.update_id): job.job_id for job in jobs if isinstance(job.update_id, str)}
+        return jobs
 
     def job(self, job_id: int) -> SlurmJob | None:
+        """The job `job_id` (None when slurmctld has no such job). slurm_load_job answers every
+        record of an array or a heterogeneous job asked by its first id, and `Job.load` keeps the
+        first of them, which may be another: then the job is found among all of them."""
         try:
-            return self._convert(self._pyslurm.Job.load(job_id))
-        except self._pyslurm.RPCError:
-            return None
+            loaded = self._pyslurm.Job.load(int(job_id))
+        except self._pyslurm.RPCError as error:
+            if getattr(error, "errno", None) == ESLURM_INVALID_JOB_ID:
+                return None
+            raise SlurmError(f"pyslurm Job.load({job_id}) failed (errno {getattr(error, 'errno', '?')}): {error}") from error
+        if int(loaded.id) == int(job_id):
+            return self._convert(loaded, {})
+        return next((job for job in self.jobs() if job.job_id == int(job_id)), None)
 
-    def set_time_limit(self, job_id: int, minutes: int) -> None:
-        self._pyslurm.Job(job_id).modify(self._pyslurm.JobSubmitDescription(time_limit=int(minutes)))
+    def set_time_limit(self, job_id: int | str, minutes: int) -> None:
+        """`job_id`: a job's id, or ``<array id>_<index>`` for one task of an array
+        (`SlurmJob.update_id`), whose own job id is looked up in the last read (read again when
+        it is not there). `Job.modify` changes the one record its id names: a task alone, or an
+        array's pending record with the tasks not started yet (class doc)."""
+        if minutes < 1:
+            raise ValueError(f"a time limit is at least 1 minute, got {minutes}")
+        if not re.fullmatch(r"\d+(_\d+)?", str(job_id)):
+            raise ValueError(f"a job id is N or N_T, got {job_id!r}")
+        target = self._record_id(str(job_id))
+        changes = self._pyslurm.JobSubmitDescription(time_limit=int(minutes))
+        self._rpc(f"Job({job_id}).modify(time_limit={int(minutes)})",
+                  lambda: self._pyslurm.Job(target).modify(changes))
+
+    def _record_id(self, job_id: str) -> int:
+        if "_" not in job_id:
+            return int(job_id)
+        if job_id not in self._task_ids:
+            self.jobs()  # a task started since the last read
+        if job_id not in self._task_ids:
+            raise SlurmError(f"no array task {job_id} (a task not started yet is its array's pending "
+                             "record, named by the array's id)")
+        return self._task_ids[job_id]
 
     def submit(self, arguments: Sequence[str]) -> int:
-        raise SlurmError("submitting is done with the CLI backend (sbatch); pyslurm is for reading and limits")
+        """sbatch's `arguments`, by sbatch (`CliBackend.submit`)."""
+        return self._cli.submit(arguments)
 
     def cancel(self, job_id: int) -> None:
-        self._pyslurm.Job(job_id).cancel()
+        self._rpc(f"Job({job_id}).cancel", lambda: self._pyslurm.Job(int(job_id)).cancel())
 
     @staticmethod
-    def _convert(job: Any) -> SlurmJob:
-        limit = getattr(job, "time_limit", None)
+    def _convert(job: Any, users: dict[int, str]) -> SlurmJob:
+        """One `pyslurm.Job` as `job_from_squeue` reads squeue's record of it (times of 0 or
+        NO_VAL and limits of NO_VAL or INFINITE are None in pyslurm already)."""
+        state = str(job.state or "")
+        uid = int(job.user_id)
+        if uid not in users:
+            users[uid] = _user_name(uid)
+        limit_min = job.time_limit
+        array_id = job.array_id or None
+        task = job.array_task_id
+        if array_id is not None and task is None and not job.array_tasks_waiting:
+            task = 0  # pyslurm reads a task index of 0 as unset; an array's pending record lists its tasks
         return SlurmJob(
             job_id=int(job.id),
-            user_name=str(getattr(job, "user_name", "") or ""),
-            uid=int(job.user_id),
+            user_name=users[uid],
+            uid=uid,
             gid=int(job.group_id),
-            state=str(job.state),
+            state=state,
             partition=str(job.partition or ""),
             name=str(job.name or ""),
             cpus=int(job.cpus or 1),
-            nodes=int(getattr(job, "num_nodes", 1) or 1),
-            submit_s=int(job.submit_time or 0),
-            start_s=int(job.start_time) if job.start_time and job.state in STARTED_STATES else None,
-            end_s=int(job.end_time) if job.end_time and job.state in ENDED_STATES else None,
-            time_limit_s=None if limit in (None, "UNLIMITED") else 60 * int(limit),
-            admin_comment=str(getattr(job, "admin_comment", "") or ""),
-            eligible_s=int(getattr(job, "eligible_time", 0) or 0) or None,
-            state_reason=str(getattr(job, "state_reason", "") or ""),
+            nodes=int(job.num_nodes or 1),
+            submit_s=_seconds(job.submit_time) or 0,
+            start_s=_seconds(job.start_time) if state in STARTED_STATES else None,
+            end_s=_seconds(job.end_time) if state in ENDED_STATES else None,
+            time_limit_s=60 * int(limit_min) if isinstance(limit_min, int) and limit_min > 0 else None,
+            admin_comment=str(job.admin_comment or ""),
+            exit_code=_wait_status(job.exit_code, job.exit_code_signal),
+            eligible_s=_seconds(job.eligible_time),
+            state_reason=str(job.state_reason or ""),
+            array_job_id=int(array_id) if array_id is not None else None,
+            array_task_id=int(task) if task is not None else None,
         )
+
+
+def _seconds(value: Any) -> int | None:
+    """A pyslurm time (None when unset) as `_time` reads squeue's."""
+    return _time(value) if isinstance(value, int) else None
+
+
+def _wait_status(code: Any, signal: Any) -> int | None:
+    """The wait status from pyslurm's exit code and signal (0: None, as squeue's 0)."""
+    status = (int(code or 0) << 8) | int(signal or 0)
+    return status or None
+
+
+def _user_name(uid: int) -> str:
+    """The name of `uid` as squeue shows it (the system's; "" when it has none)."""
+    import pwd
+
+    try:
+        return pwd.getpwuid(uid).pw_name
+    except (KeyError, OverflowError):
+        return ""
 
 
 # ---------------------------------------------------------------------------- selection
@@ -309,6 +425,7 @@ def installed_slurm_version(runner: Runner = run_command) -> str | None:
 
 
 def _major_minor(version: str | None) -> tuple[int, int] | None:
+    """"22.05.8" -> (22, 5), and pyslurm's "22.5.3" -> (22, 5): pyslurm drops Slurm's zero."""
     match = re.match(r"(\d+)\.(\d+)", version or "")
     return (int(match.group(1)), int(match.group(2))) if match else None
 
@@ -316,36 +433,77 @@ def _major_minor(version: str | None) -> tuple[int, int] | None:
 def select_backend(
     prefer: str = "auto",
     *,
-    importer: Callable[[str], Any] = importlib.import_module,
+    importer: Callable[[str], Any] | None = None,
     runner: Runner = run_command,
 ) -> SlurmBackend:
     """`prefer` "cli", "pyslurm" (an error if unusable) or "auto" (pyslurm if it matches).
 
-    pyslurm matches when its major.minor equals the installed Slurm's (pyslurm 25.11.x for
-    Slurm 25.11.y): a mismatched pyslurm talks a different RPC protocol version.
+    pyslurm matches when its major.minor equals the installed Slurm's (pyslurm 24.11.x for
+    Slurm 24.11.y, 22.5.x for 22.05.y): a mismatched pyslurm talks a different RPC protocol
+    version, or does not load at all.
     """
     if prefer not in ("auto", "cli", "pyslurm"):
         raise ValueError(f"backend must be auto, cli or pyslurm, got {prefer!r}")
     if prefer == "cli":
         return CliBackend(runner=runner)
+    importer = importer or import_pyslurm
     reason = _pyslurm_unusable(importer, runner)
     if reason is None:
-        return PyslurmBackend(importer("pyslurm"))
+        return PyslurmBackend(importer("pyslurm"), runner=runner)
     if prefer == "pyslurm":
         raise SlurmError(f"pyslurm backend unusable: {reason}")
     logger.info("SLURM backend: command line (%s)", reason)
     return CliBackend(runner=runner)
 
 
+# Where libslurm looks for slurm.conf when SLURM_CONF is not set: Debian's path, then the copy a
+# configless slurmd keeps (it would then ask DNS, which a test host or a site without SRV records
+# answers with a fatal error)
+SLURM_CONF_PATHS = ("/etc/slurm/slurm.conf", "/run/slurm/conf/slurm.conf")
+
+
+def import_pyslurm(name: str = "pyslurm") -> Any:
+    """``import pyslurm``, but only where it can read a slurm.conf: its import calls
+    slurm_init(), which ends the whole process (libslurm's fatal(), exit 1, after retrying for
+    60 s when SLURM_CONF names a missing file; measured with 22.5.3) when it finds none. Without
+    one, an ImportError saying so instead."""
+    if importlib.util.find_spec(name) is None:
+        raise ModuleNotFoundError(f"No module named {name!r}", name=name)
+    configured = os.environ.get("SLURM_CONF")
+    candidates = [configured] if configured else list(SLURM_CONF_PATHS)
+    if not any(os.access(path, os.R_OK) for path in candidates):
+        raise ImportError(f"no slurm.conf to read ({' or '.join(candidates)}): importing pyslurm "
+                          "would end this process")
+    return importlib.import_module(name)
+
+
 def _pyslurm_unusable(importer: Callable[[str], Any], runner: Runner) -> str | None:
+    """Why pyslurm cannot serve here (None: it can). Its installed version is read first from
+    its metadata, without importing it: the import loads libslurm and slurm.conf, and a pyslurm of
+    another Slurm fails there (its libslurm is not this one) or talks the wrong protocol."""
+    slurm = installed_slurm_version(runner)
+    declared = _distribution_version("pyslurm")
+    if declared is not None and slurm is not None and _major_minor(declared) != _major_minor(slurm):
+        return f"pyslurm {declared} does not match Slurm {slurm}"
     try:
         module = importer("pyslurm")
-    except ImportError:
-        return "pyslurm is not installed (pip install 'hpcpredict[pyslurm]' where Slurm matches)"
+    except ImportError as error:
+        if declared is None or isinstance(error, ModuleNotFoundError) and error.name == "pyslurm":
+            return "pyslurm is not installed (pip install 'hpcpredict[pyslurm]' where Slurm matches)"
+        return f"pyslurm {declared} is installed but does not load: {error}"
     version = getattr(module, "__version__", None)
-    slurm = installed_slurm_version(runner)
     if slurm is None:
         return "the installed Slurm version is unknown (scontrol --version failed)"
     if _major_minor(version) != _major_minor(slurm):
         return f"pyslurm {version} does not match Slurm {slurm}"
     return None
+
+
+def _distribution_version(name: str) -> str | None:
+    """The version of the installed distribution `name` (None: not installed), from its metadata."""
+    from importlib import metadata
+
+    try:
+        return metadata.version(name)
+    except metadata.PackageNotFoundError:
+        return None
