@@ -32,11 +32,11 @@ from pathlib import Path
 
 import numpy as np
 
-from hpcpredict.daemon.config import DaemonConfig
+from hpcpredict.daemon.core.config import DaemonConfig
 from hpcpredict.jobs import JobRequest
 from hpcpredict.learn.history import replay_history
 from hpcpredict.learn.predictor import LearnedPredictor
-from hpcpredict.workload import load_workload
+from hpcpredict.logs.workload import load_workload
 
 REPO = Path(__file__).resolve().parents[1]
 YEAR_S = 365 * 86_400

@@ -37,7 +37,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from bench_daemon import DEFAULT_LOG, ending_a_day_ago, from_scratch, run_mode  # noqa: E402
 
-from hpcpredict.workload import load_workload  # noqa: E402
+from hpcpredict.logs.workload import load_workload  # noqa: E402
 
 
 def wait_for_http(url: str, daemon: subprocess.Popen, timeout_s: float = 60) -> None:

@@ -77,7 +77,7 @@ from pathlib import Path
 import numpy as np
 
 from bench_daemon_cpu import cpu_s  # this folder's benchmarks
-from hpcpredict.workload import load_workload
+from hpcpredict.logs.workload import load_workload
 
 REPO = Path(__file__).resolve().parents[1]
 DEFAULT_LOG = REPO / "swf" / "KTH-SP2-sample.swf"
@@ -280,9 +280,9 @@ def run_loaded(socket_path: str, http_url: str, token: str, requests: list[bytes
 def preload(db: str, workload, jobs: int) -> None:
     """Give the store `jobs` live jobs (SUBMIT, START, END each, through the service, as the
     daemon records them), so that GET /errors has their predictions to judge."""
-    from hpcpredict.daemon.config import DaemonConfig
-    from hpcpredict.daemon.service import PredictionService
-    from hpcpredict.daemon.store import Store
+    from hpcpredict.daemon.core.config import DaemonConfig
+    from hpcpredict.daemon.core.service import PredictionService
+    from hpcpredict.daemon.core.store import Store
 
     store = Store(db)
     try:
@@ -317,7 +317,7 @@ def free_port() -> int:
         return probe.getsockname()[1]
 
 
-def ending_a_day_ago(log: Path, workload) -> str:  # workload: hpcpredict.workload.Workload
+def ending_a_day_ago(log: Path, workload) -> str:  # workload: hpcpredict.logs.workload.Workload
     """The log's text with its UnixStartTime moved so that its last job ended a day ago."""
     last_end_s = max(job.request.submit_s + max(job.wait_s, 0) + job.run_s for job in workload.jobs)
     start_s = int(time.time()) - 86_400 - last_end_s

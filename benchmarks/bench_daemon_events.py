@@ -45,11 +45,11 @@ import hpcpredict
 from bench_daemon import event_stream, from_scratch  # this folder's benchmarks: the same stream, the same clock
 from bench_daemon_cpu import CLOCK_TICKS_S, cpu_s
 from bench_service_events import job_events, send
-from hpcpredict.daemon.service import PredictionService
-from hpcpredict.daemon.store import Store
+from hpcpredict.daemon.core.service import PredictionService
+from hpcpredict.daemon.core.store import Store
 from hpcpredict.jobs import JobRequest
 from hpcpredict.learn.predictor import LearnedPredictor
-from hpcpredict.workload import load_workload
+from hpcpredict.logs.workload import load_workload
 
 REPO = Path(__file__).resolve().parents[1]
 SAMPLE_LOG = REPO / "swf" / "KTH-SP2-sample.swf"

@@ -22,10 +22,10 @@ from pathlib import Path
 
 import numpy as np
 
-from hpcpredict.features import N_FEATURES
+from hpcpredict.learn.features import N_FEATURES
 from hpcpredict.learn.nag import Nag, NagState
 from hpcpredict.learn.predictor import LearnedPredictor
-from hpcpredict.workload import load_workload
+from hpcpredict.logs.workload import load_workload
 
 DEFAULT_LOG = Path(__file__).resolve().parents[2] / "shared" / "swf" / "KTH-SP2-1996-2.swf.gz"
 

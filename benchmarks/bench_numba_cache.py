@@ -22,7 +22,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # testbed/
 from testbed.site_install import PREFIX, SiteNamespace, dependencies_prefix  # noqa: E402
 
-PROBE = ("import time; t0=time.perf_counter(); from hpcpredict.daemon.config import DaemonConfig; "
+PROBE = ("import time; t0=time.perf_counter(); from hpcpredict.daemon.core.config import DaemonConfig; "
          "from hpcpredict.jobs import JobRequest; p=DaemonConfig().predictor_factory(); t1=time.perf_counter(); "
          "j=JobRequest(job_id=1, submit_s=0, procs=1, requested_s=3600, user_id=0); p.predict(j, 0); "
          "p.job_started(j, 1); p.job_ended(j, 600, 601, killed_at_limit=False); t2=time.perf_counter(); "

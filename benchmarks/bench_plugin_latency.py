@@ -28,7 +28,7 @@ sys.path.insert(0, str(REPO))  # testbed/
 
 from testbed.slurm_cluster import SlurmCluster  # noqa: E402
 
-from hpcpredict.daemon.client import DaemonClient  # noqa: E402
+from hpcpredict.daemon.fronts.client import DaemonClient  # noqa: E402
 
 
 def settings(cluster: SlurmCluster, **values: object) -> None:

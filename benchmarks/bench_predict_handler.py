@@ -22,10 +22,10 @@ from pathlib import Path
 
 import hpcpredict
 from bench_service_events import SAMPLE_LOG, job_events, send  # this folder's
-from hpcpredict.daemon.handlers import Handlers
-from hpcpredict.daemon.service import PredictionService
-from hpcpredict.daemon.store import Store
-from hpcpredict.workload import load_workload
+from hpcpredict.daemon.fronts.handlers import Handlers
+from hpcpredict.daemon.core.service import PredictionService
+from hpcpredict.daemon.core.store import Store
+from hpcpredict.logs.workload import load_workload
 
 
 def main() -> None:

@@ -25,7 +25,7 @@ from pathlib import Path
 
 from hpcpredict.sim.metrics import compute_metrics
 from hpcpredict.sim.runner import RunSpec, run
-from hpcpredict.workload import load_workload
+from hpcpredict.logs.workload import load_workload
 
 DEFAULT_LOG = Path(__file__).resolve().parents[2] / "shared" / "swf" / "CEA-Curie-2011-2.1-cln.swf.gz"
 CONFIGURATIONS = {

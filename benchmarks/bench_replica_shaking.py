@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 
 from hpcpredict.sim.shaking import replica
-from hpcpredict.workload import load_workload
+from hpcpredict.logs.workload import load_workload
 
 
 def main() -> None:

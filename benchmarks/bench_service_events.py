@@ -30,11 +30,11 @@ from typing import Any
 
 from sqlalchemy import event
 
-from hpcpredict.daemon.service import PredictionService
-from hpcpredict.daemon.store import Store
+from hpcpredict.daemon.core.service import PredictionService
+from hpcpredict.daemon.core.store import Store
 from hpcpredict.jobs import JobRequest
-from hpcpredict.swf import read_swf
-from hpcpredict.workload import load_workload
+from hpcpredict.logs.swf import read_swf
+from hpcpredict.logs.workload import load_workload
 
 REPO = Path(__file__).resolve().parents[1]
 SAMPLE_LOG = REPO / "swf" / "KTH-SP2-sample.swf"

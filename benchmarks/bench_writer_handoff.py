@@ -28,8 +28,8 @@ import sys
 import time
 from collections.abc import Callable
 
-from hpcpredict.daemon.server import GIL_SWITCH_INTERVAL_S
-from hpcpredict.daemon.writer import LoopInbox, StoreWriter
+from hpcpredict.daemon.fronts.server import GIL_SWITCH_INTERVAL_S
+from hpcpredict.daemon.core.writer import LoopInbox, StoreWriter
 
 
 async def closed_loop(mode: str, events: int, learn: bool) -> float:

@@ -23,7 +23,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from bound_goal import PLAIN, UNBOUNDED, conditions, read_runs  # noqa: E402
 
-from hpcpredict.sim.tune import AVEBSLD_BOUND  # noqa: E402
+from hpcpredict.experiments.tune import AVEBSLD_BOUND  # noqa: E402
 
 
 def read_all(paths: list[Path]):

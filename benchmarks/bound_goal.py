@@ -29,7 +29,7 @@ from collections import defaultdict
 from pathlib import Path
 
 from hpcpredict.sim.replica_stats import paired_difference
-from hpcpredict.sim.tune import AVEBSLD_BOUND, MAX_WAIT_BOUND  # the bounds `tune` judges by
+from hpcpredict.experiments.tune import AVEBSLD_BOUND, MAX_WAIT_BOUND  # the bounds `tune` judges by
 
 PLAIN = "EASY"
 UNBOUNDED = "learned, no guard"

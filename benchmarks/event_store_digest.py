@@ -33,8 +33,8 @@ from sqlalchemy import MetaData, select
 
 import hpcpredict
 from bench_service_events import job_events  # this folder's: the KTH sample's events in time order
-from hpcpredict.daemon.service import PredictionService
-from hpcpredict.daemon.store import Store
+from hpcpredict.daemon.core.service import PredictionService
+from hpcpredict.daemon.core.store import Store
 
 REPO = Path(__file__).resolve().parents[1]
 SAMPLE_LOG = REPO / "swf" / "KTH-SP2-sample.swf"

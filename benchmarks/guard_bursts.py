@@ -22,7 +22,7 @@ import numpy as np
 from hpcpredict.sim.metrics import job_arrays
 from hpcpredict.sim.runner import RunSpec, run
 from hpcpredict.sim.shaking import replica
-from hpcpredict.workload import load_workload
+from hpcpredict.logs.workload import load_workload
 
 FORTNIGHT_S = 14 * 86_400
 CONFIGURATIONS = {

@@ -15,7 +15,7 @@ import time
 sys.path.insert(0, sys.argv[1])
 
 from hpcpredict.sim.runner import RunSpec, run  # noqa: E402  (from the tree given)
-from hpcpredict.workload import load_workload  # noqa: E402
+from hpcpredict.logs.workload import load_workload  # noqa: E402
 
 ROUNDS = 5
 

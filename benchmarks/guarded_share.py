@@ -14,11 +14,11 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-import hpcpredict.sim.simulation as simulation
+import hpcpredict.sim.easy.simulation as simulation
 from hpcpredict.sim.load_scaling import scaled_load
 from hpcpredict.sim.metrics import compute_metrics
 from hpcpredict.sim.runner import RunSpec, run
-from hpcpredict.workload import load_workload
+from hpcpredict.logs.workload import load_workload
 
 DEFAULT = RunSpec.from_keys(starvation_guard_s=86_400)
 EASY = RunSpec("easy", "requested", "requested")

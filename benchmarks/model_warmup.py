@@ -21,10 +21,10 @@ from pathlib import Path
 
 import numpy as np
 
-from hpcpredict.daemon.config import DaemonConfig
+from hpcpredict.daemon.core.config import DaemonConfig
 from hpcpredict.instants import Instant
 from hpcpredict.learn.history import history_events
-from hpcpredict.workload import load_workload
+from hpcpredict.logs.workload import load_workload
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED = REPO.parent / "shared" / "swf"

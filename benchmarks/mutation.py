@@ -57,7 +57,7 @@ class Group:
 
 GROUPS: dict[str, Group] = {
     "schedulers": Group(
-        ("hpcpredict/sim/schedulers.py",),
+        ("hpcpredict/sim/easy/schedulers.py",),
         ("tests/test_scheduler_fast_path.py", "tests/test_scheduler_edges.py",
          "tests/test_simulation.py", "tests/test_starvation_guard.py",
          "tests/test_backfill_kernel.py"),
@@ -70,7 +70,7 @@ GROUPS: dict[str, Group] = {
         ),
     ),
     "backfill_kernel": Group(
-        ("hpcpredict/sim/backfill_kernel.py",),
+        ("hpcpredict/sim/easy/backfill_kernel.py",),
         ("tests/test_backfill_kernel.py", "tests/test_simulation.py"),
         compiled=True,
     ),
@@ -91,7 +91,7 @@ GROUPS: dict[str, Group] = {
         ),
     ),
     "features": Group(
-        ("hpcpredict/features.py",),
+        ("hpcpredict/learn/features.py",),
         ("tests/test_features.py", "tests/test_features_edges.py", "tests/test_learned_predictor.py",
          "tests/test_cold_start.py", "tests/test_features_compiled.py"),
     ),
@@ -101,7 +101,7 @@ GROUPS: dict[str, Group] = {
         compiled=True,
     ),
     "events": Group(
-        ("hpcpredict/daemon/events.py", "hpcpredict/daemon/learning.py"),
+        ("hpcpredict/daemon/core/events.py", "hpcpredict/daemon/core/learning.py"),
         # The service and its store in the test process; no daemon thread (too slow to start
         # under mutmut's trampolines on a loaded machine).
         ("tests/test_daemon_learning_rules.py", "tests/test_daemon_events_format.py",
@@ -109,7 +109,7 @@ GROUPS: dict[str, Group] = {
          "tests/test_daemon_newest_end.py", "tests/test_censoring.py"),
     ),
     "protocol": Group(
-        ("hpcpredict/daemon/protocol.py",),
+        ("hpcpredict/daemon/fronts/protocol.py",),
         ("tests/test_daemon_protocol.py", "tests/test_daemon_protocol_fields.py"),
     ),
 }

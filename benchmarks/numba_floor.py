@@ -20,7 +20,7 @@ import numba  # noqa: E402,F401
 
 laps.append(("numba", time.process_time()))
 
-from hpcpredict.sim.profile_kernel import insert, new_profile_table  # noqa: E402
+from hpcpredict.sim.engine.profile_kernel import insert, new_profile_table  # noqa: E402
 
 laps.append(("a kernel module (decorated, cache found)", time.process_time()))
 table = new_profile_table(8)

@@ -26,7 +26,7 @@ from pathlib import Path
 import hpcpredict
 from hpcpredict.sim.metrics import compute_metrics
 from hpcpredict.sim.runner import RunSpec, run
-from hpcpredict.workload import load_workload
+from hpcpredict.logs.workload import load_workload
 
 SHARED_SWF = Path(__file__).resolve().parents[2] / "shared" / "swf"
 # log file -> machine size override (docs/method.md §10: CEA-Curie as the reference ran it)

@@ -41,9 +41,9 @@ def write_training_history(log: Path, skip: int, count: int, speedup: float, nod
     as an SWF history run at once (wait 0): what the daemon would have learned had they been
     replayed before the slice, by the accounts the replay submits as (`users`: each log user's,
     uid 30000+U, or this process's)."""
-    from hpcpredict.slurm.replay import Scaling, plan, replay_uid
-    from hpcpredict.swf import MISSING, SwfRecord, write_swf
-    from hpcpredict.workload import load_workload
+    from hpcpredict.experiments.slurm_replay import Scaling, plan, replay_uid
+    from hpcpredict.logs.swf import MISSING, SwfRecord, write_swf
+    from hpcpredict.logs.workload import load_workload
 
     workload = load_workload(log)
     first = max(0, skip - count)

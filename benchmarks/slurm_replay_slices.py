@@ -30,9 +30,9 @@ sys.path.insert(0, str(REPO))
 
 from hpcpredict.sim.metrics import compute_metrics  # noqa: E402
 from hpcpredict.sim.runner import RunSpec, run  # noqa: E402
-from hpcpredict.slurm.replay import ReplayError, Scaling, plan  # noqa: E402
-from hpcpredict.swf import MISSING, SwfRecord, write_swf  # noqa: E402
-from hpcpredict.workload import load_workload  # noqa: E402
+from hpcpredict.experiments.slurm_replay import ReplayError, Scaling, plan  # noqa: E402
+from hpcpredict.logs.swf import MISSING, SwfRecord, write_swf  # noqa: E402
+from hpcpredict.logs.workload import load_workload  # noqa: E402
 
 
 def modelled(planned, nodes: int, folder: Path, slurm_params: str = "") -> tuple[float, float]:

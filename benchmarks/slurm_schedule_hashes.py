@@ -19,7 +19,7 @@ from pathlib import Path
 import hpcpredict
 from hpcpredict.sim.metrics import compute_metrics
 from hpcpredict.sim.runner import RunSpec, run
-from hpcpredict.workload import load_workload
+from hpcpredict.logs.workload import load_workload
 
 SWF = Path(__file__).resolve().parents[2] / "shared" / "swf"
 LOGS = {"KTH": ("KTH-SP2-1996-2.swf.gz", None), "BLUE": ("SDSC-BLUE-2000-4.1-cln.swf.gz", None),

@@ -25,7 +25,7 @@ import numpy as np
 
 from hpcpredict.sim.runner import RunSpec, run
 from hpcpredict.sim.shaking import replica
-from hpcpredict.workload import load_workload
+from hpcpredict.logs.workload import load_workload
 
 CONFIGURATIONS = {
     "EASY": RunSpec("easy", "requested", "requested"),

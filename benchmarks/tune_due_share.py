@@ -17,8 +17,8 @@ from pathlib import Path
 from hpcpredict.corrections.starvation import parse_starvation_guard
 from hpcpredict.sim.guard_due import replayed_due_share
 from hpcpredict.sim.runner import RunSpec
-from hpcpredict.sim.tune import split_s
-from hpcpredict.workload import load_workload
+from hpcpredict.experiments.tune import split_s
+from hpcpredict.logs.workload import load_workload
 
 
 def main() -> None:

@@ -43,11 +43,11 @@ def main() -> None:
     workload = load_log(args.log, args.procs, False)
     at = lap("read + clean", at)
     jobs = workload.jobs  # what the tree's replay reads: the requests, or every Job object
-    if importlib.util.find_spec("hpcpredict.sim.compiled_replay") is None:  # (the compiled loop
+    if importlib.util.find_spec("hpcpredict.sim.easy.compiled_replay") is None:  # (the compiled loop
         jobs.requests() if hasattr(jobs, "requests") else jobs[0]  # reads the columns alone)
     at = lap("objects", at)
     import hpcpredict.learn.nag_kernels  # noqa: F401  numba and the cached kernels' modules
-    import hpcpredict.sim.backfill_kernel  # noqa: F401
+    import hpcpredict.sim.easy.backfill_kernel  # noqa: F401
     at = lap("kernel modules", at)
     result = run(workload, RunSpec.from_keys(starvation_guard_s=GUARD_S))
     at = lap("replay", at)

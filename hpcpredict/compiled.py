@@ -47,9 +47,9 @@ _NO_CACHE_FOLDER = "no locator available"  # numba's words when no candidate fol
 # leave its callers running its old code from the cache. So each cached function's stamp is its
 # own file's with all of these (tests/test_compiled_cache.py checks the list is complete).
 KERNEL_FILES: tuple[str, ...] = (
-    "feature_kernels.py", "learn/nag_kernels.py", "sim/backfill_kernel.py",
-    "sim/profile_kernel.py", "sim/replay_kernel.py", "sim/slurm_backfill_kernel.py",
-    "sim/slurm_replay_kernel.py",
+    "learn/feature_kernels.py", "learn/nag_kernels.py", "sim/easy/backfill_kernel.py",
+    "sim/engine/profile_kernel.py", "sim/easy/replay_kernel.py", "sim/slurm_model/slurm_backfill_kernel.py",
+    "sim/slurm_model/slurm_replay_kernel.py",
     "corrections/survival_kernel.py",
 )
 

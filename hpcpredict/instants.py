@@ -1,7 +1,7 @@
 """What happens first when events share an instant: one order for every replay.
 
-The simulator (`sim/simulation.py`, `sim/slurm_backfill.py`), the learner's history replay
-(`learn/history.py`) and the daemon's error replay (`daemon/errors.py`) all order events by
+The simulator (`sim/easy/simulation.py`, `sim/slurm_model/slurm_backfill.py`), the learner's history replay
+(`learn/history.py`) and the daemon's error replay (`daemon/core/judged_errors.py`) all order events by
 (time, `Instant`, then arrival). The order is the reference's (docs/method.md §10): a prediction
 running out is corrected before anything else happens at that instant; a submission is seen
 before a termination, so a job ending as another is submitted is not yet in the history the

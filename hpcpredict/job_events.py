@@ -1,7 +1,7 @@
 """What a scheduler reports about a job's life, as typed values: the four events the daemon's
 service records.
 
-Two fronts produce them: the socket protocol (`hpcpredict.daemon.protocol` parses a line's
+Two fronts produce them: the socket protocol (`hpcpredict.daemon.fronts.protocol` parses a line's
 fields into one) and the SLURM watcher (`hpcpredict.slurm.requests` builds one from SLURM's view
 of a job). Both hand the value to `PredictionService.record`, so a job seen by the watcher goes
 to the service as the dataclass it was built as, without a round trip through protocol text.

@@ -5,7 +5,7 @@ one submodule is imported. `hpcpredict.learn` and `hpcpredict.sim` gather numba 
 light modules of names and defaults that the command line reads to build its options, and
 ``hpcpredict --help`` must not wait ~1 s for numba, scipy and the kernels (docs/performance.md,
 "The whole command"). With `lazy_exports`, ``from hpcpredict.sim import simulate`` still works;
-it imports `hpcpredict.sim.simulation` at that moment.
+it imports `hpcpredict.sim.easy.simulation` at that moment.
 
 >>> getattr_, dir_, names = lazy_exports("pkg", {"json": ("dumps",)})
 >>> names, getattr_("dumps")({"a": 1})

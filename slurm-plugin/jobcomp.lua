@@ -8,7 +8,7 @@ The report is one END line of the daemon's protocol (docs/protocol.md) carrying 
 so the daemon can learn from jobs it never saw submitted. The time limit reported is the user's
 original request when job_submit.lua marked the job (admin_comment), and the job is flagged
 lowered_kill=1 when SLURM killed it at a limit below that request (its runtime is then only a
-lower bound: hpcpredict/daemon/learning.py decides what is learned from it). The mark's
+lower bound: hpcpredict/daemon/core/learning.py decides what is learned from it). The mark's
 prediction and token go with it: for a job whose submission the daemon never saw, they let it
 record the submission as the plugin's PREDICT served it.
 

@@ -11,11 +11,11 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from hpcpredict.daemon.client import DaemonClient
-from hpcpredict.daemon.config import DaemonConfig
-from hpcpredict.daemon.server import Daemon
-from hpcpredict.daemon.service import PredictionService
-from hpcpredict.daemon.store import Store
+from hpcpredict.daemon.fronts.client import DaemonClient
+from hpcpredict.daemon.core.config import DaemonConfig
+from hpcpredict.daemon.fronts.server import Daemon
+from hpcpredict.daemon.core.service import PredictionService
+from hpcpredict.daemon.core.store import Store
 
 
 class Running:
@@ -27,7 +27,7 @@ class Running:
         starts the read workers, which on a machine busy with the rest of the suite can take
         longer than 30 s (a test of the timeout itself gives its own limits)."""
         if "http_limits" not in daemon_options:
-            from hpcpredict.daemon.http_api import HttpLimits
+            from hpcpredict.daemon.fronts.http_api import HttpLimits
 
             daemon_options["http_limits"] = HttpLimits(request_timeout_s=300.0)
         self.config = config

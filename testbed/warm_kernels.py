@@ -23,7 +23,7 @@ def warm() -> float:
     began = time.monotonic()
     from hpcpredict.corrections.survival import conditional_quantile_s
     from hpcpredict.sim.runner import RunSpec, run
-    from hpcpredict.workload import load_workload
+    from hpcpredict.logs.workload import load_workload
 
     run(load_workload(REPO / "swf" / "KTH-SP2-sample.swf"), RunSpec("easy-sjbf", "learned", "incremental"))
     conditional_quantile_s([600, 1200], [900], 300, 0.5)

@@ -15,9 +15,9 @@ import pytest
 from hypothesis import settings
 from sqlalchemy.engine import make_url
 
-from hpcpredict.daemon.config import DaemonConfig
-from hpcpredict.daemon.store import Store
-from hpcpredict.swf import SwfRecord
+from hpcpredict.daemon.core.config import DaemonConfig
+from hpcpredict.daemon.core.store import Store
+from hpcpredict.logs.swf import SwfRecord
 from testbed.daemon_thread import Running
 from testbed.pg_server import PostgresServer, ServerUnavailable
 from testbed.system_packages import install_missing
@@ -145,7 +145,7 @@ def running(config: DaemonConfig) -> Iterator[Running]:
     workers (spawned processes importing SQLAlchemy), which a loaded 2-core machine took longer
     than 30 s to do once (test_http_api answered 503; it passes alone). The timeout itself is
     tested with its own limits (test_daemon_http.py)."""
-    from hpcpredict.daemon.http_api import HttpLimits
+    from hpcpredict.daemon.fronts.http_api import HttpLimits
 
     daemon = Running(config, http_limits=HttpLimits(request_timeout_s=300.0))
     yield daemon

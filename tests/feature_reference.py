@@ -1,8 +1,8 @@
-"""The Python feature state that `hpcpredict.features` replaced with compiled arrays (issue 31,
+"""The Python feature state that `hpcpredict.learn.features` replaced with compiled arrays (issue 31,
 round 3), kept here only, as the reference the compiled state is checked against bit for bit
 (tests/test_features_compiled.py). Not part of the package: one implementation ships.
 
-The code is `hpcpredict/features.py` of d4ef76e (UserHistory and FeatureState, without the
+The code is `hpcpredict/learn/features.py` of d4ef76e (UserHistory and FeatureState, without the
 checkpoint methods), renamed; the constants and the clock come from the package.
 """
 
@@ -14,7 +14,7 @@ import struct
 
 import numpy as np
 
-from hpcpredict.features import (
+from hpcpredict.learn.features import (
     DAY_S,
     N_FEATURES,
     WEEK_S,

@@ -6,9 +6,9 @@ import math
 
 import pytest
 
-from hpcpredict.analysis import prediction_stats
+from hpcpredict.sim.analysis import prediction_stats
 from hpcpredict.jobs import Job, JobRequest
-from hpcpredict.sim.simulation import SimulationResult
+from hpcpredict.sim.easy.simulation import SimulationResult
 
 
 def _result(runs: list[int], predictions: list[int], procs: int = 4) -> SimulationResult:

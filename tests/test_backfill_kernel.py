@@ -14,7 +14,7 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from hpcpredict.sim.backfill_kernel import (
+from hpcpredict.sim.easy.backfill_kernel import (
     CANDIDATES_ROW,
     PREDICTION_ROW,
     PROCS_ROW,
@@ -144,7 +144,7 @@ def test_a_copied_waiting_queue_keeps_its_rows_in_its_own_table():
     import copy
     import pickle
 
-    from hpcpredict.sim.schedulers import WaitingQueue
+    from hpcpredict.sim.easy.schedulers import WaitingQueue
 
     queue = WaitingQueue(np.array([4, 2, 1], dtype=np.int64), np.array([9, 8, 7], dtype=np.int64))
     queue.add(0, 5)
@@ -161,7 +161,7 @@ def test_a_copied_waiting_queue_keeps_its_rows_in_its_own_table():
 def test_a_waiting_queue_grows_its_candidate_list_and_keeps_writing_to_it():
     """Past its first capacity (16 here) the candidate list is reallocated; `add` writes
     through a memoryview, which must follow the new list."""
-    from hpcpredict.sim.schedulers import WaitingQueue
+    from hpcpredict.sim.easy.schedulers import WaitingQueue
 
     queue = WaitingQueue(np.ones(40, dtype=np.int64))
     for job in range(40):

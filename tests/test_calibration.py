@@ -10,7 +10,7 @@ import random
 import numpy as np
 import pytest
 
-from hpcpredict.daemon.config import ConfigError, DaemonConfig, load_config
+from hpcpredict.daemon.core.config import ConfigError, DaemonConfig, load_config
 from hpcpredict.learn.settings import LearnerSettings
 from hpcpredict.jobs import JobRequest
 from hpcpredict.learn.calibration import ConformalCalibration

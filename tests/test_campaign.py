@@ -24,7 +24,7 @@ from click.testing import CliRunner
 
 from hpcpredict.cli import main
 from hpcpredict.learn import all_losses, parse_loss
-from hpcpredict.sim.campaign import (
+from hpcpredict.experiments.campaign import (
     CampaignError,
     Cell,
     CellResult,
@@ -33,7 +33,7 @@ from hpcpredict.sim.campaign import (
     load_campaign,
     run_cell,
 )
-from hpcpredict.sim.campaign_store import CampaignStore, open_store
+from hpcpredict.experiments.campaign_store import CampaignStore, open_store
 from hpcpredict.sim.runner import RunSpec
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -600,7 +600,7 @@ def test_a_worker_of_a_campaign_started_with_sigint_ignored_ignores_it_too() -> 
     the group ends (the parent would carry on with a broken pool)."""
     from concurrent.futures import ProcessPoolExecutor
 
-    from hpcpredict.sim.campaign import quiet_on_interrupt
+    from hpcpredict.experiments.campaign import quiet_on_interrupt
 
     before = signal.signal(signal.SIGINT, signal.SIG_IGN)
     try:
@@ -627,7 +627,7 @@ def _python_default_sigint() -> None:
 
 def _quiet_in_the_foreground() -> None:
     """`quiet_on_interrupt` in a worker of a campaign run from a terminal (SIGINT not ignored)."""
-    from hpcpredict.sim.campaign import quiet_on_interrupt
+    from hpcpredict.experiments.campaign import quiet_on_interrupt
 
     _python_default_sigint()
     quiet_on_interrupt()

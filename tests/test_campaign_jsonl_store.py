@@ -14,8 +14,8 @@ import pytest
 from click.testing import CliRunner
 
 from hpcpredict.cli import main
-from hpcpredict.sim.campaign import CampaignError, Cell, CellResult, load_campaign
-from hpcpredict.sim.campaign_store import JsonLinesStore, StoreError, open_store, store_file
+from hpcpredict.experiments.campaign import CampaignError, Cell, CellResult, load_campaign
+from hpcpredict.experiments.campaign_store import JsonLinesStore, StoreError, open_store, store_file
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 SAMPLE = (REPO_ROOT / "swf" / "KTH-SP2-sample.swf").resolve()

@@ -15,8 +15,8 @@ import pytest
 from click.testing import CliRunner
 
 from hpcpredict.cli import main
-from hpcpredict.sim.campaign import CampaignError, load_campaign
-from hpcpredict.sim.campaign_store import CampaignStore
+from hpcpredict.experiments.campaign import CampaignError, load_campaign
+from hpcpredict.experiments.campaign_store import CampaignStore
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 SAMPLE = (REPO_ROOT / "swf" / "KTH-SP2-sample.swf").resolve()

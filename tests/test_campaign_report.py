@@ -8,7 +8,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from hpcpredict.sim.campaign_report import (
+from hpcpredict.experiments.campaign_report import (
     baseline_table,
     learned_table,
     leave_one_log_out,

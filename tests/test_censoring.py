@@ -19,9 +19,9 @@ from hpcpredict.jobs import JobRequest
 from hpcpredict.learn import LearnedPredictor
 from hpcpredict.corrections.policies import CORRECTIONS
 from hpcpredict.sim.runner import RunSpec, run
-from hpcpredict.sim.schedulers import SCHEDULERS
-from hpcpredict.sim.simulation import simulate
-from hpcpredict.workload import load_workload
+from hpcpredict.sim.easy.schedulers import SCHEDULERS
+from hpcpredict.sim.easy.simulation import simulate
+from hpcpredict.logs.workload import load_workload
 
 SAMPLE_LOG = Path(__file__).resolve().parent.parent / "swf" / "KTH-SP2-sample.swf"
 

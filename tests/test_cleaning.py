@@ -1,4 +1,4 @@
-"""The cleaning rules of hpcpredict/cleaning.py (docs/method.md §10), one test per rule, plus the
+"""The cleaning rules of hpcpredict/logs/cleaning.py (docs/method.md §10), one test per rule, plus the
 report, the ordering, the drop-count invariant and the published KTH-SP2 kept count."""
 
 from __future__ import annotations
@@ -10,9 +10,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from conftest import KTH_LOG, SAMPLE_LOG, make_record, shared_log
-from hpcpredict.cleaning import RULES, CleaningReport, RuleCount, clean
+from hpcpredict.logs.cleaning import RULES, CleaningReport, RuleCount, clean
 from hpcpredict.jobs import Job, JobRequest
-from hpcpredict.swf import SwfRecord, read_swf
+from hpcpredict.logs.swf import SwfRecord, read_swf
 
 RULE_NAMES = tuple(name for name, _ in RULES)
 

@@ -11,7 +11,7 @@ import pytest
 from click.testing import CliRunner
 
 from hpcpredict.cli import main
-from hpcpredict.swf import read_swf
+from hpcpredict.logs.swf import read_swf
 
 
 @pytest.fixture

@@ -42,7 +42,7 @@ def test_predict_eval_unwritable_plots_fails_before_running(
     """Before reading the log and before any replay: both are recorded here if they happen."""
     import importlib
 
-    from hpcpredict.sim.simulation import Simulation
+    from hpcpredict.sim.easy.simulation import Simulation
 
     commands = importlib.import_module("hpcpredict.cli.simulate")  # the module, not the command
     work: list[str] = []
@@ -55,7 +55,7 @@ def test_predict_eval_unwritable_plots_fails_before_running(
 
 
 def test_report_unwritable_out(runner: CliRunner, tmp_path: Path) -> None:
-    from hpcpredict.daemon.store import Store
+    from hpcpredict.daemon.core.store import Store
 
     store = Store(f"sqlite:///{tmp_path}/state.db")
     store.upgrade()

@@ -88,7 +88,7 @@ def test_a_user_filter_that_matches_nothing_is_not_an_empty_store(trained_url: s
 
 
 def test_serve_that_cannot_start_does_not_log_stopped(trained_url: str) -> None:
-    """Was: "INFO hpcpredict.daemon.server: stopped" logged before the socket's error."""
+    """Was: "INFO hpcpredict.daemon.fronts.server: stopped" logged before the socket's error."""
     completed = subprocess.run(
         [sys.executable, "-m", "hpcpredict.cli", "serve", "--db", trained_url, "--http", "",
          "--socket", "/nonexistent/dir/x.sock"],

@@ -16,20 +16,20 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
-from hpcpredict.analysis import HISTORY_BUCKETS, earlier_jobs, error_by_history
+from hpcpredict.sim.analysis import HISTORY_BUCKETS, earlier_jobs, error_by_history
 from hpcpredict.cli import main
-from hpcpredict.daemon.config import ConfigError, DaemonConfig, load_config
+from hpcpredict.daemon.core.config import ConfigError, DaemonConfig, load_config
 from hpcpredict.learn.settings import LearnerSettings
-from hpcpredict.daemon.service import PredictionService
-from hpcpredict.daemon.store import Store
-from hpcpredict.features import BREAK_TIME_S
+from hpcpredict.daemon.core.service import PredictionService
+from hpcpredict.daemon.core.store import Store
+from hpcpredict.learn.features import BREAK_TIME_S
 from hpcpredict.jobs import Job, JobRequest
 from hpcpredict.learn import LearnedPredictor
 from hpcpredict.learn.history import replay_history
 from hpcpredict.learn.polynomial import QuadraticExpansion
 from hpcpredict.sim.runner import RunSpec, run
-from hpcpredict.sim.simulation import SimulationResult
-from hpcpredict.workload import load_workload
+from hpcpredict.sim.easy.simulation import SimulationResult
+from hpcpredict.logs.workload import load_workload
 
 SAMPLE_LOG = Path(__file__).resolve().parent.parent / "swf" / "KTH-SP2-sample.swf"
 YEAR_S = 365 * 86_400

@@ -10,7 +10,7 @@ import pytest
 
 from hpcpredict.collector import collector_paused
 from hpcpredict.sim.runner import RunSpec, run
-from hpcpredict.workload import load_workload
+from hpcpredict.logs.workload import load_workload
 
 SAMPLE = Path(__file__).resolve().parents[1] / "swf" / "KTH-SP2-sample.swf"
 
@@ -36,7 +36,7 @@ def test_paused_inside_and_as_it_was_after_even_after_an_error(restore_collector
 def test_a_replay_pauses_the_collector_and_gives_it_back(restore_collector, monkeypatch) -> None:
     """A replay in the Python loop (decisions at corrections: the compiled loop, which makes no
     Python object per event, does not model them)."""
-    from hpcpredict.sim import simulation
+    from hpcpredict.sim.easy import simulation
 
     seen: list[bool] = []
     original = simulation.Simulation._submission

@@ -1,7 +1,7 @@
 """The read-only views find the installed daemon's configuration by themselves (issue 28, item 5),
 and `train` says in one line how to make a database folder it may not create (item 2).
 
-The lookup order (`hpcpredict.daemon.config.find_config`): --config, $HPCPREDICT_CONFIG,
+The lookup order (`hpcpredict.daemon.core.config.find_config`): --config, $HPCPREDICT_CONFIG,
 /etc/hpcpredict/daemon.toml when present and readable, the per-user defaults. Here the system path
 is moved into a temporary folder; tests/test_quickstart_cluster.py runs the real one, as root and as
 SlurmUser, on a controller set up by docs/quickstart-cluster.md.
@@ -15,8 +15,8 @@ import pytest
 from click.testing import CliRunner
 
 from hpcpredict.cli import main
-from hpcpredict.daemon import config as daemon_config
-from hpcpredict.daemon.config import ConfigError, FoundConfig, find_config
+from hpcpredict.daemon.core import config as daemon_config
+from hpcpredict.daemon.core.config import ConfigError, FoundConfig, find_config
 
 SAMPLE = Path(__file__).resolve().parent.parent / "swf" / "KTH-SP2-sample.swf"
 

@@ -1,4 +1,4 @@
-"""Damaged checkpoints (hpcpredict/daemon/checkpoints.py): each is recognised for what it is, said
+"""Damaged checkpoints (hpcpredict/daemon/core/checkpoints.py): each is recognised for what it is, said
 in words, removed, and the model restored from the previous checkpoint, the bootstrap one or a
 replay of the whole log, bit for bit the model of an uninterrupted run. On SQLite and PostgreSQL.
 """
@@ -21,10 +21,10 @@ from sqlalchemy import select, update
 
 from testbed.daemon_thread import wait_until_answering
 from hpcpredict.cli import main
-from hpcpredict.daemon.checkpoints import state_to_npz
-from hpcpredict.daemon.client import DaemonClient
-from hpcpredict.daemon.service import PredictionService
-from hpcpredict.daemon.store import CheckpointRow, Store
+from hpcpredict.daemon.core.checkpoints import state_to_npz
+from hpcpredict.daemon.fronts.client import DaemonClient
+from hpcpredict.daemon.core.service import PredictionService
+from hpcpredict.daemon.core.store import CheckpointRow, Store
 from hpcpredict.jobs import JobRequest
 from hpcpredict.learn import LearnedPredictor
 
@@ -103,7 +103,7 @@ def test_a_damaged_newest_checkpoint_falls_back_to_the_previous_one(
 ) -> None:
     change, found = DAMAGE[kind]
     damage(store, 30, change)
-    caplog.set_level(logging.INFO, logger="hpcpredict.daemon.service")
+    caplog.set_level(logging.INFO, logger="hpcpredict.daemon.core.service")
     restarted = PredictionService(store, checkpoint_every=10)
     assert_same_state(restarted.state_dict(), uninterrupted)
     assert restarted.replayed_events == 36 - 20 and restarted.last_event_seq == 36
@@ -120,7 +120,7 @@ def test_a_checkpoint_beyond_the_log_is_not_trusted(store: Store, uninterrupted:
     include are not in the log; it must not be taken as valid once the log grows past it."""
     with store.session() as session, session.begin():
         session.execute(update(CheckpointRow).where(CheckpointRow.last_event_seq == 30).values(last_event_seq=999))
-    caplog.set_level(logging.INFO, logger="hpcpredict.daemon.service")
+    caplog.set_level(logging.INFO, logger="hpcpredict.daemon.core.service")
     restarted = PredictionService(store, checkpoint_every=10)
     assert_same_state(restarted.state_dict(), uninterrupted)
     assert any("includes events up to number 999 but the event log ends at 36" in r.getMessage()
@@ -133,7 +133,7 @@ def test_with_every_checkpoint_damaged_the_whole_log_is_replayed(
 ) -> None:
     for seq in (20, 30):
         damage(store, seq, DAMAGE["random bytes"][0])
-    caplog.set_level(logging.INFO, logger="hpcpredict.daemon.service")
+    caplog.set_level(logging.INFO, logger="hpcpredict.daemon.core.service")
     restarted = PredictionService(store, checkpoint_every=10)
     assert_same_state(restarted.state_dict(), uninterrupted)  # the log reproduces the model
     assert restarted.replayed_events == 36
@@ -214,7 +214,7 @@ def test_a_checkpoint_from_before_the_learner_options_is_still_used(
     (and those written since per-user experts were retired lack that one); the learner reads
     them as the defaults: not damage."""
     damage(store, 30, without("hyper/censor_at_limit", "hyper/feature_scaling", "hyper/per_user_experts"))
-    caplog.set_level(logging.INFO, logger="hpcpredict.daemon.service")
+    caplog.set_level(logging.INFO, logger="hpcpredict.daemon.core.service")
     restarted = PredictionService(store, checkpoint_every=10)
     assert_same_state(restarted.state_dict(), uninterrupted)
     assert restarted.replayed_events == 36 - 30

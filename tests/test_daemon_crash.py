@@ -23,13 +23,13 @@ import pytest
 from testbed.daemon_thread import wait_until_answering
 from sqlalchemy import select
 
-from hpcpredict.daemon.client import DaemonClient
-from hpcpredict.daemon.config import DaemonConfig
-from hpcpredict.daemon.service import PredictionService
-from hpcpredict.daemon.store import EventRow, JobRow, Store
+from hpcpredict.daemon.fronts.client import DaemonClient
+from hpcpredict.daemon.core.config import DaemonConfig
+from hpcpredict.daemon.core.service import PredictionService
+from hpcpredict.daemon.core.store import EventRow, JobRow, Store
 from hpcpredict.instants import Instant
 from hpcpredict.learn.history import HistoryEvent, history_events
-from hpcpredict.workload import load_workload
+from hpcpredict.logs.workload import load_workload
 
 SUBMITTED, STARTED, ENDED = Instant.SUBMISSION, Instant.START, Instant.TERMINATION
 

@@ -9,9 +9,9 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
-from hpcpredict.daemon.errors import ERROR_COLUMNS, user_error_statistics
-from hpcpredict.daemon.service import PredictionService
-from hpcpredict.daemon.store import CorrectionRow, JobRow, PredictionRow, Store
+from hpcpredict.daemon.core.judged_errors import ERROR_COLUMNS, user_error_statistics
+from hpcpredict.daemon.core.service import PredictionService
+from hpcpredict.daemon.core.store import CorrectionRow, JobRow, PredictionRow, Store
 from hpcpredict.jobs import JobRequest
 
 

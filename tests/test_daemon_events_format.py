@@ -1,4 +1,4 @@
-"""The daemon's event records (hpcpredict/daemon/events.py): the idempotency keys and the
+"""The daemon's event records (hpcpredict/daemon/core/events.py): the idempotency keys and the
 canonical payload text, pinned exactly (they are stored: a change would let a resent event train
 twice, or make equal payloads compare unequal). Added for the mutation run (docs/mutation.md)."""
 
@@ -8,7 +8,7 @@ import math
 
 import pytest
 
-from hpcpredict.daemon.events import (
+from hpcpredict.daemon.core.events import (
     EventKind,
     dump_payload,
     idempotency_key,

@@ -8,7 +8,7 @@ from pathlib import Path
 from click.testing import CliRunner
 
 from hpcpredict.cli import main
-from hpcpredict.workload import load_workload
+from hpcpredict.logs.workload import load_workload
 
 
 def _train(tmp_path: Path, log: Path) -> str:

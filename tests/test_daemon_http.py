@@ -23,19 +23,19 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from testbed.daemon_thread import Running, metric_sample, write_token_file
 from hpcpredict.cli import main
-from hpcpredict.daemon import queries
-from hpcpredict.daemon.config import DaemonConfig
-from hpcpredict.daemon.http_api import HttpLimits
-from hpcpredict.daemon.http_auth import (
+from hpcpredict.daemon.views import queries
+from hpcpredict.daemon.core.config import DaemonConfig
+from hpcpredict.daemon.fronts.http_api import HttpLimits
+from hpcpredict.daemon.fronts.http_auth import (
     BearerAuth,
     TokenFileError,
     is_loopback,
     load_token,
     require_token_off_loopback,
 )
-from hpcpredict.daemon.server import Daemon, DaemonError
-from hpcpredict.daemon.service import PredictionService
-from hpcpredict.daemon.store import Store
+from hpcpredict.daemon.fronts.server import Daemon, DaemonError
+from hpcpredict.daemon.core.service import PredictionService
+from hpcpredict.daemon.core.store import Store
 
 PER_USER_GETS = ("/errors", "/users", "/users/4/errors", "/predictions")
 
@@ -280,7 +280,7 @@ def test_serve_refuses_a_public_bind_without_a_token_and_a_readable_token_file(t
 
 
 def test_the_token_file_is_a_config_key(tmp_path: Path) -> None:
-    from hpcpredict.daemon.config import load_config
+    from hpcpredict.daemon.core.config import load_config
 
     path = tmp_path / "daemon.toml"
     path.write_text('[daemon]\nhttp = "0.0.0.0:8765"\nhttp_token_file = "/etc/hpcpredict/http-token"\n')

@@ -23,11 +23,11 @@ import pytest
 from sqlalchemy.exc import SQLAlchemyError
 
 from testbed.daemon_thread import Running
-from hpcpredict.daemon.client import parse_answer
-from hpcpredict.daemon.config import DaemonConfig
-from hpcpredict.daemon.handlers import Handlers
-from hpcpredict.daemon.service import PredictionService
-from hpcpredict.daemon.store import Store
+from hpcpredict.daemon.fronts.client import parse_answer
+from hpcpredict.daemon.core.config import DaemonConfig
+from hpcpredict.daemon.fronts.handlers import Handlers
+from hpcpredict.daemon.core.service import PredictionService
+from hpcpredict.daemon.core.store import Store
 from hpcpredict.jobs import JobRequest
 from hpcpredict.learn import LearnedPredictor
 
@@ -110,7 +110,7 @@ def replay_logged(caplog: pytest.LogCaptureFixture) -> list[str]:
 def test_a_failing_event_puts_the_learner_back_without_a_rebuild(
     store: Store, failure: str, caplog: pytest.LogCaptureFixture
 ) -> None:
-    caplog.set_level(logging.INFO, logger="hpcpredict.daemon.service")
+    caplog.set_level(logging.INFO, logger="hpcpredict.daemon.core.service")
     service = PredictionService.open(store, checkpoint_every=1000)
     for job_id in range(1, 6):
         lifecycle(service, job_id)

@@ -1,4 +1,4 @@
-"""The daemon's learning rules at their edges (hpcpredict/daemon/learning.py). Added for the
+"""The daemon's learning rules at their edges (hpcpredict/daemon/core/learning.py). Added for the
 mutation run (docs/mutation.md): when a job counts as killed at its own limit, and that a job
 that never ran leaves its user's running jobs (features 11-15) without being learned."""
 
@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import pytest
 
-from hpcpredict.daemon.events import EventKind, request_to_json
+from hpcpredict.daemon.core.events import EventKind, request_to_json
 from hpcpredict.corrections.survival import SurvivalCorrection
-from hpcpredict.daemon.learning import (
+from hpcpredict.daemon.core.learning import (
     Applied, LearnRule, apply_event, decide, killed_at_limit, observe_event,
 )
 from hpcpredict.jobs import JobRequest

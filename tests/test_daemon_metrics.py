@@ -1,11 +1,11 @@
-"""The daemon's counters as Prometheus renders them (`hpcpredict.daemon.metrics`)."""
+"""The daemon's counters as Prometheus renders them (`hpcpredict.daemon.views.metrics`)."""
 
 from __future__ import annotations
 
 import pytest
 from testbed.daemon_thread import metric_sample
 
-from hpcpredict.daemon.metrics import LATENCY_BUCKETS_S, ServiceCounters
+from hpcpredict.daemon.views.metrics import LATENCY_BUCKETS_S, ServiceCounters
 
 
 def rendered(counters: ServiceCounters) -> str:

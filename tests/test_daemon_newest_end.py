@@ -9,11 +9,11 @@ import dataclasses
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from hpcpredict.daemon.events import request_to_json
-from hpcpredict.daemon.service import PredictionService
-from hpcpredict.daemon.staleness import NewestEnd, newest_learned_end_s
-from hpcpredict.daemon.store import Store
-from hpcpredict.features import FeatureState
+from hpcpredict.daemon.core.events import request_to_json
+from hpcpredict.daemon.core.service import PredictionService
+from hpcpredict.daemon.core.staleness import NewestEnd, newest_learned_end_s
+from hpcpredict.daemon.core.store import Store
+from hpcpredict.learn.features import FeatureState
 from hpcpredict.jobs import JobRequest
 
 T0 = 1_700_000_000

@@ -9,9 +9,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from hpcpredict.daemon.client import DaemonReplyError, parse_answer
-from hpcpredict.daemon.handlers import Handlers
-from hpcpredict.daemon.protocol import (
+from hpcpredict.daemon.fronts.client import DaemonReplyError, parse_answer
+from hpcpredict.daemon.fronts.handlers import Handlers
+from hpcpredict.daemon.fronts.protocol import (
     MAX_LINE_BYTES,
     ProtocolError,
     format_ok,
@@ -20,8 +20,8 @@ from hpcpredict.daemon.protocol import (
     label_id,
     parse_request,
 )
-from hpcpredict.daemon.service import PredictionService
-from hpcpredict.daemon.store import Store
+from hpcpredict.daemon.core.service import PredictionService
+from hpcpredict.daemon.core.store import Store
 from hpcpredict.jobs import JobRequest
 from hpcpredict.learn.predictor import LearnedPredictor
 
@@ -137,7 +137,7 @@ def test_bad_job_fields(fields: dict[str, str], code: str) -> None:
 
 
 def test_end_carries_the_marks_prediction_and_token_and_refuses_a_bad_token() -> None:
-    from hpcpredict.daemon.protocol import ended_event
+    from hpcpredict.daemon.fronts.protocol import ended_event
 
     fields = {"job": "7", "uid": "1000", "procs": "4", "time_limit": "3600", "run": "85", "end": "990"}
     assert ended_event(fields, now_s=1_000).feature_token is None
@@ -150,7 +150,7 @@ def test_end_carries_the_marks_prediction_and_token_and_refuses_a_bad_token() ->
 
 
 def test_the_largest_accepted_values_pass() -> None:
-    from hpcpredict.daemon.protocol import INT32_MAX, MAX_DURATION_S
+    from hpcpredict.daemon.fronts.protocol import INT32_MAX, MAX_DURATION_S
 
     job = job_request({"uid": str(INT32_MAX), "gid": str(INT32_MAX), "procs": str(INT32_MAX),
                        "time_limit": str(MAX_DURATION_S)}, job_id=1, now_s=0)
@@ -159,7 +159,7 @@ def test_the_largest_accepted_values_pass() -> None:
 
 @pytest.mark.parametrize("state", ["x" * 33, "COMPLETED;DROP", "CANCELLED by 0", "\u00c9TAT"])
 def test_a_state_that_the_store_could_not_hold_the_same_way_is_refused(state: str) -> None:
-    from hpcpredict.daemon.protocol import get_state
+    from hpcpredict.daemon.fronts.protocol import get_state
 
     with pytest.raises(ProtocolError) as caught:
         get_state({"state": state})

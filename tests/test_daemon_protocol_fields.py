@@ -1,4 +1,4 @@
-"""The protocol's field readers and typed events (hpcpredict/daemon/protocol.py), field by field.
+"""The protocol's field readers and typed events (hpcpredict/daemon/fronts/protocol.py), field by field.
 
 The expected events and refusals are written out by hand from docs/protocol.md: which keys each
 verb reads, their defaults (the time the daemon read the line), their lower bounds (ids and times
@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import pytest
 
-from hpcpredict.daemon.protocol import (
+from hpcpredict.daemon.fronts.protocol import (
     INT32_MAX,
     MAX_DURATION_S,
     MAX_LINE_BYTES,

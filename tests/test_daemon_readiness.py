@@ -1,4 +1,4 @@
-"""Readiness (hpcpredict/daemon/readiness.py): a model that has learned too little, or whose
+"""Readiness (hpcpredict/daemon/core/readiness.py): a model that has learned too little, or whose
 history is too old, answers every PREDICT with the request and says so everywhere."""
 
 from __future__ import annotations
@@ -16,14 +16,14 @@ from click.testing import CliRunner
 
 from testbed.daemon_thread import Running, write_token_file
 from hpcpredict.cli import main
-from hpcpredict.daemon.client import parse_answer
-from hpcpredict.daemon.config import ConfigError, DaemonConfig, load_config
-from hpcpredict.daemon.handlers import Handlers
-from hpcpredict.daemon.readiness import DEFAULT_MIN_TRAINED_JOBS, FallbackReason, assess
-from hpcpredict.daemon.service import PredictionService
-from hpcpredict.daemon.staleness import STALE_AFTER_S, age_at
-from hpcpredict.daemon.store import Store
-from hpcpredict.features import N_FEATURES
+from hpcpredict.daemon.fronts.client import parse_answer
+from hpcpredict.daemon.core.config import ConfigError, DaemonConfig, load_config
+from hpcpredict.daemon.fronts.handlers import Handlers
+from hpcpredict.daemon.core.readiness import DEFAULT_MIN_TRAINED_JOBS, FallbackReason, assess
+from hpcpredict.daemon.core.service import PredictionService
+from hpcpredict.daemon.core.staleness import STALE_AFTER_S, age_at
+from hpcpredict.daemon.core.store import Store
+from hpcpredict.learn.features import N_FEATURES
 from hpcpredict.learn.polynomial import QuadraticExpansion
 
 NOW_S = 1_800_000_000  # the handlers' clock in these tests (2027)
@@ -93,7 +93,7 @@ def test_an_untrained_model_answers_the_request_and_says_so(store: Store) -> Non
 
 
 def test_the_model_answers_once_it_has_learned_enough(store: Store, caplog: pytest.LogCaptureFixture) -> None:
-    caplog.set_level(logging.INFO, logger="hpcpredict.daemon.service")
+    caplog.set_level(logging.INFO, logger="hpcpredict.daemon.core.service")
     handlers = handlers_on(store, min_trained_jobs=3)
     assert ask(handlers, "PING")["ready"] == "0"
     learn_jobs(handlers, 2, end_s=NOW_S - 3_600)

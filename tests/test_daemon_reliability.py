@@ -27,13 +27,13 @@ import pytest
 from sqlalchemy import create_engine, text
 from sqlalchemy.engine import make_url
 
-from hpcpredict.daemon.client import DaemonClient, DaemonReplyError
-from hpcpredict.daemon.config import DaemonConfig
-from hpcpredict.daemon.http_api import HttpLimits
+from hpcpredict.daemon.fronts.client import DaemonClient, DaemonReplyError
+from hpcpredict.daemon.core.config import DaemonConfig
+from hpcpredict.daemon.fronts.http_api import HttpLimits
 from hpcpredict.jobs import JobRequest
 from hpcpredict.learn.history import replay_history
 from hpcpredict.learn.predictor import LearnedPredictor
-from hpcpredict.workload import load_workload
+from hpcpredict.logs.workload import load_workload
 
 from conftest import SAMPLE_LOG
 from testbed.daemon_thread import Running, wait_until_answering
@@ -286,7 +286,7 @@ def test_a_statement_meeting_a_damaged_page_is_taken_for_damage_and_nothing_else
     """service.store_damage: what makes an event's failure mark the store damaged at once."""
     from sqlalchemy.exc import OperationalError
 
-    from hpcpredict.daemon.service import store_damage
+    from hpcpredict.daemon.core.service import store_damage
 
     database = tmp_path / "damaged.db"
     with sqlite3.connect(database) as connection:

@@ -20,12 +20,12 @@ import pytest
 from click.testing import CliRunner
 
 from hpcpredict.cli import main
-from hpcpredict.daemon.client import DaemonReplyError
-from hpcpredict.daemon.config import DaemonConfig
-from hpcpredict.daemon.server import Daemon, DaemonError
-from hpcpredict.daemon.service import PredictionService
-from hpcpredict.daemon.socket_server import clear_stale_socket
-from hpcpredict.daemon.store import Store
+from hpcpredict.daemon.fronts.client import DaemonReplyError
+from hpcpredict.daemon.core.config import DaemonConfig
+from hpcpredict.daemon.fronts.server import Daemon, DaemonError
+from hpcpredict.daemon.core.service import PredictionService
+from hpcpredict.daemon.fronts.socket_server import clear_stale_socket
+from hpcpredict.daemon.core.store import Store
 from hpcpredict.jobs import JobRequest
 
 from testbed.daemon_thread import Running, metric_sample, write_token_file
@@ -255,7 +255,7 @@ def test_http_api(running: Running) -> None:
     # a fresh store: answering (200), with the users' requests until the model has learned enough
     assert status == 200 and health["status"] == "not_ready" and health["protocol_version"] == 1
     assert health["reasons"] == ["untrained"] and health["trained_jobs"] == 0
-    # staleness (daemon/staleness.py): a stale model says why, a fresh one says nothing
+    # staleness (daemon/core/staleness.py): a stale model says why, a fresh one says nothing
     assert isinstance(health["stale_history"], bool)
     assert bool(health["warning"]) == health["stale_history"]
 

@@ -20,10 +20,10 @@ import pytest
 from conftest import Databases
 from sqlalchemy import func, select
 
-from hpcpredict.daemon.feature_tokens import FeatureTokens
-from hpcpredict.daemon.learning import LearnRule, decide
-from hpcpredict.daemon.service import EventOutcome, PredictionService, UnknownJobError
-from hpcpredict.daemon.store import (
+from hpcpredict.daemon.core.feature_tokens import FeatureTokens
+from hpcpredict.daemon.core.learning import LearnRule, decide
+from hpcpredict.daemon.core.service import EventOutcome, PredictionService, UnknownJobError
+from hpcpredict.daemon.core.store import (
     CheckpointRow,
     CorrectionRow,
     EventRow,
@@ -31,11 +31,11 @@ from hpcpredict.daemon.store import (
     PredictionRow,
     Store,
 )
-from hpcpredict.features import FeatureContext
+from hpcpredict.learn.features import FeatureContext
 from hpcpredict.jobs import JobRequest
 from hpcpredict.learn import LearnedPredictor
-from hpcpredict.swf import read_swf
-from hpcpredict.workload import load_workload
+from hpcpredict.logs.swf import read_swf
+from hpcpredict.logs.workload import load_workload
 
 SAMPLE_LOG = Path(__file__).resolve().parent.parent / "swf" / "KTH-SP2-sample.swf"
 T0 = 1_700_000_000  # Unix seconds, as the daemon sees them

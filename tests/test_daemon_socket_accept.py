@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from hpcpredict.daemon import socket_server
-from hpcpredict.daemon.config import DaemonConfig
-from hpcpredict.daemon.socket_server import one_line
+from hpcpredict.daemon.fronts import socket_server
+from hpcpredict.daemon.core.config import DaemonConfig
+from hpcpredict.daemon.fronts.socket_server import one_line
 
 from testbed.daemon_thread import Running
 

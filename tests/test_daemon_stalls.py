@@ -28,10 +28,10 @@ from pathlib import Path
 import pytest
 from testbed.daemon_thread import Running
 
-from hpcpredict.daemon import server
-from hpcpredict.daemon.client import DaemonClient, DaemonReplyError
-from hpcpredict.daemon.config import DaemonConfig
-from hpcpredict.daemon.store import JobRow
+from hpcpredict.daemon.fronts import server
+from hpcpredict.daemon.fronts.client import DaemonClient, DaemonReplyError
+from hpcpredict.daemon.core.config import DaemonConfig
+from hpcpredict.daemon.core.store import JobRow
 
 PLUGIN_TIMEOUT_S = 0.300  # slurm-plugin/job_submit.lua gives up after this and fails open
 MAX_WAIT_S = PLUGIN_TIMEOUT_S  # the contract: answered before the plugin gives up

@@ -21,7 +21,7 @@ from sqlalchemy.dialects import postgresql
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.schema import CreateIndex, CreateTable
 
-from hpcpredict.daemon.store import (
+from hpcpredict.daemon.core.store import (
     MIGRATIONS_DIR,
     Base,
     CheckpointRow,
@@ -203,7 +203,7 @@ def test_empty_store_has_no_checkpoint_and_no_events(store: Store) -> None:
 # ---------------------------------------------------------------------- SQLite settings
 _COMMIT_THEN_DIE = """
 import os, signal, sys
-from hpcpredict.daemon.store import EventRow, Store
+from hpcpredict.daemon.core.store import EventRow, Store
 store = Store(sys.argv[1])
 store.upgrade()
 with store.session() as session, session.begin():

@@ -9,14 +9,14 @@ import pytest
 from click.testing import CliRunner
 
 from hpcpredict.cli import main
-from hpcpredict.daemon.config import DaemonConfig
+from hpcpredict.daemon.core.config import DaemonConfig
 from hpcpredict.learn.settings import LearnerSettings
-from hpcpredict.daemon.service import PredictionService
-from hpcpredict.daemon.store import Store
+from hpcpredict.daemon.core.service import PredictionService
+from hpcpredict.daemon.core.store import Store
 from hpcpredict.jobs import Job, JobRequest
 from hpcpredict.instants import Instant
 from hpcpredict.learn.history import history_events, replay_history
-from hpcpredict.workload import load_workload
+from hpcpredict.logs.workload import load_workload
 
 SUBMITTED, STARTED, ENDED = Instant.SUBMISSION, Instant.START, Instant.TERMINATION
 
@@ -126,7 +126,7 @@ def _moved_to(sample_log: Path, tmp_path: Path, unix_start_s: int) -> Path:
 
 def test_a_history_years_old_is_flagged_by_train_ping_and_health(sample_log: Path, tmp_path: Path) -> None:
     """The bundled sample is from 1996: every user's time since last job extrapolates."""
-    from hpcpredict.daemon.handlers import Handlers
+    from hpcpredict.daemon.fronts.handlers import Handlers
 
     db = f"sqlite:///{tmp_path / 'old.db'}"
     result = CliRunner().invoke(main, ["train", str(sample_log), "--db", db])
@@ -145,7 +145,7 @@ def test_a_history_years_old_is_flagged_by_train_ping_and_health(sample_log: Pat
 def test_a_recent_history_is_not_flagged(sample_log: Path, tmp_path: Path) -> None:
     import time as clock
 
-    from hpcpredict.daemon.handlers import Handlers
+    from hpcpredict.daemon.fronts.handlers import Handlers
 
     # the last job ends about 84 days after the start: 100 days ago leaves it ~16 days old
     recent = _moved_to(sample_log, tmp_path, int(clock.time()) - 100 * 86_400)
@@ -163,8 +163,8 @@ def test_a_recent_history_is_not_flagged(sample_log: Path, tmp_path: Path) -> No
 
 
 def test_an_untrained_model_is_flagged() -> None:
-    from hpcpredict.daemon.staleness import history_age
-    from hpcpredict.features import FeatureState
+    from hpcpredict.daemon.core.staleness import history_age
+    from hpcpredict.learn.features import FeatureState
 
     age = history_age(FeatureState(), now_s=1e9)
     assert age.stale and age.age_days is None and "no job yet" in age.warning()

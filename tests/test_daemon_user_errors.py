@@ -15,13 +15,13 @@ import pytest
 from alembic import command
 from sqlalchemy import delete, func, inspect, select
 
-from hpcpredict.daemon import user_errors
-from hpcpredict.daemon.errors import user_error_statistics
-from hpcpredict.daemon.service import PredictionService
-from hpcpredict.daemon.store import Store, UserErrorRow
+from hpcpredict.daemon.core import user_errors
+from hpcpredict.daemon.core.judged_errors import user_error_statistics
+from hpcpredict.daemon.core.service import PredictionService
+from hpcpredict.daemon.core.store import Store, UserErrorRow
 from hpcpredict.instants import Instant
 from hpcpredict.learn.history import history_events
-from hpcpredict.workload import load_workload
+from hpcpredict.logs.workload import load_workload
 
 SUBMITTED, STARTED, ENDED = Instant.SUBMISSION, Instant.START, Instant.TERMINATION
 

@@ -15,14 +15,14 @@ import pytest
 from click.testing import CliRunner
 
 from hpcpredict.cli import main
-from hpcpredict.daemon.errors import ERROR_COLUMNS, judged_jobs, user_error_statistics
-from hpcpredict.daemon.paths import default_db_url
-from hpcpredict.daemon.service import PredictionService
-from hpcpredict.daemon.store import Store
-from hpcpredict.daemon.views import ViewError, parse_since, write_error_report
+from hpcpredict.daemon.core.judged_errors import ERROR_COLUMNS, judged_jobs, user_error_statistics
+from hpcpredict.paths import default_db_url
+from hpcpredict.daemon.core.service import PredictionService
+from hpcpredict.daemon.core.store import Store
+from hpcpredict.daemon.views.pages import ViewError, parse_since, write_error_report
 from hpcpredict.instants import Instant
 from hpcpredict.learn.history import history_events
-from hpcpredict.workload import load_workload
+from hpcpredict.logs.workload import load_workload
 
 SUBMITTED, STARTED, ENDED = Instant.SUBMISSION, Instant.START, Instant.TERMINATION
 

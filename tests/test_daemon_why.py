@@ -15,17 +15,17 @@ import pytest
 from click.testing import CliRunner
 
 from hpcpredict.cli import main
-from hpcpredict.daemon.errors import judged_jobs
-from hpcpredict.daemon.explain import ExplainError, explain_job, explain_user, restore_model
-from hpcpredict.daemon.service import PredictionService
-from hpcpredict.daemon.site_summary import (
+from hpcpredict.daemon.core.judged_errors import judged_jobs
+from hpcpredict.daemon.views.explain import ExplainError, explain_job, explain_user, restore_model
+from hpcpredict.daemon.core.service import PredictionService
+from hpcpredict.daemon.views.site_summary import (
     MAX_CORRECTIONS_PER_LOWERED_JOB,
     corrections_needed,
     site_summary,
 )
-from hpcpredict.daemon.store import Store
+from hpcpredict.daemon.core.store import Store
 from hpcpredict.learn.history import history_events
-from hpcpredict.workload import load_workload
+from hpcpredict.logs.workload import load_workload
 from test_daemon_views import report_to_service
 
 HISTORY_JOBS = 4000
@@ -184,7 +184,7 @@ def test_admin_api_summary_and_explanations_need_the_token(store_url: str, short
     import urllib.request
 
     from testbed.daemon_thread import Running, write_token_file
-    from hpcpredict.daemon.config import DaemonConfig
+    from hpcpredict.daemon.core.config import DaemonConfig
 
     source = Path(store_url.removeprefix("sqlite:///"))
     for path in source.parent.glob(source.name + "*"):

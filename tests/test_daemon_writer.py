@@ -20,10 +20,10 @@ import pytest
 from sqlalchemy import create_engine, text
 
 from testbed.daemon_thread import Running
-from hpcpredict.daemon.config import DaemonConfig
-from hpcpredict.daemon.events import EventKind
-from hpcpredict.daemon.learning import apply_event, observe_event
-from hpcpredict.daemon.writer import LoopInbox
+from hpcpredict.daemon.core.config import DaemonConfig
+from hpcpredict.daemon.core.events import EventKind
+from hpcpredict.daemon.core.learning import apply_event, observe_event
+from hpcpredict.daemon.core.writer import LoopInbox
 
 RECENT_S = int(time.time()) - 10 * 86_400  # recent jobs: the model is ready (staleness.py)
 JOBS_PER_CONNECTION = 15  # 45 events each: under MAX_EVENTS_IN_FLIGHT, all sent before any answer

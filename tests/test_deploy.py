@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from conftest import skip_or_fail
-from hpcpredict.daemon.config import ConfigError, load_config
+from hpcpredict.daemon.core.config import ConfigError, load_config
 
 DEPLOY = Path(__file__).resolve().parent.parent / "deploy"
 
@@ -336,5 +336,5 @@ def test_the_daemon_exports_every_metric_the_alert_rules_read() -> None:
     rules = (DEPLOY / "hpcpredict-alerts.yml").read_text()
     expressions = " ".join(line for line in rules.splitlines() if line.strip().startswith("expr:"))
     read = set(re.findall(r"\b(hpcpredict_[a-z_]+)\b", expressions))
-    server = (Path(__file__).resolve().parent.parent / "hpcpredict" / "daemon" / "server.py").read_text()
+    server = (Path(__file__).resolve().parent.parent / "hpcpredict" / "daemon" / "fronts" / "server.py").read_text()
     assert read and all(f'"{name}"' in server for name in read), read

@@ -1,4 +1,4 @@
-"""The one error-statistics kernel (hpcpredict/error_stats.py) and the reports built on it."""
+"""The one error-statistics kernel (hpcpredict/learn/error_stats.py) and the reports built on it."""
 
 from __future__ import annotations
 
@@ -10,12 +10,12 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from hpcpredict.analysis import prediction_stats
-from hpcpredict.daemon.errors import statistics_by_user
-from hpcpredict.error_stats import error_stats
+from hpcpredict.sim.analysis import prediction_stats
+from hpcpredict.daemon.core.judged_errors import statistics_by_user
+from hpcpredict.learn.error_stats import error_stats
 from hpcpredict.sim.metrics import compute_metrics, job_arrays
 from hpcpredict.sim.runner import RunSpec, run
-from hpcpredict.workload import load_workload
+from hpcpredict.logs.workload import load_workload
 
 
 def test_a_hand_computed_example() -> None:

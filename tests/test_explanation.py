@@ -14,12 +14,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from hpcpredict.features import FEATURE_NAMES
+from hpcpredict.learn.features import FEATURE_NAMES
 from hpcpredict.jobs import JobRequest
 from hpcpredict.learn.history import replay_history
 from hpcpredict.learn.polynomial import quadratic_pairs, term_names
 from hpcpredict.learn.predictor import LearnedPredictor
-from hpcpredict.workload import load_workload
+from hpcpredict.logs.workload import load_workload
 
 
 class ExplainedEveryJob:

@@ -16,11 +16,11 @@ from hypothesis import given
 from hypothesis import strategies as st
 from test_slurm_watcher import Clock, Job, ScriptedSlurm
 
-from hpcpredict.daemon.config import ConfigError, DaemonConfig, load_config
-from hpcpredict.daemon.service import PredictionService
-from hpcpredict.daemon.store import Store
+from hpcpredict.daemon.core.config import ConfigError, DaemonConfig, load_config
+from hpcpredict.daemon.core.service import PredictionService
+from hpcpredict.daemon.core.store import Store
 from hpcpredict.slurm.adapter import SlurmError
-from hpcpredict.slurm.durations import slurm_duration_s
+from hpcpredict.slurm_time import slurm_duration_s
 from hpcpredict.slurm.failsafe import (
     BATCH, LIST_LOWERED, Failsafe, FailsafeConfig, FailsafeConfigError, LoweredJob,
     load_failsafe_config, parse_lowered, read_status, restore, restore_order,

@@ -47,7 +47,7 @@ import pytest
 from testbed.slurm_cluster import SlurmCluster, wait_for
 from test_slurm_e2e import ServeProcess, plugged_cluster, submitted_through_the_plugin
 
-from hpcpredict.slurm.durations import slurm_duration_s
+from hpcpredict.slurm_time import slurm_duration_s
 
 pytestmark = [pytest.mark.slurm, pytest.mark.slow]
 

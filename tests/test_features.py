@@ -12,8 +12,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from hpcpredict import features as F
-from hpcpredict.features import FeatureContext, FeatureState
+from hpcpredict.learn import features as F
+from hpcpredict.learn.features import FeatureContext, FeatureState
 from hpcpredict.jobs import JobRequest
 
 CURIE = FeatureContext(unix_start_s=1_296_571_124, time_zone="Europe/Paris")  # its SWF header

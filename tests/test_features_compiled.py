@@ -1,4 +1,4 @@
-"""The compiled feature state (hpcpredict/features.py over hpcpredict/feature_kernels.py) gives
+"""The compiled feature state (hpcpredict/learn/features.py over hpcpredict/learn/feature_kernels.py) gives
 bit for bit the features of the Python version it replaced (tests/feature_reference.py), on
 random event sequences as the daemon can produce them: any integer ids, repeated starts, ends of
 jobs never started, late submissions, jobs leaving the running set, undos, checkpoints."""
@@ -12,7 +12,7 @@ from feature_reference import ReferenceFeatureState
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from hpcpredict.features import FeatureContext, FeatureState
+from hpcpredict.learn.features import FeatureContext, FeatureState
 from hpcpredict.jobs import JobRequest
 
 CONTEXTS = [FeatureContext(), FeatureContext(1_296_571_124, "Europe/Paris"),

@@ -1,4 +1,4 @@
-"""Edges of the feature state (hpcpredict/features.py) that the recomputation tests let through.
+"""Edges of the feature state (hpcpredict/learn/features.py) that the recomputation tests let through.
 Added for the mutation run (docs/mutation.md); each test names the wrong program it catches."""
 
 from __future__ import annotations
@@ -7,8 +7,8 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from hpcpredict import features as F
-from hpcpredict.features import FeatureState
+from hpcpredict.learn import features as F
+from hpcpredict.learn.features import FeatureState
 from hpcpredict.jobs import JobRequest
 
 

@@ -41,10 +41,10 @@ def test_the_share_is_the_seconds_some_job_had_waited_its_threshold(
 
 
 def _due_share(load: float) -> float:
-    from hpcpredict.job_table import job_column
+    from hpcpredict.logs.job_table import job_column
     from hpcpredict.sim.load_scaling import scaled_load
     from hpcpredict.sim.runner import RunSpec, run
-    from hpcpredict.workload import load_workload
+    from hpcpredict.logs.workload import load_workload
 
     result = run(scaled_load(load_workload(SAMPLE), load), RunSpec.from_keys(starvation_guard_s=86_400))
     return waited_share(job_column(result.jobs, "submit_s"), result.start_s, 86_400)
@@ -73,9 +73,9 @@ def test_the_xfactor_rule_is_due_at_each_jobs_own_time_and_other_rules_are_not_s
     """`guard_due_share` under the xfactor rule: each job's threshold is xfactor - 1 times its
     request, at most the guard's time (the simulator's and the daemon's rule); the rules whose
     due times depend on more than the job ("promise") are not reported."""
-    from hpcpredict.job_table import job_column
+    from hpcpredict.logs.job_table import job_column
     from hpcpredict.sim.runner import RunSpec, run
-    from hpcpredict.workload import load_workload
+    from hpcpredict.logs.workload import load_workload
 
     workload = load_workload(SAMPLE)
     spec = RunSpec.from_keys(starvation_guard_s=86_400, guard_rule="xfactor", guard_xfactor=3.0)

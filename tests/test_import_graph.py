@@ -106,7 +106,7 @@ def test_hpcpredict_modules_import_each_other_without_a_cycle() -> None:
 def test_the_graph_sees_lazy_imports_and_what_cycles_look_like() -> None:
     """The checker itself: a lazy import inside a function is an edge; a cycle is reported."""
     graph = import_graph()
-    assert "hpcpredict.daemon.server" in graph["hpcpredict.cli.daemon"]  # imported inside serve()
+    assert "hpcpredict.daemon.fronts.server" in graph["hpcpredict.cli.daemon"]  # imported inside serve()
     assert "hpcpredict.corrections.policies" in graph["hpcpredict.slurm.corrector"]
     assert not any(target.startswith("hpcpredict.sim") for target in graph["hpcpredict.slurm.guard"])
     assert find_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
@@ -117,7 +117,7 @@ def test_slurm_and_daemon_take_the_correction_policies_from_corrections_not_sim(
     graph = import_graph()
     for module, targets in graph.items():
         if module.startswith(("hpcpredict.slurm.", "hpcpredict.daemon.")):
-            assert "hpcpredict.sim.schedulers" not in targets, module
+            assert "hpcpredict.sim.easy.schedulers" not in targets, module
         if module.startswith("hpcpredict.corrections"):
             assert not any(t.startswith(("hpcpredict.sim", "hpcpredict.slurm", "hpcpredict.daemon"))
                            for t in targets), module

@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from hpcpredict.job_table import JobTable
+from hpcpredict.logs.job_table import JobTable
 from hpcpredict.sim.metrics import compute_metrics
 from hpcpredict.sim.runner import RunSpec, run
-from hpcpredict.workload import load_workload
+from hpcpredict.logs.workload import load_workload
 
 SAMPLE = Path(__file__).resolve().parents[1] / "swf" / "KTH-SP2-sample.swf"
 

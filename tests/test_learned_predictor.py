@@ -13,11 +13,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from hpcpredict.corrections import make_correction
-from hpcpredict.features import FeatureContext, FeatureState
+from hpcpredict.learn.features import FeatureContext, FeatureState
 from hpcpredict.jobs import Job, JobRequest
 from hpcpredict.learn import LearnedPredictor, NagState, all_losses, parse_loss
 from hpcpredict.learn.polynomial import QuadraticExpansion
-from hpcpredict.predictors import Ave2Predictor, ClairvoyantPredictor, Predictor
+from hpcpredict.learn.baselines import Ave2Predictor, ClairvoyantPredictor, Predictor
 from hpcpredict.sim import SCHEDULERS, SimulationResult, simulate
 
 Event = tuple[int, int, int, JobRequest, int]  # (time, kind, job id, request, runtime)

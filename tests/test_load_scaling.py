@@ -15,13 +15,13 @@ from hypothesis import strategies as st
 
 from hpcpredict.cli import main
 from hpcpredict.jobs import Job
-from hpcpredict.job_table import JOB_FIELDS, REQUEST_FIELDS, JobTable, job_column
-from hpcpredict.sim.campaign import CampaignError, load_campaign, run_cell
+from hpcpredict.logs.job_table import JOB_FIELDS, REQUEST_FIELDS, JobTable, job_column
+from hpcpredict.experiments.campaign import CampaignError, load_campaign, run_cell
 from hpcpredict.sim.load_scaling import check_load_factor, scaled_load
 from hpcpredict.sim.metrics import compute_metrics
 from hpcpredict.sim.runner import RunSpec, run
 from hpcpredict.sim.shaking import replica
-from hpcpredict.workload import Workload, load_workload
+from hpcpredict.logs.workload import Workload, load_workload
 from job_strategies import jobs_in_submission_order
 
 SAMPLE = Path(__file__).resolve().parent.parent / "swf" / "KTH-SP2-sample.swf"

@@ -16,7 +16,7 @@ import pytest
 from click.testing import CliRunner
 
 from hpcpredict.cli import main
-from hpcpredict.sim.campaign import load_campaign
+from hpcpredict.experiments.campaign import load_campaign
 
 matplotlib.use("Agg")
 
@@ -64,9 +64,9 @@ def test_error_ecdf_has_no_ticks_printed_over_each_other_around_zero(tmp_path: P
 def test_error_over_time_keeps_history_and_live_apart_with_the_legend_outside(
         tmp_path: Path, saved_figures: dict) -> None:
     """Was one line mixing `train`'s replay with live jobs, under a legend over the data."""
-    from hpcpredict.daemon.errors import judged_jobs
-    from hpcpredict.daemon.store import Store
-    from hpcpredict.daemon.views import write_error_report
+    from hpcpredict.daemon.core.judged_errors import judged_jobs
+    from hpcpredict.daemon.core.store import Store
+    from hpcpredict.daemon.views.pages import write_error_report
 
     url = f"sqlite:///{tmp_path}/h.db"
     assert CliRunner().invoke(main, ["train", str(SAMPLE), "--db", url]).exit_code == 0

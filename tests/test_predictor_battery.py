@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 
 from hpcpredict.jobs import Job, JobRequest
 from hpcpredict.learn.predictor import LearnedPredictor
-from hpcpredict.predictors import Ave2Predictor, ClairvoyantPredictor, Predictor, RequestedPredictor
+from hpcpredict.learn.baselines import Ave2Predictor, ClairvoyantPredictor, Predictor, RequestedPredictor
 
 
 @st.composite

@@ -102,8 +102,18 @@ def backend(request: pytest.FixtureRequest, both: dict[str, SlurmBackend]) -> Sl
 
 
 def the_same_read(both: dict[str, SlurmBackend], job_ids: set[int]) -> dict[int, SlurmJob]:
-    """`job_ids` as both backends read them, asserted equal; pyslurm's read."""
-    reads = {name: {job.job_id: job for job in backend.jobs() if job.job_id in job_ids} for name, backend in both.items()}
+    """`job_ids` as both backends read them, asserted equal; pyslurm's read. The two reads are
+    two moments of a live slurmctld (a pending record's reason changes as it schedules): the
+    comparison is of reads between which the CLI's own read did not change, tried for 10 s."""
+    def read(name: str) -> dict[int, SlurmJob]:
+        return {job.job_id: job for job in both[name].jobs() if job.job_id in job_ids}
+
+    for _ in range(10):
+        before, via_pyslurm, after = read("cli"), read("pyslurm"), read("cli")
+        if before == after:
+            break
+        time.sleep(1)
+    reads = {"cli": after, "pyslurm": via_pyslurm}
     assert set(reads["pyslurm"]) == set(reads["cli"]) == job_ids, reads
     for job_id in sorted(job_ids):
         cli, via_pyslurm = reads["cli"][job_id], reads["pyslurm"][job_id]

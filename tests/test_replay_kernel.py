@@ -18,11 +18,12 @@ from hpcpredict.corrections.starvation import GuardSettings
 from hpcpredict.corrections.survival import RuntimeHistory, SurvivalCorrection
 from hpcpredict.jobs import Job, JobRequest
 from hpcpredict.learn.predictor import LearnedPredictor
-from hpcpredict.predictors import Ave2Predictor
-from hpcpredict.sim import SCHEDULERS, compiled_replay
-from hpcpredict.sim.simulation import Simulation
+from hpcpredict.learn.baselines import Ave2Predictor
+from hpcpredict.sim import SCHEDULERS
+from hpcpredict.sim.easy import compiled_replay
+from hpcpredict.sim.easy.simulation import Simulation
 from hpcpredict.sim.runner import RunSpec, build_predictor
-from hpcpredict.workload import load_workload
+from hpcpredict.logs.workload import load_workload
 
 from conftest import shared_log
 from test_simulation import build_predictor as build_test_predictor, workloads

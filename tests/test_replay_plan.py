@@ -17,7 +17,7 @@ import pytest
 
 from hpcpredict.slurm.adapter import SlurmJob
 from hpcpredict.jobs import JobRequest
-from hpcpredict.slurm.replay import (
+from hpcpredict.experiments.slurm_replay import (
     SLEEP_MARGIN_S,
     PluginLimitPredictor,
     ReplayError,
@@ -31,8 +31,8 @@ from hpcpredict.slurm.replay import (
     run_replay,
     set_plugin_mode,
 )
-from hpcpredict.swf import read_swf, write_swf
-from hpcpredict.workload import load_workload
+from hpcpredict.logs.swf import read_swf, write_swf
+from hpcpredict.logs.workload import load_workload
 
 SAMPLE = Path(__file__).resolve().parent.parent / "swf" / "KTH-SP2-sample.swf"
 
@@ -323,7 +323,7 @@ def test_an_account_made_by_a_replay_started_alongside_is_reused_not_an_error(mo
     import grp
     import pwd
 
-    from hpcpredict.slurm import replay as replay_module
+    from hpcpredict.experiments import slurm_replay as replay_module
 
     accounts: dict[int, str] = {}
     monkeypatch.setattr(os, "geteuid", lambda: 0)

@@ -7,7 +7,7 @@ import os
 
 from conftest import SAMPLE_LOG
 from hpcpredict.sim.runner import RunSpec, run_replicated
-from hpcpredict.workload import load_workload
+from hpcpredict.logs.workload import load_workload
 
 SPECS = [RunSpec.from_keys("easy-sjbf", "learned", "incremental", starvation_guard_s=86_400),
          RunSpec("easy", "requested", "requested")]

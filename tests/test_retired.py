@@ -10,10 +10,10 @@ import pytest
 from click.testing import CliRunner
 
 from hpcpredict.cli import main
-from hpcpredict.daemon.config import ConfigError, load_config
+from hpcpredict.daemon.core.config import ConfigError, load_config
 from hpcpredict.learn.predictor import HyperparameterMismatchError, LearnedPredictor
 from hpcpredict.retired import RETIRED_SETTINGS, RetiredSettingError, drop_retired
-from hpcpredict.sim.campaign import CampaignError, load_campaign
+from hpcpredict.experiments.campaign import CampaignError, load_campaign
 
 SAMPLE = Path(__file__).resolve().parent.parent / "swf" / "KTH-SP2-sample.swf"
 

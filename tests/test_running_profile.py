@@ -11,7 +11,7 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from hpcpredict.sim.profile import RunningProfile
+from hpcpredict.sim.engine.profile import RunningProfile
 
 
 def free_after(ends: list[tuple[int, int]], total: int, time_s: int) -> int:

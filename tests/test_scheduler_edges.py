@@ -1,4 +1,4 @@
-"""Edges of the schedulers (hpcpredict/sim/schedulers.py) that the invariant tests let through.
+"""Edges of the schedulers (hpcpredict/sim/easy/schedulers.py) that the invariant tests let through.
 Added for the mutation run (docs/mutation.md); each test names the wrong program it catches."""
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ import pytest
 from hpcpredict.corrections import CORRECTIONS
 from hpcpredict.corrections.starvation import GuardSettings
 from hpcpredict.sim import simulate
-from hpcpredict.sim.profile import RunningProfile
-from hpcpredict.sim.schedulers import Scheduler, WaitingQueue
+from hpcpredict.sim.engine.profile import RunningProfile
+from hpcpredict.sim.easy.schedulers import Scheduler, WaitingQueue
 from test_simulation import make_job
 from test_starvation_guard import STREAM, OneSecond, guarded
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 
 from hpcpredict.corrections import CORRECTIONS
-from hpcpredict.predictors import RequestedPredictor
+from hpcpredict.learn.baselines import RequestedPredictor
 from hpcpredict.sim import SCHEDULERS, simulate
 from test_simulation import make_job
 

@@ -15,12 +15,12 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-import hpcpredict.sim.campaign as campaign_module
+import hpcpredict.experiments.campaign as campaign_module
 from hpcpredict.cli import main
-from hpcpredict.sim.campaign import load_campaign
+from hpcpredict.experiments.campaign import load_campaign
 from hpcpredict.sim.metrics import compute_metrics
 from hpcpredict.sim.runner import SEMANTICS_VERSION, RunSpec, run
-from hpcpredict.workload import load_workload
+from hpcpredict.logs.workload import load_workload
 from test_campaign_replicas import CAMPAIGN as REPLICATED
 
 SAMPLE = Path(__file__).resolve().parent.parent / "swf" / "KTH-SP2-sample.swf"

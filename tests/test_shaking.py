@@ -14,7 +14,7 @@ from hpcpredict.jobs import Job, JobRequest
 from hpcpredict.sim.metrics import compute_metrics
 from hpcpredict.sim.runner import RunSpec, run, run_replicated
 from hpcpredict.sim.shaking import replica, shake_jobs
-from hpcpredict.workload import load_workload
+from hpcpredict.logs.workload import load_workload
 from job_strategies import jobs_in_submission_order
 
 
@@ -46,7 +46,7 @@ def test_shaking_keeps_every_job_and_moves_submissions_within_the_shake(
 def test_a_table_is_shaken_as_its_jobs_are(jobs: list[Job], shake_s: int, seed: int) -> None:
     """A loaded log's `JobTable` is shaken as columns (no job object built): the same jobs in
     the same order as the objects' shaking gives, and a table again."""
-    from hpcpredict.job_table import JOB_FIELDS, REQUEST_FIELDS, JobTable, job_column
+    from hpcpredict.logs.job_table import JOB_FIELDS, REQUEST_FIELDS, JobTable, job_column
 
     table = JobTable({name: np.asarray(job_column(jobs, name), dtype=np.int64)
                       for name in (*REQUEST_FIELDS, *JOB_FIELDS)})

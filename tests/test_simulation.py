@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from conftest import PAPER_STEPS_S
 from hpcpredict.jobs import Job, JobRequest
-from hpcpredict.predictors import Ave2Predictor, ClairvoyantPredictor, RequestedPredictor, clip_prediction
+from hpcpredict.learn.baselines import Ave2Predictor, ClairvoyantPredictor, RequestedPredictor, clip_prediction
 from hpcpredict.corrections import CORRECTIONS
 from hpcpredict.sim import SCHEDULERS, compute_metrics, simulate
 
@@ -131,7 +131,7 @@ def test_input_a_replay_cannot_take_is_refused_with_the_job_named(second, messag
     first)."""
     import numpy as np
 
-    from hpcpredict.job_table import JOB_FIELDS, REQUEST_FIELDS, JobTable
+    from hpcpredict.logs.job_table import JOB_FIELDS, REQUEST_FIELDS, JobTable
 
     jobs = [make_job(1, 1, 1, 1, 1), second]
     if as_table:
@@ -240,7 +240,7 @@ def test_a_reservation_kept_after_corrections_takes_the_same_decisions(scheduler
     """`Simulation._still_valid` (a submission after corrections decides in O(1) when the
     head's shadow time did not move) against full passes, on a workload long and under-predicted
     enough to take that path often, in both of its outcomes."""
-    from hpcpredict.sim.simulation import Simulation
+    from hpcpredict.sim.easy.simulation import Simulation
 
     rng = random.Random(13)
     jobs, submit = [], 0

@@ -16,8 +16,8 @@ from click.testing import CliRunner
 from testbed.slurm_cluster import SlurmCluster
 
 from hpcpredict.cli import main
-from hpcpredict.daemon.service import PredictionService
-from hpcpredict.daemon.store import Store
+from hpcpredict.daemon.core.service import PredictionService
+from hpcpredict.daemon.core.store import Store
 from hpcpredict.jobs import JobRequest
 from hpcpredict.slurm.adapter import (
     CliBackend,
@@ -27,7 +27,7 @@ from hpcpredict.slurm.adapter import (
     select_backend,
 )
 from hpcpredict.slurm.convert import read_jobcomp_filetxt
-from hpcpredict.swf import read_swf
+from hpcpredict.logs.swf import read_swf
 
 
 @pytest.fixture(scope="module")

@@ -10,12 +10,12 @@ from hypothesis import strategies as st
 from test_simulation import PREDICTORS, build_predictor, make_job, peak_usage, workloads
 
 from hpcpredict.cli import main
-from hpcpredict.predictors import RequestedPredictor
+from hpcpredict.learn.baselines import RequestedPredictor
 from hpcpredict.corrections import CORRECTIONS
 from hpcpredict.corrections.starvation import guard_from
 from hpcpredict.sim import SCHEDULERS, compute_metrics, simulate
 from hpcpredict.sim.runner import RunSpec
-from hpcpredict.sim.slurm_backfill import SlurmBackfill, SlurmParams, SlurmParamsError, simulate_slurm
+from hpcpredict.sim.slurm_model.slurm_backfill import SlurmBackfill, SlurmParams, SlurmParamsError, simulate_slurm
 
 EXACT = SlurmParams(bf_interval_s=1, bf_resolution_s=1)  # passes at every second, no rounding
 
@@ -390,9 +390,9 @@ def test_simulate_puts_the_daemons_guard_on_slurm_backfill_by_default(sample_log
 
 
 def test_the_survival_correction_hears_starts_and_ends_under_slurm_backfill(sample_log):
-    from hpcpredict.predictors import Ave2Predictor
+    from hpcpredict.learn.baselines import Ave2Predictor
     from hpcpredict.corrections.survival import SurvivalCorrection
-    from hpcpredict.workload import load_workload
+    from hpcpredict.logs.workload import load_workload
 
     jobs = load_workload(sample_log).jobs[:600]
     heard = SurvivalCorrection()

@@ -1,4 +1,4 @@
-"""slurm.conf -> the slurm-backfill model's settings (`hpcpredict/sim/slurm_conf.py`), and the
+"""slurm.conf -> the slurm-backfill model's settings (`hpcpredict/sim/slurm_model/slurm_conf.py`), and the
 settings file the repository recommends (deploy/slurm-scheduler.conf), read by the model and by a
 real slurmctld."""
 
@@ -11,8 +11,8 @@ from click.testing import CliRunner
 from testbed.slurm_cluster import SlurmCluster
 
 from hpcpredict.cli import main
-from hpcpredict.sim.slurm_backfill import SlurmParams, SlurmParamsError
-from hpcpredict.sim.slurm_conf import read_slurm_conf, read_slurm_conf_text
+from hpcpredict.sim.slurm_model.slurm_backfill import SlurmParams, SlurmParamsError
+from hpcpredict.sim.slurm_model.slurm_conf import read_slurm_conf, read_slurm_conf_text
 
 RECOMMENDED = Path(__file__).resolve().parents[1] / "deploy" / "slurm-scheduler.conf"
 

@@ -26,8 +26,8 @@ from testbed.daemon_thread import wait_until_answering
 from testbed.slurm_cluster import SlurmCluster, wait_for
 from sqlalchemy import select
 
-from hpcpredict.daemon.client import DaemonClient
-from hpcpredict.daemon.store import CorrectionRow, EventRow, JobRow, Store
+from hpcpredict.daemon.fronts.client import DaemonClient
+from hpcpredict.daemon.core.store import CorrectionRow, EventRow, JobRow, Store
 from hpcpredict.slurm.tag import parse_tag
 
 pytestmark = [pytest.mark.slurm, pytest.mark.slow]
@@ -146,7 +146,7 @@ def submitted_through_the_plugin(cluster: SlurmCluster, *options: str, script: s
     Each try is submitted held and released only once marked: an unmarked job cancelled after it
     started would be learned (a 1 s run), and one learned job moves the untrained model's
     prediction from 1 s to the request, which the tests after a retry do not expect (seen once in
-    CI). A job cancelled while held never ran, and is not learned (daemon/learning.py,
+    CI). A job cancelled while held never ran, and is not learned (daemon/core/learning.py,
     ``never_ran``)."""
     for _ in range(tries):
         job_id = cluster.sbatch("--hold", *options, script=script)

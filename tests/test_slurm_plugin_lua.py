@@ -29,7 +29,7 @@ import pytest
 from testbed.daemon_thread import Running
 from sqlalchemy import select
 
-from hpcpredict.daemon.config import DaemonConfig
+from hpcpredict.daemon.core.config import DaemonConfig
 from hpcpredict.jobs import JobRequest
 from hpcpredict.slurm.adapter import SlurmJob
 from hpcpredict.slurm.requests import job_request
@@ -163,7 +163,7 @@ def test_the_mark_carries_a_token_that_gives_the_submission_its_predicted_featur
         client.request("SUBMIT", job=8, uid=1000, procs=4, time_limit=3600, predicted=tag.prediction_s,
                        token=tag.token)
     with daemon.service.store.session() as session:
-        from hpcpredict.daemon.store import EventRow
+        from hpcpredict.daemon.core.store import EventRow
 
         payload = json.loads(session.scalars(select(EventRow.payload_json).where(EventRow.job_id == 8)).one())
     assert payload["features"] == [float(value) for value in served]
@@ -198,7 +198,7 @@ def test_a_job_first_reported_by_jobcomp_learns_from_its_prediction_s_features(
     run_lua(plugin_dir, "jobcomp.lua", "comp", **finished(job_id=60, admin_comment=mark))
     assert daemon.service.job_status(60) == "ended"
     with daemon.service.store.session() as session:
-        from hpcpredict.daemon.store import EventRow, PredictionRow
+        from hpcpredict.daemon.core.store import EventRow, PredictionRow
 
         events = session.execute(select(EventRow.kind, EventRow.payload_json)
                                  .where(EventRow.job_id == 60).order_by(EventRow.seq)).all()
@@ -238,7 +238,7 @@ def test_both_scripts_and_the_watcher_count_the_processors_the_prediction_was_ma
     run_lua(plugin_dir, "jobcomp.lua", "comp", **finished(job_id=50, total_cpus=16, admin_comment=mark))
     run_lua(plugin_dir, "jobcomp.lua", "comp", **finished(job_id=51, total_cpus=16, admin_comment="none"))
     with daemon.service.store.session() as session:
-        from hpcpredict.daemon.store import JobRow
+        from hpcpredict.daemon.core.store import JobRow
 
         assert (session.get(JobRow, 50).procs, session.get(JobRow, 51).procs) == (8, 16)
     slurm_job = SlurmJob(job_id=50, user_name="u", uid=1000, gid=1000, state="COMPLETED", partition="debug",
@@ -424,7 +424,7 @@ def test_a_finished_job_is_learned_by_the_daemon(plugin_dir: Path, daemon: Runni
     assert result["rc"] == "0"
     assert daemon.service.job_status(42) == "ended" and daemon.service.model_updates == 1
     with daemon.service.store.session() as session:
-        from hpcpredict.daemon.store import JobRow
+        from hpcpredict.daemon.core.store import JobRow
 
         row = session.get(JobRow, 42)
         assert (row.run_s, row.requested_s, row.procs, row.final_state) == (300, 3600, 4, "COMPLETED")
@@ -463,7 +463,7 @@ def test_a_year_asked_for_is_a_request_when_the_plugin_marked_it(plugin_dir: Pat
 def test_a_timeout_below_the_request_is_a_lowered_kill(plugin_dir: Path, daemon: Running) -> None:
     run_lua(plugin_dir, "jobcomp.lua", "comp", **finished(job_id=43, job_state=6, end_time=1_610))
     with daemon.service.store.session() as session:
-        from hpcpredict.daemon.store import JobRow
+        from hpcpredict.daemon.core.store import JobRow
 
         row = session.get(JobRow, 43)
         assert row.final_state == "TIMEOUT" and row.killed_at_lowered_limit is True

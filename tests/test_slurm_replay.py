@@ -28,9 +28,9 @@ from testbed.daemon_thread import wait_until_answering
 from testbed.slurm_cluster import SlurmCluster
 
 from hpcpredict.sim.metrics import compute_metrics
-from hpcpredict.slurm.replay import Scaling, plan, real_result, replay_uid
-from hpcpredict.swf import read_swf
-from hpcpredict.workload import load_workload
+from hpcpredict.experiments.slurm_replay import Scaling, plan, real_result, replay_uid
+from hpcpredict.logs.swf import read_swf
+from hpcpredict.logs.workload import load_workload
 
 pytestmark = [pytest.mark.slurm, pytest.mark.slow]
 REPO = Path(__file__).resolve().parent.parent

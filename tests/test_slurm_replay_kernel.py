@@ -18,10 +18,10 @@ from hpcpredict.corrections.starvation import GuardSettings, guard_from
 from hpcpredict.corrections.survival import RuntimeHistory, SurvivalCorrection
 from hpcpredict.jobs import Job, JobRequest
 from hpcpredict.learn.predictor import LearnedPredictor
-from hpcpredict.sim import compiled_replay
+from hpcpredict.sim.easy import compiled_replay
 from hpcpredict.sim.runner import RunSpec, build_predictor
-from hpcpredict.sim.slurm_backfill import SlurmBackfill, SlurmParams, simulate_slurm
-from hpcpredict.workload import load_workload
+from hpcpredict.sim.slurm_model.slurm_backfill import SlurmBackfill, SlurmParams, simulate_slurm
+from hpcpredict.logs.workload import load_workload
 
 from conftest import shared_log
 from test_replay_kernel import assert_same, predictor_named
@@ -113,7 +113,7 @@ def test_what_the_compiled_loop_does_not_model_replays_in_the_python_loop(change
     correction = make_correction("survival")
     if change == "survival with a history":  # the daemon's, restored
         correction.job_ended(JobRequest(99, 0, 1, 300, 1), 120, 120)
-    with mock.patch("hpcpredict.sim.compiled_slurm_replay.replay") as compiled:
+    with mock.patch("hpcpredict.sim.slurm_model.compiled_slurm_replay.replay") as compiled:
         result = simulate_slurm(jobs, 4, SlurmBackfill(), predictor, correction)
     compiled.assert_not_called()
     assert result.loop == "python"
@@ -122,7 +122,7 @@ def test_what_the_compiled_loop_does_not_model_replays_in_the_python_loop(change
 
 def test_a_covered_replay_takes_the_compiled_loop():
     """The default configuration is modelled: `simulate_slurm` does not fall back silently."""
-    with mock.patch("hpcpredict.sim.compiled_slurm_replay.replay",
+    with mock.patch("hpcpredict.sim.slurm_model.compiled_slurm_replay.replay",
                     side_effect=RuntimeError("compiled")):
         with pytest.raises(RuntimeError, match="compiled"):
             simulate_slurm(_jobs(), 4, SlurmBackfill(guard=GuardSettings(86_400)), LearnedPredictor(),

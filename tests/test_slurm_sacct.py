@@ -30,7 +30,7 @@ from hpcpredict.slurm.convert import (
     sacct_command,
 )
 from hpcpredict.slurm.tag import PredictionTag
-from hpcpredict.swf import read_swf
+from hpcpredict.logs.swf import read_swf
 
 
 def sacct_line(**fields: str) -> str:

@@ -17,11 +17,11 @@ from hypothesis import strategies as st
 from sqlalchemy import select
 
 from hpcpredict.corrections.starvation import guard_from, xfactor_guard_wait_s
-from hpcpredict.daemon.config import DaemonConfig
-from hpcpredict.daemon.handlers import Handlers
-from hpcpredict.daemon.server import Daemon
-from hpcpredict.daemon.service import PredictionService
-from hpcpredict.daemon.store import CorrectionRow, EventRow, JobRow, Store
+from hpcpredict.daemon.core.config import DaemonConfig
+from hpcpredict.daemon.fronts.handlers import Handlers
+from hpcpredict.daemon.fronts.server import Daemon
+from hpcpredict.daemon.core.service import PredictionService
+from hpcpredict.daemon.core.store import CorrectionRow, EventRow, JobRow, Store
 from hpcpredict.jobs import JobRequest
 from hpcpredict.slurm import adapter
 from hpcpredict.slurm.guard import (
@@ -191,7 +191,7 @@ def test_a_job_killed_at_a_lowered_limit_is_flagged(service: PredictionService) 
     slurm.jobs_by_id[4] = replace(slurm.jobs_by_id[4], state="TIMEOUT", end_s=8_930, time_limit_s=900)
     watcher.poll()
     with service.store.session() as session:
-        from hpcpredict.daemon.store import JobRow
+        from hpcpredict.daemon.core.store import JobRow
 
         row = session.get(JobRow, 4)
         assert row.killed_at_lowered_limit is True
@@ -560,7 +560,7 @@ def test_a_stuck_store_writer_costs_the_watcher_no_correction(
     job's limit is raised in SLURM all the same; freed, the writer records the queued events and
     the next look sends nothing twice. A watcher blocked on the writer would let SLURM kill the
     job at its lowered limit."""
-    from hpcpredict.daemon import server
+    from hpcpredict.daemon.fronts import server
 
     monkeypatch.setattr(server, "WATCHER_RECORD_S", 0.5)
     now = int(time.time())  # the daemon's watcher reads the real clock

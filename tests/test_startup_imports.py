@@ -153,7 +153,7 @@ def test_the_failsafe_imports_no_model_no_store_and_no_numerics(tmp_path: Path) 
     assert heavy == [] and "squeue: not found" in done.stderr, done.stderr
     assert "hpcpredict.slurm.failsafe" in loaded
     # (the CLI's shared options bring the learner's defaults and the corrections' names: plain Python)
-    assert not {m for m in loaded if m.startswith(("hpcpredict.features", "hpcpredict.learn.predictor",
-                                                   "hpcpredict.learn.nag", "hpcpredict.daemon.store",
-                                                   "hpcpredict.daemon.service", "hpcpredict.daemon.server"))
+    assert not {m for m in loaded if m.startswith(("hpcpredict.learn.features", "hpcpredict.learn.predictor",
+                                                   "hpcpredict.learn.nag", "hpcpredict.daemon.core.store",
+                                                   "hpcpredict.daemon.core.service", "hpcpredict.daemon.fronts.server"))
                 or "kernel" in m}, loaded

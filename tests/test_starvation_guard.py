@@ -16,9 +16,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from hpcpredict.cli import main
-from hpcpredict.daemon.config import DaemonConfig
+from hpcpredict.daemon.core.config import DaemonConfig
 from hpcpredict.jobs import JobRequest
-from hpcpredict.predictors import RequestedPredictor
+from hpcpredict.learn.baselines import RequestedPredictor
 from hpcpredict.corrections import CORRECTIONS
 from hpcpredict.sim import SCHEDULERS, simulate
 from hpcpredict.sim.runner import RunSpec
@@ -27,7 +27,7 @@ from hpcpredict.corrections.starvation import (
     DEFAULT_STARVATION_GUARD_S, GuardSettings, guard_slack_estimate_s, parse_starvation_guard,
     xfactor_guard_wait_s,
 )
-from hpcpredict.sim import simulation
+from hpcpredict.sim.easy import simulation
 from test_simulation import PREDICTORS, build_predictor, make_job, peak_usage, workloads
 
 
@@ -167,7 +167,7 @@ def test_the_xfactor_rule_with_the_cap_always_first_is_the_wait_rule() -> None:
     schedule on a real log's sample; a factor of 5 moves it."""
     sample = Path(__file__).resolve().parent.parent / "swf" / "KTH-SP2-sample.swf"
     from hpcpredict.sim.runner import run
-    from hpcpredict.workload import load_workload
+    from hpcpredict.logs.workload import load_workload
 
     workload = load_workload(sample)
     wait = run(workload, RunSpec.from_keys(starvation_guard_s=86_400))
@@ -449,8 +449,8 @@ def test_every_door_refuses_the_same_expansion_factors(value: float, tmp_path: P
     """The simulator's runs, `tune --xfactors` and the daemon's configuration accept the same
     expansion factors (`GuardSettings`' one validation: finite, above 1), each saying so in its
     own names."""
-    from hpcpredict.daemon.config import ConfigError, load_config
-    from hpcpredict.sim.tune import parse_xfactors
+    from hpcpredict.daemon.core.config import ConfigError, load_config
+    from hpcpredict.experiments.tune import parse_xfactors
 
     assert not starvation.is_expansion_factor(value)
     with pytest.raises(ValueError, match="guard_xfactor: expected a number above 1"):
@@ -467,8 +467,8 @@ def test_every_door_refuses_the_same_expansion_factors(value: float, tmp_path: P
 
 @pytest.mark.parametrize("value", [1.5, 5, 9.0])
 def test_every_door_takes_an_expansion_factor_above_one(value: float, tmp_path: Path) -> None:
-    from hpcpredict.daemon.config import load_config
-    from hpcpredict.sim.tune import parse_xfactors
+    from hpcpredict.daemon.core.config import load_config
+    from hpcpredict.experiments.tune import parse_xfactors
 
     assert starvation.is_expansion_factor(value)
     assert RunSpec.from_keys("easy-sjbf", "learned", "incremental", starvation_guard_s=86_400, guard_rule="xfactor",

@@ -13,9 +13,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from hpcpredict.daemon.config import ConfigError, load_config
-from hpcpredict.daemon.service import PredictionService
-from hpcpredict.daemon.store import Store
+from hpcpredict.daemon.core.config import ConfigError, load_config
+from hpcpredict.daemon.core.service import PredictionService
+from hpcpredict.daemon.core.store import Store
 from hpcpredict.jobs import JobRequest
 from hpcpredict.corrections import CORRECTIONS, make_correction
 from hpcpredict.sim import SCHEDULERS, compute_metrics, simulate
@@ -231,7 +231,7 @@ def test_the_daemon_config_chooses_the_corrector_policy(tmp_path: Path) -> None:
 
 # ---------------------------------------------------------------------- campaigns
 def test_the_campaign_files_of_ideas_2_and_5_load_and_reuse_the_headline_runs() -> None:
-    from hpcpredict.sim.campaign import load_campaign
+    from hpcpredict.experiments.campaign import load_campaign
     from hpcpredict.sim.runner import RunSpec
 
     sim = Path(__file__).resolve().parent.parent / "sim"

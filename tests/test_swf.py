@@ -1,4 +1,4 @@
-"""The SWF reader and writer (hpcpredict/swf.py): header keys, plain and gzip files, precise errors,
+"""The SWF reader and writer (hpcpredict/logs/swf.py): header keys, plain and gzip files, precise errors,
 lenient mode, body comments, progress, streaming, and the write -> read round trip."""
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from conftest import KTH_LOG, SAMPLE_LOG, make_record, shared_log
-from hpcpredict.swf import (
+from hpcpredict.logs.swf import (
     FIELD_COUNT,
     SWF_FIELDS,
     SwfFormatError,
@@ -33,7 +33,7 @@ from hpcpredict.swf import (
     read_swf,
     write_swf,
 )
-from hpcpredict.swf_table import read_swf_table
+from hpcpredict.logs.swf_table import read_swf_table
 
 FLOAT_FIELDS = ("avg_cpu_s", "used_memory_kb", "requested_memory_kb")
 FLOAT_FIELD_NOS = (6, 7, 10)  # 1-based SWF field numbers of the three float fields

@@ -1,5 +1,5 @@
-"""The columnar SWF reader (hpcpredict/swf_table.py): its C fast path agrees with the careful
-reader (hpcpredict/swf.py) on every file, valid or not.
+"""The columnar SWF reader (hpcpredict/logs/swf_table.py): its C fast path agrees with the careful
+reader (hpcpredict/logs/swf.py) on every file, valid or not.
 
 The property: whatever the bytes, `read_swf_table` gives exactly what `read_swf` gives (the same
 records, header, skipped lines, body comments and blank lines, or the same line-numbered error),
@@ -19,8 +19,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from conftest import BLUE_LOG, CURIE_LOG, KTH_LOG, SAMPLE_LOG, shared_log
-from hpcpredict.swf import SWF_FIELDS, SwfFormatError, read_swf
-from hpcpredict.swf_table import parse_swf_fast, read_swf_table
+from hpcpredict.logs.swf import SWF_FIELDS, SwfFormatError, read_swf
+from hpcpredict.logs.swf_table import parse_swf_fast, read_swf_table
 
 FLOAT_INDEXES = {SWF_FIELDS.index(name) for name in ("avg_cpu_s", "used_memory_kb", "requested_memory_kb")}
 

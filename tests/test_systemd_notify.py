@@ -1,6 +1,6 @@
 """`Type=notify` (deploy/hpcpredict.service): the daemon tells systemd READY=1 once it answers on its
 socket, and STOPPING=1 when it stops; sd_notify's protocol spoken to a real datagram socket, as
-systemd listens on one (hpcpredict/daemon/systemd_notify.py). And ``kill -USR1``, which an admin
+systemd listens on one (hpcpredict/daemon/core/systemd_notify.py). And ``kill -USR1``, which an admin
 (or a test) sends to a daemon that seems stuck: every thread's stack in its log, the daemon going on."""
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from hpcpredict.daemon.client import DaemonClient
-from hpcpredict.daemon.systemd_notify import notify, notify_address
+from hpcpredict.daemon.fronts.client import DaemonClient
+from hpcpredict.daemon.core.systemd_notify import notify, notify_address
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
@@ -77,7 +77,7 @@ def test_serve_says_ready_once_it_answers_dumps_its_stacks_on_usr1_and_says_stop
                 assert time.monotonic() < deadline, (tmp_path / "daemon.log").read_text(errors="replace")
                 time.sleep(0.1)
             dump = (tmp_path / "daemon.log").read_text(errors="replace")
-            assert "hpcpredict/daemon/writer.py" in dump and "asyncio" in dump, dump
+            assert "hpcpredict/daemon/core/writer.py" in dump and "asyncio" in dump, dump
             with DaemonClient(daemon_socket, timeout_s=5) as client:
                 client.request("PING")
             process.send_signal(signal.SIGTERM)

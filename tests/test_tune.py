@@ -11,12 +11,12 @@ from click.testing import CliRunner
 
 from conftest import SAMPLE_LOG
 from hpcpredict.cli import main
-from hpcpredict.daemon.config import load_config
-from hpcpredict.sim.campaign import Cell, LogEntry, run_cell
+from hpcpredict.daemon.core.config import load_config
+from hpcpredict.experiments.campaign import Cell, LogEntry, run_cell
 from hpcpredict.sim.guard_due import guard_due_share
 from hpcpredict.corrections.starvation import GuardSettings
 from hpcpredict.sim.runner import RunSpec, run
-from hpcpredict.sim.tune import (
+from hpcpredict.experiments.tune import (
     Evidence,
     Goal,
     Choice,
@@ -31,7 +31,7 @@ from hpcpredict.sim.tune import (
     split_s,
     thresholds_s,
 )
-from hpcpredict.workload import load_workload
+from hpcpredict.logs.workload import load_workload
 
 HOUR = 3600.0
 

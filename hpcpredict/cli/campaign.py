@@ -1,5 +1,5 @@
 """``hpcpredict campaign`` and ``hpcpredict campaign-report``: a grid of simulations run into a
-store, and reported from it (thin over hpcpredict.sim.campaign)."""
+store, and reported from it (thin over hpcpredict.experiments.campaign)."""
 
 from __future__ import annotations
 
@@ -36,7 +36,7 @@ _logs_option = click.option(
 
 
 def _load_campaign(campaign_file: Path, logs_dir: Path | None = None):  # -> Campaign (lazy import: SQLAlchemy is heavy)
-    from hpcpredict.sim.campaign import CampaignError, load_campaign
+    from hpcpredict.experiments.campaign import CampaignError, load_campaign
 
     try:
         return load_campaign(campaign_file, logs_dir=logs_dir)
@@ -82,8 +82,8 @@ def campaign(
       hpcpredict campaign sim/smoke.toml --logs swf --store /tmp/smoke-runs.jsonl
       hpcpredict campaign sim/smoke.toml --executor dask -j 2       # or --scheduler-address tcp://head:8786
     """
-    from hpcpredict.sim.campaign import execute
-    from hpcpredict.sim.campaign_store import StoreError, open_store
+    from hpcpredict.experiments.campaign import execute
+    from hpcpredict.experiments.campaign_store import StoreError, open_store
 
     if executor == "dask":
         try:
@@ -144,8 +144,8 @@ def campaign_report(
       hpcpredict campaign-report sim/smoke.toml --out /tmp/smoke-report --pair-with EASY
       hpcpredict campaign-report sim/smoke.toml --store /tmp/smoke-runs.jsonl
     """
-    from hpcpredict.sim.campaign_report import write_campaign_report
-    from hpcpredict.sim.campaign_store import StoreError, open_store, store_file
+    from hpcpredict.experiments.campaign_report import write_campaign_report
+    from hpcpredict.experiments.campaign_store import StoreError, open_store, store_file
 
     definition = _load_campaign(campaign_file)
     url = store_url or definition.default_database_url

@@ -18,8 +18,8 @@ import click
 from hpcpredict.terminal import a_person_is_watching
 
 from hpcpredict.outputs import OutputPathError, check_output_dir, check_output_file
-from hpcpredict.swf import SwfFormatError
-from hpcpredict.workload import Workload, WorkloadError, load_workload
+from hpcpredict.logs.swf import SwfFormatError
+from hpcpredict.logs.workload import Workload, WorkloadError, load_workload
 
 
 def show_progress() -> bool:
@@ -81,7 +81,7 @@ def check_file(path: Path, option: str) -> None:
 
 def workload_summary(workload: Workload) -> dict[str, object]:
     """The figures every command that reads a log reports about it (also in its JSON)."""
-    from hpcpredict.job_table import job_column  # numpy: not for --help
+    from hpcpredict.logs.job_table import job_column  # numpy: not for --help
 
     jobs = workload.jobs
     users = set(job_column(jobs, "user_id").tolist())
@@ -121,8 +121,8 @@ def run_into_store(name: str, todo: list[Any], store: Any, done: set[str], *, ex
     kept and how to resume (`done`: the keys stored before). Shared with `hpcpredict tune`."""
     from tqdm import tqdm  # here, not for --help
 
-    from hpcpredict.sim.campaign import execute
-    from hpcpredict.sim.campaign_store import open_store
+    from hpcpredict.experiments.campaign import execute
+    from hpcpredict.experiments.campaign_store import open_store
 
     started = time.perf_counter()
     with tqdm(total=len(todo), unit="run", desc=name, file=sys.stderr,

@@ -1,6 +1,6 @@
 """The daemon's commands: ``serve``, ``train``, ``errors``, ``report`` and ``slurm-convert`` (thin).
 
-Both read the same configuration (`hpcpredict.daemon.config`): `train` must build the model with
+Both read the same configuration (`hpcpredict.daemon.core.config`): `train` must build the model with
 the learner constants `serve` will run it with, or the daemon refuses the checkpoint.
 """
 
@@ -21,7 +21,7 @@ import click
 
 from hpcpredict.cli.common import check_file, load_log, progress_bar
 from hpcpredict.cli.options import deprecated_alias, format_option, lenient_option, log_argument, procs_option
-from hpcpredict.daemon.config import ConfigError, DaemonConfig, load_config, parse_host_port, parse_mode
+from hpcpredict.daemon.core.config import ConfigError, DaemonConfig, load_config, parse_host_port, parse_mode
 
 def _config_file_option(help_text: str):  # -> click decorator
     return click.option("--config", "config_path", default=None, help=help_text,
@@ -75,8 +75,8 @@ def _open_service(config: DaemonConfig, store=None):  # -> PredictionService (SQ
     """The service on `config.db`, or on `store` when the caller already opened (and locked) it."""
     from sqlalchemy.exc import SQLAlchemyError
 
-    from hpcpredict.daemon.service import PredictionService, ReplayError
-    from hpcpredict.daemon.store import Store
+    from hpcpredict.daemon.core.service import PredictionService, ReplayError
+    from hpcpredict.daemon.core.store import Store
 
     if config.db.startswith("sqlite:///"):
         _make_database_folder(Path(config.db.removeprefix("sqlite:///")))
@@ -243,7 +243,7 @@ def serve(
       hpcpredict serve --db sqlite:////tmp/hpcpredict-try.db --create-db --http ''   # a throw-away store
       hpcpredict serve --config deploy/daemon.toml --slurm --slurm-interval-s 10 --correction-margin-s 120
     """
-    from hpcpredict.daemon.server import Daemon, DaemonError
+    from hpcpredict.daemon.fronts.server import Daemon, DaemonError
 
     logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     logging.getLogger("alembic").setLevel(max(logging.WARNING, logging.getLogger().level))
@@ -296,7 +296,7 @@ def serve(
 def _check_http_auth(config: DaemonConfig) -> None:
     """Refuse an unprotected non-loopback bind or an unsafe token file now, in one line, rather
     than after the store is opened and replayed (the daemon checks again as it starts the API)."""
-    from hpcpredict.daemon.http_auth import TokenFileError, load_token, require_token_off_loopback
+    from hpcpredict.daemon.fronts.http_auth import TokenFileError, load_token, require_token_off_loopback
 
     if not config.http:
         return
@@ -310,7 +310,7 @@ def _check_http_auth(config: DaemonConfig) -> None:
 
 def _tighten_modes(database: Path) -> None:
     """The store's files closed to other users (file_modes.py), saying what changed."""
-    from hpcpredict.daemon.file_modes import LooseModeError, tighten_store_modes
+    from hpcpredict.daemon.core.file_modes import LooseModeError, tighten_store_modes
 
     try:
         for line in tighten_store_modes(database):
@@ -334,8 +334,8 @@ def _check_sqlite_file(database: Path, *, create: bool) -> None:
     """
     import sqlite3
 
-    from hpcpredict.daemon.paths import DB_FILE_NAME, state_dir
-    from hpcpredict.daemon.store import Base
+    from hpcpredict.paths import DB_FILE_NAME, state_dir
+    from hpcpredict.daemon.core.store import Base
 
     try:
         with database.open("rb") as stream:
@@ -403,8 +403,8 @@ def _locked_store(config: DaemonConfig, *, create: bool = False):  # -> (Store, 
     replaying or checkpointing a log another daemon is writing; then checked for damage."""
     from sqlalchemy.exc import SQLAlchemyError
 
-    from hpcpredict.daemon.lock import StoreLockedError, lock_sqlite_file, lock_store
-    from hpcpredict.daemon.store import Store
+    from hpcpredict.daemon.core.lock import StoreLockedError, lock_sqlite_file, lock_store
+    from hpcpredict.daemon.core.store import Store
 
     database = None
     lock = None
@@ -480,8 +480,8 @@ def train(
       hpcpredict train swf/KTH-SP2-sample.swf --db sqlite:////tmp/hpcpredict-try.db --replace  # re-train it
       hpcpredict train swf/KTH-SP2-sample.swf --config deploy/daemon.toml   # the site's store, before serve
     """
-    from hpcpredict.daemon.history_judgements import JudgingPredictor
-    from hpcpredict.daemon.staleness import history_age
+    from hpcpredict.daemon.core.history_judgements import JudgingPredictor
+    from hpcpredict.daemon.core.staleness import history_age
     from hpcpredict.learn.history import replay_history
 
     config = _config(config_path, db=db_url, time_zone=time_zone)
@@ -530,8 +530,8 @@ def train(
 def _read_store(config_path: Path | None, db_url: str | None):  # -> Store, read-only use
     """The daemon's store for a read-only view: `--db`, else the database of the configuration
     `find_config` chooses (--config, $HPCPREDICT_CONFIG, /etc/hpcpredict/daemon.toml, defaults)."""
-    from hpcpredict.daemon.config import find_config
-    from hpcpredict.daemon.views import ViewError, open_existing_store
+    from hpcpredict.daemon.core.config import find_config
+    from hpcpredict.daemon.views.pages import ViewError, open_existing_store
 
     try:
         found = find_config(config_path)
@@ -548,7 +548,7 @@ def _missing_store_hint(found, db_url: str | None) -> str:  # found: FoundConfig
     """What to do about a database file that does not exist, given where its name came from. Never
     "start hpcpredict serve" alone: on a controller the daemon usually runs, with a configuration
     this view did not read."""
-    from hpcpredict.daemon import config as daemon_config
+    from hpcpredict.daemon.core import config as daemon_config
 
     system_config, variable = daemon_config.SYSTEM_CONFIG, daemon_config.CONFIG_VARIABLE
     if db_url is not None:
@@ -564,7 +564,7 @@ def _missing_store_hint(found, db_url: str | None) -> str:  # found: FoundConfig
 
 
 def _since_s(since: str | None) -> int | None:
-    from hpcpredict.daemon.views import ViewError, parse_since
+    from hpcpredict.daemon.views.pages import ViewError, parse_since
 
     try:
         return None if since is None else parse_since(since)
@@ -628,8 +628,8 @@ def errors(config_path: Path | None, db_url: str | None, users: tuple[int, ...],
 
     import pandas as pd
 
-    from hpcpredict.daemon.errors import judged_jobs
-    from hpcpredict.daemon.views import error_table, format_table, to_csv
+    from hpcpredict.daemon.core.judged_errors import judged_jobs
+    from hpcpredict.daemon.views.pages import error_table, format_table, to_csv
 
     config = _config(config_path, db=db_url)
     store = _read_store(config_path, db_url)
@@ -650,7 +650,7 @@ def errors(config_path: Path | None, db_url: str | None, users: tuple[int, ...],
         elif table.empty:
             click.echo(_nothing_judged(users, since, source))
         else:
-            from hpcpredict.daemon.site_summary import format_summary, killed_at_lowered_limit_count, site_summary
+            from hpcpredict.daemon.views.site_summary import format_summary, killed_at_lowered_limit_count, site_summary
 
             killed = killed_at_lowered_limit_count(store, since_s, list(unique_users))
             click.echo(format_summary(site_summary(judged, killed), _shown_url(config.db)))
@@ -673,7 +673,7 @@ def _shown_url(url: str) -> str:
 def _explain_job(store, config: DaemonConfig, job_id: int, output_format: str) -> None:
     import json
 
-    from hpcpredict.daemon.explain import ExplainError, explain_job, format_why
+    from hpcpredict.daemon.views.explain import ExplainError, explain_job, format_why
 
     try:
         why = explain_job(store, job_id, config.predictor_factory)
@@ -683,7 +683,7 @@ def _explain_job(store, config: DaemonConfig, job_id: int, output_format: str) -
 
 
 def _explain_users(store, config: DaemonConfig, user_ids: list[int]) -> None:
-    from hpcpredict.daemon.explain import ExplainError, explain_users, format_why
+    from hpcpredict.daemon.views.explain import ExplainError, explain_users, format_why
 
     for why in explain_users(store, user_ids, config.predictor_factory).values():
         click.echo()
@@ -718,10 +718,10 @@ def report(config_path: Path | None, db_url: str | None, since: str | None, sour
       hpcpredict report --out /tmp/hpcpredict-report
       hpcpredict report --config deploy/daemon.toml --since 2026-11-01 --source live --out /var/www/hpcpredict
     """
-    from hpcpredict.daemon.errors import judged_jobs
-    from hpcpredict.daemon.explain import explain_users
-    from hpcpredict.daemon.site_summary import killed_at_lowered_limit_count
-    from hpcpredict.daemon.views import write_error_report
+    from hpcpredict.daemon.core.judged_errors import judged_jobs
+    from hpcpredict.daemon.views.explain import explain_users
+    from hpcpredict.daemon.views.site_summary import killed_at_lowered_limit_count
+    from hpcpredict.daemon.views.pages import write_error_report
     from hpcpredict.outputs import OutputPathError, check_output_dir
 
     config = _config(config_path, db=db_url)
@@ -773,15 +773,14 @@ def slurm_convert(use_sacct: bool, starttime: str, endtime: str, jobcomp_file: P
       hpcpredict slurm-convert --sacct --starttime 2026-01-01 -o /tmp/history.swf
       hpcpredict slurm-convert --db sqlite:////var/lib/hpcpredict/hpcpredict.db --procs 128 -o /tmp/history.swf.gz
     """
-    from hpcpredict.daemon.views import ViewError
+    from hpcpredict.daemon.views.pages import ViewError, read_store
     from hpcpredict.slurm.convert import (
         ConvertError,
         read_jobcomp_filetxt,
         read_sacct,
-        read_store,
         to_swf,
     )
-    from hpcpredict.swf import write_swf
+    from hpcpredict.logs.swf import write_swf
 
     if use_sacct + (jobcomp_file is not None) + (db_url is not None) != 1:
         raise click.UsageError("give exactly one source: --sacct, --jobcomp FILE or --db URL")

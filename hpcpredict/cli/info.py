@@ -33,7 +33,7 @@ def info(log: Path, procs: int | None, lenient: bool, output_format: str) -> Non
     summary["unix_start_time"] = header.unix_start_time
     summary["time_zone_string"] = header.time_zone_string
     if len(workload.jobs):
-        from hpcpredict.job_table import job_column  # numpy: not for --help
+        from hpcpredict.logs.job_table import job_column  # numpy: not for --help
 
         requested = sum(job_column(workload.jobs, "requested_s").tolist())
         summary["requested_over_run"] = round(requested / sum(job_column(workload.jobs, "run_s").tolist()), 3)

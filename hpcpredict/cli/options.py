@@ -22,9 +22,9 @@ from hpcpredict.learn.losses import parse_loss
 from hpcpredict.learn.settings import LearnerSettings
 from hpcpredict.retired import RETIRED_SETTINGS, RetiredSettingError, drop_retired, retired_message
 from hpcpredict.sim.runner import SCHEDULER_NAMES, RunSpec
-from hpcpredict.sim.slurm_conf import read_slurm_conf
-from hpcpredict.sim.slurm_params import NAME as SLURM_BACKFILL
-from hpcpredict.sim.slurm_params import SlurmParams, SlurmParamsError
+from hpcpredict.sim.slurm_model.slurm_conf import read_slurm_conf
+from hpcpredict.sim.slurm_model.slurm_params import NAME as SLURM_BACKFILL
+from hpcpredict.sim.slurm_model.slurm_params import SlurmParams, SlurmParamsError
 
 Decorator = Callable[[Callable[..., Any]], Callable[..., Any]]
 

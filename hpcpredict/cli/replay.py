@@ -89,9 +89,9 @@ def replay_slurm(log: Path, job_count: int, skip: int, speedup: float, mode: str
           --mode record -o /tmp/record.swf
       hpcpredict replay-slurm swf/KTH-SP2-sample.swf --jobs 50 --mode lower -o /tmp/lower.swf --csv /tmp/lower.csv
     """
-    from hpcpredict.slurm import replay as slurm_replay
+    from hpcpredict.experiments import slurm_replay
     from hpcpredict.slurm.adapter import CliBackend, SlurmError, run_command
-    from hpcpredict.swf import write_swf
+    from hpcpredict.logs.swf import write_swf
 
     check_file(output, "-o/--output")
     if csv_path is not None:
@@ -188,8 +188,8 @@ def replay_compare(replay: Path, scheduler: str, slurm_params: str, predictor: s
     from hpcpredict.corrections.policies import CORRECTIONS
     from hpcpredict.sim.metrics import compute_metrics, metrics_table
     from hpcpredict.sim.runner import RunSpec, run
-    from hpcpredict.sim.slurm_backfill import SlurmBackfill, SlurmParams, simulate_slurm
-    from hpcpredict.slurm.replay import PluginLimitPredictor, ReplayError, agreement, real_result
+    from hpcpredict.sim.slurm_model.slurm_backfill import SlurmBackfill, SlurmParams, simulate_slurm
+    from hpcpredict.experiments.slurm_replay import PluginLimitPredictor, ReplayError, agreement, real_result
 
     if (predictor == "plugin") != (plugin_csv is not None):
         raise click.UsageError("--predictor plugin and --plugin-csv go together")

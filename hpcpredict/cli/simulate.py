@@ -39,10 +39,10 @@ from hpcpredict.sim.load_scaling import MAX_LOAD_FACTOR, scaled_load
 from hpcpredict.sim.replica_stats import describe_change, tail_warning
 from hpcpredict.sim.runner import COMPARED_METRICS, PREDICTORS, RunSpec, run, run_replicated
 from hpcpredict.sim.shaking import DEFAULT_SEED, DEFAULT_SHAKE_S
-from hpcpredict.sim.slurm_params import NAME as SLURM_BACKFILL
+from hpcpredict.sim.slurm_model.slurm_params import NAME as SLURM_BACKFILL
 
 if TYPE_CHECKING:  # the simulator loads when a replay runs, not for --help
-    from hpcpredict.sim.simulation import SimulationResult
+    from hpcpredict.sim.easy.simulation import SimulationResult
 
 BASELINE = RunSpec(scheduler="easy", predictor="requested", correction="requested")
 
@@ -403,7 +403,7 @@ def predict_eval(
       hpcpredict predict-eval swf/KTH-SP2-sample.swf --feature-scaling robust --plots /tmp/kth-plots
       hpcpredict predict-eval swf/KTH-SP2-sample.swf --scheduler easy --no-plots --format json
     """
-    from hpcpredict.analysis import error_by_history, plot_ecdfs, prediction_stats
+    from hpcpredict.sim.analysis import error_by_history, plot_ecdfs, prediction_stats
     from hpcpredict.sim.metrics import compute_metrics
 
     guard = guard_option(starvation_guard, scheduler, "learned")

@@ -1,5 +1,5 @@
 """``hpcpredict tune``: the starvation bound and correction chosen on a site's own history, checked
-out of sample, written as a daemon.toml fragment (thin over hpcpredict.sim.tune)."""
+out of sample, written as a daemon.toml fragment (thin over hpcpredict.experiments.tune)."""
 
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ from hpcpredict.cli.options import (
 from hpcpredict.sim.replica_stats import PairedDifference
 from hpcpredict.sim.runner import RunSpec
 from hpcpredict.sim.shaking import DEFAULT_SEED, DEFAULT_SHAKE_S
-from hpcpredict.sim.slurm_params import NAME as SLURM_BACKFILL
+from hpcpredict.sim.slurm_model.slurm_params import NAME as SLURM_BACKFILL
 
 _HOURS = {"p99_wait_s", "max_wait_s"}
 _NAMES = {"ave_bsld": "AVEbsld", "p99_wait_s": "p99 wait h", "max_wait_s": "max wait h"}
@@ -105,8 +105,8 @@ def tune(
       hpcpredict tune swf/KTH-SP2-sample.swf --scheduler slurm-backfill \\
           --slurm-params bf_window=2880 --write tune.toml    # or --slurm-conf your slurm.conf
     """
-    from hpcpredict.sim import tune as tuning
-    from hpcpredict.sim.campaign_store import StoreError, open_store
+    from hpcpredict.experiments import tune as tuning
+    from hpcpredict.experiments.campaign_store import StoreError, open_store
     from hpcpredict.sim.guard_due import replayed_due_share
 
     try:
@@ -234,7 +234,7 @@ def _due_sentence(share: float, spec) -> str:  # type: ignore[no-untyped-def]
 
 def _goal_sentence(goal, ave2_label: str) -> str:  # type: ignore[no-untyped-def]
     """The bound's price and the predictions' worth, out of sample, in the words an admin needs."""
-    from hpcpredict.sim.tune import AVEBSLD_BOUND
+    from hpcpredict.experiments.tune import AVEBSLD_BOUND
 
     difference = goal.against_ave2
     if goal.kept[3]:

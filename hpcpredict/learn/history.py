@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 from hpcpredict.instants import Instant
 from hpcpredict.jobs import Job, JobRequest
-from hpcpredict.predictors import Predictor
+from hpcpredict.learn.baselines import Predictor
 
 
 

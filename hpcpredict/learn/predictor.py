@@ -1,6 +1,6 @@
 """`LearnedPredictor`: the online runtime learner behind the `Predictor` protocol.
 
-It composes three objects — features (`hpcpredict.features`), a loss
+It composes three objects — features (`hpcpredict.learn.features`), a loss
 (`losses`) and an optimiser (`nag`) — over the degree-2 model of docs/method.md §3:
 
 * at submission (`predict`) it computes x_j from the per-user state, Phi = Phi(x_j) and
@@ -27,7 +27,7 @@ limit did not show its runtime, only that it is at least the limit. `learn_lower
 such a job with the under-prediction branch of the loss alone: if the model already predicts the
 bound or more, it takes no step at all (an over-prediction of a censored job is no error), else
 one NAG step towards the bound, on the branch that can only raise f. The daemon uses the same
-method for jobs killed at a limit it lowered (`hpcpredict.daemon.learning`); with
+method for jobs killed at a limit it lowered (`hpcpredict.daemon.core.learning`); with
 ``censor_at_limit`` every job whose runtime reached its request (an SWF log's only sign of a
 kill; SLURM's TIMEOUT live) goes the same way.
 
@@ -90,8 +90,8 @@ from typing import Any
 
 import numpy as np
 
-from hpcpredict.feature_kernels import learn_and_end
-from hpcpredict.features import (
+from hpcpredict.learn.feature_kernels import learn_and_end
+from hpcpredict.learn.features import (
     BREAK_TIME_S,
     FEATURE_NAMES,
     N_FEATURES,
@@ -123,7 +123,7 @@ from hpcpredict.learn.nag import (
 )
 from hpcpredict.learn.nag_kernels import expand_and_score
 from hpcpredict.learn.polynomial import QuadraticExpansion, term_names
-from hpcpredict.predictors import clip_prediction
+from hpcpredict.learn.baselines import clip_prediction
 
 _STATE_VERSION = 1
 _TERM_NAMES = term_names(FEATURE_NAMES)

@@ -10,11 +10,11 @@ their own history.
 
 from __future__ import annotations
 
-from hpcpredict.job_table import job_column
+from hpcpredict.logs.job_table import job_column
 from hpcpredict.sim.metrics import waited_share
 from hpcpredict.sim.runner import RunSpec, run
-from hpcpredict.sim.simulation import SimulationResult
-from hpcpredict.workload import Workload
+from hpcpredict.sim.easy.simulation import SimulationResult
+from hpcpredict.logs.workload import Workload
 
 # From this share of the time on, the commands say what a guard due that often did on the loaded
 # logs measured (the module doc).

@@ -21,7 +21,7 @@ from __future__ import annotations
 import dataclasses
 import math
 
-from hpcpredict.workload import Workload
+from hpcpredict.logs.workload import Workload
 
 MAX_LOAD_FACTOR = 10.0  # beyond this a log's queue only grows: nothing left to measure
 
@@ -39,7 +39,7 @@ def scaled_load(workload: Workload, factor: float) -> Workload:
     """`workload` with its inter-arrival times divided by `factor` (module doc)."""
     import numpy as np  # here: the command line imports this module for its checks
 
-    from hpcpredict.job_table import JobTable, job_column
+    from hpcpredict.logs.job_table import JobTable, job_column
 
     factor = check_load_factor(factor)
     if factor == 1.0 or len(workload.jobs) == 0:

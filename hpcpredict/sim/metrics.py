@@ -14,10 +14,10 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
-from hpcpredict.error_stats import error_stats
-from hpcpredict.job_table import job_column
+from hpcpredict.learn.error_stats import error_stats
+from hpcpredict.logs.job_table import job_column
 from hpcpredict.sim.replica_stats import mean_ci
-from hpcpredict.sim.simulation import SimulationResult
+from hpcpredict.sim.easy.simulation import SimulationResult
 
 BSLD_TAU_S = 10.0  # docs/method.md §9
 

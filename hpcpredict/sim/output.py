@@ -23,8 +23,8 @@ from typing import TextIO
 import numpy as np
 
 from hpcpredict.sim.metrics import job_arrays
-from hpcpredict.sim.simulation import SimulationResult
-from hpcpredict.swf import MISSING, SwfRecord, write_swf
+from hpcpredict.sim.easy.simulation import SimulationResult
+from hpcpredict.logs.swf import MISSING, SwfRecord, write_swf
 
 
 def _open_text(path: Path) -> TextIO:

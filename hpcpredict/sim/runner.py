@@ -17,18 +17,18 @@ from hpcpredict.corrections import CORRECTION_NAMES, make_correction
 from hpcpredict.corrections.survival import DEFAULT_SURVIVAL_QUANTILE
 from hpcpredict.learn.settings import LEARNER_KEYS, LearnerSettings
 from hpcpredict.corrections.starvation import KEY_NAMES, GuardSettings, guard_from
-from hpcpredict.sim.backfill_orders import BACKFILL_ORDERS
+from hpcpredict.sim.easy.backfill_orders import BACKFILL_ORDERS
 from hpcpredict.sim.replica_stats import PairedDifference, mean_ci, paired_difference
 from hpcpredict.sim.shaking import DEFAULT_SEED, DEFAULT_SHAKE_S, replica
-from hpcpredict.sim.slurm_params import NAME as SLURM_BACKFILL
-from hpcpredict.sim.slurm_params import SlurmParams
-from hpcpredict.workload import Workload
+from hpcpredict.sim.slurm_model.slurm_params import NAME as SLURM_BACKFILL
+from hpcpredict.sim.slurm_model.slurm_params import SlurmParams
+from hpcpredict.logs.workload import Workload
 
 if TYPE_CHECKING:  # the simulator and the learner load when a run starts, not with the names
-    from hpcpredict.features import FeatureContext
-    from hpcpredict.predictors import Predictor
+    from hpcpredict.learn.features import FeatureContext
+    from hpcpredict.learn.baselines import Predictor
     from hpcpredict.sim.metrics import Metrics
-    from hpcpredict.sim.simulation import ProgressCallback, SimulationResult
+    from hpcpredict.sim.easy.simulation import ProgressCallback, SimulationResult
 
 # The version of what a run computes from its settings. Campaign and `hpcpredict tune` stores
 # keep each finished run under a key of its log and settings (campaign.Cell.key), and a store
@@ -191,14 +191,14 @@ PUBLISHED_NAMES: dict[tuple[str, str, str], str] = {
 
 def feature_context(workload: Workload) -> FeatureContext:
     """The log's clock (UnixStartTime, TimeZoneString) for the time-of-day features."""
-    from hpcpredict.features import FeatureContext
+    from hpcpredict.learn.features import FeatureContext
 
     header = workload.header
     return FeatureContext(header.unix_start_time or 0, header.time_zone_string)
 
 
 def build_predictor(spec: RunSpec, workload: Workload) -> Predictor:
-    from hpcpredict.predictors import Ave2Predictor, ClairvoyantPredictor, RequestedPredictor
+    from hpcpredict.learn.baselines import Ave2Predictor, ClairvoyantPredictor, RequestedPredictor
 
     if spec.predictor == "requested":
         return RequestedPredictor()
@@ -215,9 +215,9 @@ def run(
     workload: Workload, spec: RunSpec, *, progress: ProgressCallback | None = None
 ) -> SimulationResult:
     """Replay `workload` under `spec`; the result's settings record the spec and the log."""
-    from hpcpredict.sim.schedulers import SCHEDULERS
-    from hpcpredict.sim.simulation import simulate
-    from hpcpredict.sim.slurm_backfill import SlurmBackfill, simulate_slurm
+    from hpcpredict.sim.easy.schedulers import SCHEDULERS
+    from hpcpredict.sim.easy.simulation import simulate
+    from hpcpredict.sim.slurm_model.slurm_backfill import SlurmBackfill, simulate_slurm
 
     if spec.scheduler == SLURM_BACKFILL:
         result = simulate_slurm(

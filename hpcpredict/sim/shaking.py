@@ -23,7 +23,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from hpcpredict.jobs import Job
-from hpcpredict.workload import Workload
+from hpcpredict.logs.workload import Workload
 
 if TYPE_CHECKING:
     import numpy as np
@@ -41,7 +41,7 @@ def shake_jobs(jobs: Sequence[Job], shake_s: int, rng: np.random.Generator) -> S
     """
     import numpy as np  # here: the command line imports this module for its defaults
 
-    from hpcpredict.job_table import JobTable, job_column  # numpy too
+    from hpcpredict.logs.job_table import JobTable, job_column  # numpy too
 
     if shake_s < 0:
         raise ValueError(f"the shake must be >= 0 seconds, got {shake_s}")

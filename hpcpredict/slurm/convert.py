@@ -30,7 +30,7 @@ from pathlib import Path
 
 from hpcpredict.slurm.adapter import Runner, SlurmError, run_command
 from hpcpredict.slurm.tag import parse_tag, request_s
-from hpcpredict.swf import MISSING, SwfRecord
+from hpcpredict.logs.swf import MISSING, SwfRecord
 
 _STATUS = {"COMPLETED": 1, "CANCELLED": 5}  # everything else that ended: 0 (failed)
 _USER = re.compile(r"^(?P<name>[^()]*)\((?P<id>-?\d+)\)$")
@@ -190,37 +190,11 @@ def _sacct_job(line: str) -> HistoryJob:
     )
 
 
-# ---------------------------------------------------------------------------- the daemon's store
-def read_store(url: str) -> Iterator[HistoryJob]:
-    """Every ended job the daemon recorded, with the user's original request."""
-    from sqlalchemy import select
-
-    from hpcpredict.daemon.store import JobRow
-    from hpcpredict.daemon.views import open_existing_store
-
-    store = open_existing_store(url)
-    try:
-        with store.session() as session:
-            rows = session.scalars(select(JobRow).where(JobRow.status == "ended").order_by(JobRow.job_id))
-            for row in rows:
-                # The runtime reported at the end is the truth; the start follows from it.
-                started = row.end_s - row.run_s if row.run_s and row.end_s is not None else None
-                yield HistoryJob(
-                    job_id=row.job_id, uid=row.user_id, gid=row.group_id,
-                    state=row.final_state or "COMPLETED", partition="", name="",
-                    cpus=row.procs if row.run_s else 0, requested_cpus=row.procs,
-                    submit_s=row.submit_s, start_s=started if row.run_s else None,
-                    end_s=row.end_s or row.submit_s, requested_s=row.requested_s,
-                )
-    finally:
-        store.close()
-
-
 # ---------------------------------------------------------------------------- SWF
 def to_swf(
     jobs: Iterable[HistoryJob], *, max_procs: int | None = None, source: str = "SLURM"
 ) -> tuple[list[str], list[SwfRecord]]:
-    """Header lines and records (sorted by submission) for `hpcpredict.swf.write_swf`."""
+    """Header lines and records (sorted by submission) for `hpcpredict.logs.swf.write_swf`."""
     ordered = sorted(jobs, key=lambda job: (job.submit_s, job.job_id))
     if not ordered:
         raise ConvertError("no finished job to convert")

@@ -47,9 +47,9 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from hpcpredict.daemon.paths import state_dir
+from hpcpredict.paths import state_dir
 from hpcpredict.slurm.adapter import Runner, SlurmError, run_command
-from hpcpredict.slurm.durations import slurm_duration_s
+from hpcpredict.slurm_time import slurm_duration_s
 from hpcpredict.slurm.heartbeat import heartbeat_age_s, is_stale, read_heartbeat, write_json_atomically
 from hpcpredict.slurm.tag import parse_tag
 

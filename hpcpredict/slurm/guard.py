@@ -33,8 +33,8 @@ only if it ends by its start on that estimate; a job that outlives it gets its r
 outlive: each moves the starving job's start once, by at most S. A job keeps the limit it started
 with when the stage ends; once the guard itself is on, every lowered limit goes to the request.
 
-The simulator models exactly this (`hpcpredict.sim.simulation`: running jobs at a guarded decision
-are planned to their requests for good; `hpcpredict.sim.slurm_backfill` judges its head, the job
+The simulator models exactly this (`hpcpredict.sim.easy.simulation`: running jobs at a guarded decision
+are planned to their requests for good; `hpcpredict.sim.slurm_model.slurm_backfill` judges its head, the job
 that has waited longest, by the xfactor rule; the slack is `GuardSettings.slack_s` in both models,
 whose estimates are planned as these limits: one set of settings, `DaemonConfig.guard`). Every decision is a pure function of what SLURM shows — the jobs, their limits and the plugin's mark — so after a restart
 the guard decides the same.

@@ -6,7 +6,7 @@ and every later reader (the corrector, the completion script, ``slurm-convert``)
 user asked for and what hpcpredict predicted, and whether the plugin was lowering limits
 (``mode``). ``procs`` is the processor count the prediction was made for (the one the watcher
 and the completion script report, whatever SLURM allocated: docs/protocol.md, "Processors"), and
-``token`` the daemon's key to the features it predicted from (daemon/feature_tokens.py). Marks of
+``token`` the daemon's key to the features it predicted from (daemon/core/feature_tokens.py). Marks of
 older plugins lack the later fields (``mode``: plugins before the starvation guard, which only
 restores such jobs). Other text an admin put in the comment is kept after the mark.
 """

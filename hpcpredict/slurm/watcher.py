@@ -31,7 +31,7 @@ Jobs without a time limit (no ``--time`` in a partition without DefaultTime, so 
 none: squeue's ``UNLIMITED``, or the year its backfill scheduler gives such a job when it starts
 it, `tag.BACKFILL_NO_LIMIT_S`) are left out: hpcpredict describes and predicts a job as a fraction
 of its request (docs/method.md, features 1 and 5-10), and the simulator's cleaning drops a job whose
-request is missing (`hpcpredict.cleaning`, ``requested_time_not_positive``); so such a job is not
+request is missing (`hpcpredict.logs.cleaning`, ``requested_time_not_positive``); so such a job is not
 recorded, not learned and enters no user's history, on both drivers alike. The plugin leaves it
 untouched, the watcher says so once per job (INFO) and counts it (`WatchReport.unlimited`), and
 the daemon acknowledges jobcomp.lua's END for it without recording it (docs/protocol.md). A job
