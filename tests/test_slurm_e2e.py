@@ -136,7 +136,7 @@ def minutes(limit: str) -> int:
 
 
 # ---------------------------------------------------------------------------- the scenarios
-def submitted_through_the_plugin(cluster: SlurmCluster, *options: str, script: str, tries: int = 3) -> int:
+def submitted_through_the_plugin(cluster: SlurmCluster, *options: str, script: str, tries: int = 5) -> int:
     """A job the plugin marked. The plugin fails open (no mark, the limit untouched) when the daemon
     does not answer within its 300 ms; a daemon just started, on a machine starting eight
     clusters at once (tests/test_slurm_versions.py), has missed that once in CI. Such a job is
@@ -148,12 +148,15 @@ def submitted_through_the_plugin(cluster: SlurmCluster, *options: str, script: s
     prediction from 1 s to the request, which the tests after a retry do not expect (seen once in
     CI). A job cancelled while held never ran, and is not learned (daemon/core/learning.py,
     ``never_ran``)."""
-    for _ in range(tries):
+    for attempt in range(tries):
         job_id = cluster.sbatch("--hold", *options, script=script)
         if cluster.job_fields(job_id).get("AdminComment", "").startswith("hpcpredict:"):
             cluster.run(["scontrol", "release", str(job_id)])
             return job_id
         cluster.run(["scancel", str(job_id)])
+        # a daemon busy for a few seconds (its writer taking the first events, on a machine
+        # running a dozen clusters) misses back-to-back tries: the next one waits for it
+        time.sleep(2 * (attempt + 1))
     raise AssertionError(f"the plugin marked none of {tries} jobs submitted with {options}")
 
 
