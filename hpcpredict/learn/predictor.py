@@ -55,8 +55,8 @@ user. Two rules, both in this learner so that the simulator and the daemon behav
   near it (the largest jumps are 100-1000x, 0-4 jobs per log), so their schedules are unchanged.
   `benchmarks/adversarial_end.py` measures the influence before and after (docs/daemon.md).
 
-Defaults (`DEFAULT_*`, chosen on all three archive logs together, docs/results.md): the
-reference's eta = 5000 and lambda = 4e9, |f| for negative f, and the loss measured in hours
+Defaults (`LearnerSettings`' own, from `hpcpredict.learn.defaults`; chosen on all three archive
+logs together, docs/results.md): the reference's eta = 5000 and lambda = 4e9, |f| for negative f, and the loss measured in hours
 (``loss_unit_s=3600``, see `hpcpredict.learn.losses`): with the E-Loss in seconds the squared
 over-prediction branch dominates from one second on, and the model collapses towards 1-s
 predictions (94% of them on KTH-SP2). In hours an error of one hour costs the same either way,
@@ -100,17 +100,7 @@ from hpcpredict.learn.features import (
 )
 from hpcpredict.jobs import JobRequest
 from hpcpredict.learn.calibration import ConformalCalibration
-from hpcpredict.learn.defaults import (  # re-exported: the learner's defaults are also its own
-    DEFAULT_CALIBRATION_ALPHA,
-    DEFAULT_CENSOR_AT_LIMIT,
-    DEFAULT_ETA,
-    DEFAULT_FEATURE_SCALING,
-    DEFAULT_L2,
-    DEFAULT_LOSS_UNIT_S,
-    DEFAULT_NEGATIVE,
-    FeatureScaling,
-    NegativeRule,
-)
+from hpcpredict.learn.defaults import FeatureScaling, NegativeRule
 from hpcpredict.learn.explanation import PredictionExplanation, describe_transform
 from hpcpredict.learn.settings import LearnerSettings
 from hpcpredict.learn.losses import AsymmetricLoss, parse_loss
@@ -150,15 +140,15 @@ class LearnedPredictor:
         self,
         loss: str | AsymmetricLoss = "eloss",
         *,
-        eta: float = DEFAULT_ETA,
-        l2: float = DEFAULT_L2,
-        negative: NegativeRule = DEFAULT_NEGATIVE,
-        loss_unit_s: float = DEFAULT_LOSS_UNIT_S,
+        eta: float = LearnerSettings.eta,
+        l2: float = LearnerSettings.l2,
+        negative: NegativeRule = LearnerSettings.negative,
+        loss_unit_s: float = LearnerSettings.loss_unit_s,
         context: FeatureContext | None = None,
         learn_unseen: bool = True,
-        censor_at_limit: bool = DEFAULT_CENSOR_AT_LIMIT,
-        feature_scaling: FeatureScaling = DEFAULT_FEATURE_SCALING,
-        calibration_alpha: float | None = DEFAULT_CALIBRATION_ALPHA,
+        censor_at_limit: bool = LearnerSettings.censor_at_limit,
+        feature_scaling: FeatureScaling = LearnerSettings.feature_scaling,
+        calibration_alpha: float | None = LearnerSettings.calibration_alpha,
     ) -> None:
         if isinstance(censor_at_limit, np.bool_):  # (a checkpoint's array)
             censor_at_limit = bool(censor_at_limit)
