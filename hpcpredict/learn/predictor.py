@@ -56,8 +56,8 @@ user. Two rules, both in this learner so that the simulator and the daemon behav
   `benchmarks/adversarial_end.py` measures the influence before and after (docs/daemon.md).
 
 Defaults (`LearnerSettings`' own, from `hpcpredict.learn.defaults`; chosen on all three archive
-logs together, docs/results.md): the reference's eta = 5000 and lambda = 4e9, |f| for negative f, and the loss measured in hours
-(``loss_unit_s=3600``, see `hpcpredict.learn.losses`): with the E-Loss in seconds the squared
+logs together, docs/results.md): the reference's eta = 5000 and lambda = 4e9, |f| for negative f,
+and the loss measured in hours (``loss_unit_s=3600``, see `hpcpredict.learn.losses`): with the E-Loss in seconds the squared
 over-prediction branch dominates from one second on, and the model collapses towards 1-s
 predictions (94% of them on KTH-SP2). In hours an error of one hour costs the same either way,
 one hour being the fifth step of the incremental correction; neighbouring units (30 min, 2 h)
