@@ -57,11 +57,11 @@ user. Two rules, both in this learner so that the simulator and the daemon behav
 
 Defaults (`LearnerSettings`' own, from `hpcpredict.learn.defaults`; chosen on all three archive
 logs together, docs/results.md): the reference's eta = 5000 and lambda = 4e9, |f| for negative f,
-and the loss measured in hours (``loss_unit_s=3600``, see `hpcpredict.learn.losses`): with the E-Loss in seconds the squared
-over-prediction branch dominates from one second on, and the model collapses towards 1-s
-predictions (94% of them on KTH-SP2). In hours an error of one hour costs the same either way,
-one hour being the fifth step of the incremental correction; neighbouring units (30 min, 2 h)
-give close results.
+and the loss measured in hours (``loss_unit_s=3600``, see `hpcpredict.learn.losses`): with the
+E-Loss in seconds the squared over-prediction branch dominates from one second on, and the model
+collapses towards 1-s predictions (94% of them on KTH-SP2). In hours an error of one hour costs
+the same either way, one hour being the fifth step of the incremental correction; neighbouring
+units (30 min, 2 h) give close results.
 
 Speed: one job costs one feature computation, one compiled call for the expansion and the dot
 product, and one for the NAG step with its loss gradient (two loops on 231 floats, no
