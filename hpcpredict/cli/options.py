@@ -20,7 +20,7 @@ from hpcpredict.corrections import CORRECTION_NAMES
 from hpcpredict.learn.defaults import FEATURE_SCALINGS
 from hpcpredict.learn.losses import parse_loss
 from hpcpredict.learn.settings import LearnerSettings
-from hpcpredict.retired import RETIRED_SETTINGS, RetiredSettingError, drop_retired, retired_message
+from hpcpredict.retired import RETIRED_SETTINGS, retired_message
 from hpcpredict.sim.runner import SCHEDULER_NAMES, RunSpec
 from hpcpredict.sim.slurm_model.slurm_conf import read_slurm_conf
 from hpcpredict.sim.slurm_model.slurm_params import NAME as SLURM_BACKFILL
@@ -193,13 +193,10 @@ def retired_flag(declaration: str, key: str) -> Decorator:
         if value is None:
             return
         flag = f"--{'' if value else 'no-'}{key.replace('_', '-')}"
-        try:
-            if drop_retired({key: value}, flag):
-                click.echo(f"warning: {flag} is ignored: {retired_message(RETIRED_SETTINGS[key][1])}",
-                           err=True)
-        except RetiredSettingError:
-            raise click.UsageError(f"{flag}: {retired_message(RETIRED_SETTINGS[key][1])}",
-                                   context) from None
+        default, what = RETIRED_SETTINGS[key]
+        if value != default:
+            raise click.UsageError(f"{flag}: {retired_message(what)}", context)
+        click.echo(f"warning: {flag} is ignored: {retired_message(what)}", err=True)
 
     return click.option(declaration, key, default=None, hidden=True, expose_value=False,
                         callback=check)

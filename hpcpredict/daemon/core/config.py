@@ -172,7 +172,6 @@ _DAEMON_KEYS = {
     "starvation_guard_xfactor", "starvation_guard_slack", "starvation_guard_slack_after", "correction",
     "survival_quantile",
 }
-_LEARNER_KEYS = LEARNER_KEYS
 
 
 CONFIG_VARIABLE = "HPCPREDICT_CONFIG"
@@ -246,7 +245,7 @@ def load_config(path: str | os.PathLike[str] | None) -> DaemonConfig:
             print(f"warning: {warning}", file=sys.stderr)
     except RetiredSettingError as error:
         raise ConfigError(str(error)) from None
-    for section, keys, allowed in (("daemon", daemon, _DAEMON_KEYS), ("learner", learner, _LEARNER_KEYS)):
+    for section, keys, allowed in (("daemon", daemon, _DAEMON_KEYS), ("learner", learner, LEARNER_KEYS)):
         unknown = set(keys) - allowed
         if unknown:
             raise ConfigError(f"{path}: unknown key(s) {sorted(unknown)} in [{section}]; known: {sorted(allowed)}")
