@@ -31,7 +31,7 @@ def counting_guarded_decisions() -> Iterator[list[int]]:
     default guard runs in and which has no hook), its `Simulation._remember` wrapped; restored
     after."""
     remember = simulation.Simulation._remember
-    covers = simulation.Simulation.compiled_loop_covers
+    why = simulation.Simulation.why_python_loop
     decisions = [0, 0]
 
     def counted(self: simulation.Simulation, reservation: object) -> None:
@@ -41,12 +41,12 @@ def counting_guarded_decisions() -> Iterator[list[int]]:
         remember(self, reservation)  # type: ignore[arg-type]
 
     simulation.Simulation._remember = counted  # type: ignore[method-assign]
-    simulation.Simulation.compiled_loop_covers = lambda self: False  # type: ignore[method-assign]
+    simulation.Simulation.why_python_loop = lambda self: "measured"  # type: ignore[method-assign]
     try:
         yield decisions
     finally:
         simulation.Simulation._remember = remember  # type: ignore[method-assign]
-        simulation.Simulation.compiled_loop_covers = covers  # type: ignore[method-assign]
+        simulation.Simulation.why_python_loop = why  # type: ignore[method-assign]
 
 
 def main() -> None:

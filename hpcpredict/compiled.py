@@ -45,13 +45,17 @@ _NO_CACHE_FOLDER = "no locator available"  # numba's words when no candidate fol
 # cache only when the function's own file changes ("Cache invalidation fails to recognize changes
 # in symbols defined in a different file", numba's Notes on Caching): an edited kernel file would
 # leave its callers running its old code from the cache. So each cached function's stamp is its
-# own file's with all of these (tests/test_compiled_cache.py checks the list is complete).
+# own file's with all of these and `RULE_FILES` (tests/test_compiled_cache.py checks both lists
+# are complete).
 KERNEL_FILES: tuple[str, ...] = (
-    "learn/feature_kernels.py", "learn/nag_kernels.py", "sim/easy/backfill_kernel.py",
-    "sim/engine/profile_kernel.py", "sim/easy/replay_kernel.py", "sim/slurm_model/slurm_backfill_kernel.py",
-    "sim/slurm_model/slurm_replay_kernel.py",
-    "corrections/survival_kernel.py",
+    "learn/feature_kernels.py", "learn/nag_kernels.py", "learn/predictor_kernel.py",
+    "sim/easy/backfill_kernel.py", "sim/engine/profile_kernel.py", "sim/easy/replay_kernel.py",
+    "sim/slurm_model/slurm_backfill_kernel.py", "sim/slurm_model/slurm_replay_kernel.py",
+    "corrections/survival_kernel.py", "corrections/correction_kernel.py",
 )
+# The files of plain-Python rules that kernels compile into theirs (`usable_in_kernels`): the
+# Python objects call them as they are. Part of every cached function's stamp, as kernel files.
+RULE_FILES: tuple[str, ...] = ("learn/rules.py", "corrections/limits.py")
 
 
 def compiled(function: Callable[..., Any]) -> Any:
@@ -71,6 +75,17 @@ def compiled(function: Callable[..., Any]) -> Any:
         index._source_stamp = (index._source_stamp, _kernel_stamps())
     _listen_for_compiles()
     return dispatcher
+
+
+def usable_in_kernels(*rules: Callable[..., Any]) -> None:
+    """Let compiled functions call these plain-Python rules (numba's ``register_jitable``: each
+    stays an ordinary function for Python callers, and a kernel that calls it compiles it in).
+    Why: one source for a rule that the Python objects and the compiled loops both apply
+    (`RULE_FILES`), without the numba import in the rule's own module."""
+    from numba.extending import register_jitable
+
+    for rule in rules:
+        register_jitable(rule)
 
 
 @functools.cache
@@ -106,10 +121,11 @@ class _CompileNotice(event.Listener):
 
 @functools.cache
 def _kernel_stamps() -> tuple[tuple[float, int], ...]:
-    """(modification time, size) of each of `KERNEL_FILES`, numba's own kind of stamp."""
+    """(modification time, size) of each of `KERNEL_FILES` and `RULE_FILES`, numba's own kind
+    of stamp."""
     package = Path(__file__).resolve().parent
     stamps = []
-    for name in KERNEL_FILES:
+    for name in KERNEL_FILES + RULE_FILES:
         status = (package / name).stat()
         stamps.append((status.st_mtime, status.st_size))
     return tuple(stamps)

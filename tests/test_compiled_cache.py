@@ -11,7 +11,7 @@ from pathlib import Path
 
 import hpcpredict
 from hpcpredict import compiled as compiled_module
-from hpcpredict.compiled import KERNEL_FILES, compiled
+from hpcpredict.compiled import KERNEL_FILES, RULE_FILES, compiled
 
 PACKAGE = Path(hpcpredict.__file__).resolve().parent
 
@@ -50,11 +50,30 @@ def test_kernel_files_take_their_constants_from_kernel_files_only() -> None:
     """numba freezes a global's value into the cached code: a constant a kernel reads from a file
     outside `KERNEL_FILES` could change without invalidating the cache (the replay loop gets
     INCREMENTAL's steps as an argument for that reason)."""
-    kernel_modules = {"hpcpredict." + name.removesuffix(".py").replace("/", ".") for name in KERNEL_FILES}
-    for name in KERNEL_FILES:
+    kernel_modules = {"hpcpredict." + name.removesuffix(".py").replace("/", ".")
+                      for name in KERNEL_FILES + RULE_FILES}
+    for name in KERNEL_FILES + RULE_FILES:
         imported = set(re.findall(r"^from (hpcpredict[\w.]*) import", (PACKAGE / name).read_text(),
                                   re.MULTILINE))
         assert imported <= kernel_modules | {"hpcpredict.compiled"}, (name, imported - kernel_modules)
+
+
+def test_the_rule_files_are_every_file_whose_rules_kernels_compile() -> None:
+    """A rule compiled into a kernel (`usable_in_kernels`) lives in one of `RULE_FILES`, whose
+    changes invalidate the cache; and a rule file imports no numba (the objects that call its
+    rules are imported by the command line for their names)."""
+    registered: set[str] = set()
+    for name in KERNEL_FILES:
+        source = (PACKAGE / name).read_text()
+        origins = {imported: module for module, names in re.findall(
+                       r"^from (hpcpredict[\w.]*) import (\([^)]*\)|[^\n]*)", source, re.MULTILINE)
+                   for imported in re.findall(r"\w+", names)}
+        for call in re.findall(r"^usable_in_kernels\(([^)]*)\)", source, re.MULTILINE):
+            for rule in re.findall(r"\w+", call):
+                registered.add(origins[rule].removeprefix("hpcpredict.").replace(".", "/") + ".py")
+    assert registered == set(RULE_FILES)
+    for name in RULE_FILES:
+        assert not re.search(r"^\s*(import|from) numba", (PACKAGE / name).read_text(), re.MULTILINE), name
 
 
 def _at_a_terminal(code: str, env: dict[str, str]) -> str:

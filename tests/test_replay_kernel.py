@@ -18,9 +18,9 @@ from hpcpredict.corrections.starvation import GuardSettings
 from hpcpredict.corrections.survival import RuntimeHistory, SurvivalCorrection
 from hpcpredict.jobs import Job, JobRequest
 from hpcpredict.learn.predictor import LearnedPredictor
-from hpcpredict.learn.baselines import Ave2Predictor
+from hpcpredict.learn.baselines import Ave2Predictor, RequestedPredictor
 from hpcpredict.sim import SCHEDULERS
-from hpcpredict.sim.easy import compiled_replay
+from hpcpredict import replay_state
 from hpcpredict.sim.easy.simulation import Simulation
 from hpcpredict.sim.runner import RunSpec, build_predictor
 from hpcpredict.logs.workload import load_workload
@@ -47,7 +47,7 @@ def both_loops(jobs, machine, scheduler, predictor_of, correction, progress_ever
         policy = make_correction(correction) if isinstance(correction, str) else correction()
         reports: list[int] = []
         simulation = Simulation(jobs, machine, scheduler, predictor, policy, compiled=compiled)
-        assert simulation.compiled_loop_covers()
+        assert simulation.why_python_loop() is None
         result = simulation.run(progress=reports.append, progress_every=progress_every)
         assert result.loop == ("compiled" if compiled else "python")
         outcomes.append((result, predictor, reports, policy))
@@ -96,7 +96,7 @@ def test_the_compiled_loop_replays_what_the_python_loop_replays(workload, schedu
         rule, wait_s = guard
         policy = dataclasses.replace(policy, guard=GuardSettings(
             wait_s, rule, 3.0 if rule == "xfactor" else None))
-    with mock.patch.object(compiled_replay, "_FIRST_POOL_ROWS", 1):
+    with mock.patch.object(replay_state, "FIRST_POOL_ROWS", 1):
         outcomes = both_loops(jobs, machine, policy, lambda: predictor_named(predictor, jobs),
                               correction, progress_every=3)
     assert_same(*outcomes)
@@ -139,15 +139,22 @@ def test_a_learner_trained_before_the_replay_goes_on_from_its_state():
     assert_same(*both_loops(later, 4, SCHEDULERS["easy-sjbf"], trained, "incremental"))
 
 
+class RequestedAgain(RequestedPredictor):
+    """A subclass that could change a rule: it does not inherit its parent's compiled form."""
+
+
 @pytest.mark.parametrize("change", [
-    {"exhaustive": True},
-    {"decide_on_correction": True},
-    {"correction": "survival with a history"},
-    {"predictor": lambda: LearnedPredictor(feature_scaling="robust")},
-    {"predictor": lambda: LearnedPredictor(censor_at_limit=True)},
-    {"predictor": lambda: LearnedPredictor(calibration_alpha=0.5)},
-    {"scheduler": {"guard": GuardSettings(60, slack_s=30, slack_after_s=10)}},
-    {"duplicate_ids": True},
+    {"exhaustive": True, "reason": "exhaustive decisions"},
+    {"decide_on_correction": True, "reason": "decisions at corrections"},
+    {"correction": "survival with a history",
+     "reason": "a SURVIVAL history from before (the loops start from none)"},
+    {"predictor": lambda: LearnedPredictor(feature_scaling="robust"), "reason": "robust feature scaling"},
+    {"predictor": lambda: LearnedPredictor(censor_at_limit=True), "reason": "censoring at the limit"},
+    {"predictor": lambda: LearnedPredictor(calibration_alpha=0.5), "reason": "calibration"},
+    {"predictor": RequestedAgain, "reason": "the predictor requested has no compiled form"},
+    {"scheduler": {"guard": GuardSettings(60, slack_s=30, slack_after_s=10)},
+     "reason": "the guard's slack stage"},
+    {"duplicate_ids": True, "reason": "job ids that repeat (the objects key their state by job id)"},
 ])
 def test_what_the_compiled_loop_does_not_model_replays_in_the_python_loop(change):
     jobs = [Job(JobRequest(k, 5 * k, 1 + k % 3, 300, 1 + k % 2), 40 + k) for k in range(1, 30)]
@@ -166,9 +173,8 @@ def test_what_the_compiled_loop_does_not_model_replays_in_the_python_loop(change
                           decide_on_correction=change.get("decide_on_correction", False), **options)
 
     chosen = simulation()
-    assert not chosen.compiled_loop_covers()
     result = chosen.run()
-    assert result.loop == "python"  # and says so (`simulate`'s output, its JSON)
+    assert (result.loop, result.loop_reason) == ("python", change["reason"])  # `simulate` says both
     assert all(start >= job.submit_s for start, job in zip(result.start_s, jobs))
     # the Python loop's own schedule, job for job: what `run` chose is that loop, not an approximation
     python = simulation(compiled=False).run()

@@ -18,7 +18,7 @@ from hpcpredict.corrections.starvation import GuardSettings, guard_from
 from hpcpredict.corrections.survival import RuntimeHistory, SurvivalCorrection
 from hpcpredict.jobs import Job, JobRequest
 from hpcpredict.learn.predictor import LearnedPredictor
-from hpcpredict.sim.easy import compiled_replay
+from hpcpredict import replay_state
 from hpcpredict.sim.runner import RunSpec, build_predictor
 from hpcpredict.sim.slurm_model.slurm_backfill import SlurmBackfill, SlurmParams, simulate_slurm
 from hpcpredict.logs.workload import load_workload
@@ -58,7 +58,7 @@ def test_the_compiled_loop_replays_what_the_python_loop_replays(workload, params
     guard_s, xfactor = guard if guard is not None else (None, None)
     scheduler = SlurmBackfill(params, guard=guard_from(guard_s, rule="wait" if xfactor is None else "xfactor",
                                                        xfactor=xfactor))
-    with mock.patch.object(compiled_replay, "_FIRST_POOL_ROWS", 1):
+    with mock.patch.object(replay_state, "FIRST_POOL_ROWS", 1):
         outcomes = both_loops(jobs, machine, scheduler, lambda: predictor_named(predictor, jobs),
                               correction, lead_s=lead_s, progress_every=3)
     assert_same(*outcomes)
@@ -116,7 +116,11 @@ def test_what_the_compiled_loop_does_not_model_replays_in_the_python_loop(change
     with mock.patch("hpcpredict.sim.slurm_model.compiled_slurm_replay.replay") as compiled:
         result = simulate_slurm(jobs, 4, SlurmBackfill(), predictor, correction)
     compiled.assert_not_called()
-    assert result.loop == "python"
+    assert (result.loop, result.loop_reason) == ("python", {
+        "noisy predictor": "the predictor noisy has no compiled form",
+        "survival with a history": "a SURVIVAL history from before (the loops start from none)",
+        "duplicate ids": "job ids that repeat (the objects key their state by job id)",
+        "robust learner": "robust feature scaling"}[change])
     assert all(start >= job.submit_s for start, job in zip(result.start_s, jobs))
 
 
@@ -132,8 +136,9 @@ def test_a_covered_replay_takes_the_compiled_loop():
 def test_the_result_says_which_loop_replayed_it():
     arguments = (_jobs(), 4, SlurmBackfill(guard=GuardSettings(86_400)))
     assert simulate_slurm(*arguments, LearnedPredictor(), make_correction("incremental")).loop == "compiled"
-    assert simulate_slurm(*arguments, LearnedPredictor(), make_correction("incremental"),
-                          compiled=False).loop == "python"
+    python = simulate_slurm(*arguments, LearnedPredictor(), make_correction("incremental"),
+                            compiled=False)
+    assert (python.loop, python.loop_reason) == ("python", "asked for")
 
 
 def test_bad_input_is_refused_alike():

@@ -253,7 +253,7 @@ def simulate(
     )
     for position, each in enumerate(specs):
         click.echo(f"  {'simulated' if position == 0 else 'baseline '}: {spec_title(each)} "
-                   f"({sum(runs.wall_time_s[position]):.1f} s, {runs.unshaken[position].loop} loop)")
+                   f"({sum(runs.wall_time_s[position]):.1f} s, {loop_words(runs.unshaken[position])})")
     click.echo(f"  starvation guard: {guard_sentence(spec, starvation_guard is None)}")
     if due_share is not None:
         click.echo(f"    due {due_share:.0%} of the time (some job had waited "
@@ -313,6 +313,13 @@ def guard_option(starvation_guard: str | None, scheduler: str, predictor: str) -
         except ValueError as error:
             raise click.BadParameter(str(error), param_hint="--starvation-guard") from None
     return None if wait_s is None else GuardSettings(wait_s)
+
+
+def loop_words(result: SimulationResult) -> str:
+    """Which event loop replayed a configuration, and why the Python one when it did."""
+    if result.loop == "compiled":
+        return "compiled loop"
+    return "Python loop" + (f": {result.loop_reason}" if result.loop_reason else "")
 
 
 def spec_title(spec: RunSpec) -> str:

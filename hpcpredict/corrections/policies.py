@@ -17,19 +17,23 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, ClassVar, Protocol
 
+from hpcpredict.corrections.limits import (
+    DOUBLING,
+    INCREMENTAL,
+    INCREMENTAL_STEPS_S,
+    TO_REQUEST,
+    doubling_limit,
+    incremental_limit,
+)
 from hpcpredict.jobs import JobRequest
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # (imported where used: the command line imports this module for its names)
     import numpy as np
 
-#: INCREMENTAL steps after the k-th correction (Tsafrir, Etsion & Feitelson, TPDS 2007; docs/method.md §8).
-#: They replace each other (initial + step k), they do not accumulate.
-INCREMENTAL_STEPS_S: tuple[int, ...] = (
-    60, 5 * 60, 15 * 60, 30 * 60, 3600, 2 * 3600, 5 * 3600, 10 * 3600, 20 * 3600, 50 * 3600,
-    100 * 3600,
-)
-_INCREMENTAL_COUNT = len(INCREMENTAL_STEPS_S)
+    from hpcpredict.replay_state import CorrectionArrays, ReplayJobs
 
+__all__ = ["CORRECTIONS", "INCREMENTAL_STEPS_S", "CorrectionPolicy", "DoublingCorrection",
+           "IncrementalCorrection", "RequestWithinSlack", "RequestedTimeCorrection"]
 
 class CorrectionPolicy(Protocol):
     name: str
@@ -77,12 +81,27 @@ class _Stateless:
     def load_state(self, state: dict[str, np.ndarray]) -> None:
         pass
 
+    # The compiled loops' interface (`replay_state`): nothing but the policy's code.
+    compiled_kind: ClassVar[int]
+
+    def why_python(self) -> str | None:
+        return None
+
+    def to_arrays(self, jobs: ReplayJobs) -> CorrectionArrays:
+        from hpcpredict.replay_state import CorrectionArrays
+
+        return CorrectionArrays.without_history(self.compiled_kind)
+
+    def from_arrays(self, arrays: CorrectionArrays, jobs: ReplayJobs) -> None:
+        pass
+
 
 @dataclass(frozen=True)
 class RequestedTimeCorrection(_Stateless):
     """REQUESTED TIME: give up predicting and trust the user's request."""
 
     name: str = "requested"
+    compiled_kind: ClassVar[int] = TO_REQUEST
 
     def corrected_prediction_s(
         self, requested_s: int, initial_prediction_s: int, corrections_done: int, elapsed_s: int,
@@ -96,17 +115,14 @@ class IncrementalCorrection(_Stateless):
     """INCREMENTAL: initial prediction + 1 min, then + 5 min, ... + 100 h, then the request."""
 
     name: str = "incremental"
+    compiled_kind: ClassVar[int] = INCREMENTAL
 
     def corrected_prediction_s(
         self, requested_s: int, initial_prediction_s: int, corrections_done: int, elapsed_s: int,
         *, user_id: int | None = None, now_s: int | None = None,
     ) -> int:
-        # min(initial + step, request) as a comparison, and the steps' count a constant: it
-        # runs once per correction (624 k in a SDSC-BLUE learned replay).
-        if corrections_done >= _INCREMENTAL_COUNT:
-            return requested_s
-        extended = initial_prediction_s + INCREMENTAL_STEPS_S[corrections_done]
-        return extended if extended < requested_s else requested_s
+        return incremental_limit(requested_s, initial_prediction_s, corrections_done,
+                                 INCREMENTAL_STEPS_S)
 
 
 @dataclass(frozen=True)
@@ -117,12 +133,13 @@ class DoublingCorrection(_Stateless):
     """
 
     name: str = "doubling"
+    compiled_kind: ClassVar[int] = DOUBLING
 
     def corrected_prediction_s(
         self, requested_s: int, initial_prediction_s: int, corrections_done: int, elapsed_s: int,
         *, user_id: int | None = None, now_s: int | None = None,
     ) -> int:
-        return min(max(2 * elapsed_s, elapsed_s + 1), requested_s)
+        return doubling_limit(requested_s, elapsed_s)
 
 
 class RequestWithinSlack:

@@ -28,13 +28,15 @@ import threading
 from collections import deque
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, ClassVar
 
+from hpcpredict.corrections.limits import INCREMENTAL_STEPS_S, SURVIVAL
 from hpcpredict.jobs import JobRequest
-from hpcpredict.corrections.policies import INCREMENTAL_STEPS_S
 
 if TYPE_CHECKING:
     import numpy as np
+
+    from hpcpredict.replay_state import CorrectionArrays, ReplayJobs
 
 DEFAULT_SURVIVAL_QUANTILE = 0.5
 DEFAULT_SURVIVAL_WINDOW = 50  # ended runtimes kept per user: "recent", a few weeks of a busy user
@@ -174,6 +176,53 @@ class SurvivalCorrection:
 
     def load_state(self, state: dict[str, np.ndarray]) -> None:
         self.history.load_state(state)
+
+    # The compiled loops' interface (`replay_state`): the history in the loops' layout
+    # (`survival_kernel`: a ring of each user's last runtimes, the running jobs linked), empty
+    # at the start, and back through `load_state`.
+    compiled_kind: ClassVar[int] = SURVIVAL
+
+    def why_python(self) -> str | None:
+        if not self.history.is_empty():
+            return "a SURVIVAL history from before (the loops start from none)"
+        return None
+
+    def to_arrays(self, jobs: ReplayJobs) -> CorrectionArrays:
+        import numpy as np
+
+        from hpcpredict.corrections.survival_kernel import HISTORY_RUNS
+        from hpcpredict.replay_state import CorrectionArrays
+
+        users, count = len(jobs.user_ids), len(jobs.job_ids)
+        return CorrectionArrays(
+            SURVIVAL, np.zeros((users, HISTORY_RUNS + self.history.window), dtype=np.int64),
+            np.full((2, max(count, 1)), -1, dtype=np.int64), np.full(users, -1, dtype=np.int64),
+            self.min_history, self.quantile)
+
+    def from_arrays(self, arrays: CorrectionArrays, jobs: ReplayJobs) -> None:
+        """The counts, and each user's last runtimes, oldest first, the users in the order of
+        their first end, as the Python loop's history holds them (every job has ended: nobody
+        runs)."""
+        import numpy as np
+
+        from hpcpredict.corrections.survival_kernel import (
+            HISTORY_COUNT,
+            HISTORY_FIRST_END,
+            HISTORY_NEXT,
+            HISTORY_RUNS,
+        )
+
+        self.estimated += arrays.estimated
+        self.fallbacks += arrays.fallbacks
+        history, window = arrays.history, self.history.window
+        ended = np.flatnonzero(history[:, HISTORY_COUNT] > 0)
+        rows = []
+        for row in ended[np.argsort(history[ended, HISTORY_FIRST_END], kind="stable")].tolist():
+            count, place = int(history[row, HISTORY_COUNT]), int(history[row, HISTORY_NEXT])
+            runs = history[row, HISTORY_RUNS:].tolist()
+            in_order = runs[:count] if count < window else runs[place:] + runs[:place]
+            rows.extend((int(jobs.user_ids[row]), run_s, 0) for run_s in in_order)
+        self.load_state({"ended": np.array(rows, dtype=np.int64).reshape(-1, 3)})
 
     def corrected_prediction_s(
         self, requested_s: int, initial_prediction_s: int, corrections_done: int, elapsed_s: int,

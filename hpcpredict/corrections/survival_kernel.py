@@ -13,6 +13,13 @@ import numpy as np
 from hpcpredict.compiled import compiled
 
 NOT_ESTIMABLE = -1
+# SURVIVAL's history (`survival.RuntimeHistory`) as the compiled loops hold it, a row per user (`history_row[job]`): how many
+# ended runtimes it holds, where the next goes, when its first one ended (jobs finished then:
+# the Python history's order of users), and the last `window` runtimes, a ring from
+# HISTORY_RUNS on. The user's running jobs are a list through `links` (next, previous; -1:
+# none) from `links_first[row]`.
+HISTORY_COUNT, HISTORY_NEXT, HISTORY_FIRST_END, HISTORY_RUNS = range(4)
+LINK_NEXT, LINK_PREVIOUS = range(2)
 
 
 @compiled
@@ -77,3 +84,38 @@ def survival_limit(
         if limit_s > elapsed_s:
             return min(limit_s, requested_s)
     return requested_s
+
+
+@compiled
+def running_add(links: np.ndarray, links_first: np.ndarray, row: int, job: int) -> None:  # pragma: no cover - compiled
+    """SURVIVAL's history hears a job start (`RuntimeHistory.job_started`)."""
+    first = links_first[row]
+    links[LINK_NEXT, job] = first
+    links[LINK_PREVIOUS, job] = -1
+    if first >= 0:
+        links[LINK_PREVIOUS, first] = job
+    links_first[row] = job
+
+
+@compiled
+def history_ended(
+    history: np.ndarray, links: np.ndarray, links_first: np.ndarray, row: int, job: int,
+    run_s: int, finished: int,
+) -> None:  # pragma: no cover - compiled
+    """SURVIVAL's history hears a job end (`RuntimeHistory.job_ended`): out of the running, its
+    runtime in the ring (the oldest dropped when full)."""
+    following, previous = links[LINK_NEXT, job], links[LINK_PREVIOUS, job]
+    if previous >= 0:
+        links[LINK_NEXT, previous] = following
+    else:
+        links_first[row] = following
+    if following >= 0:
+        links[LINK_PREVIOUS, following] = previous
+    window = history.shape[1] - HISTORY_RUNS
+    if history[row, HISTORY_COUNT] == 0:
+        history[row, HISTORY_FIRST_END] = finished
+    place = history[row, HISTORY_NEXT]
+    history[row, HISTORY_RUNS + place] = max(0, run_s)
+    history[row, HISTORY_NEXT] = place + 1 if place + 1 < window else 0
+    if history[row, HISTORY_COUNT] < window:
+        history[row, HISTORY_COUNT] += 1

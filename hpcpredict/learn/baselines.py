@@ -10,9 +10,15 @@ simulator and the SLURM plugin rely on never exceeding the user's request.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Protocol, runtime_checkable
+from typing import TYPE_CHECKING, ClassVar, Protocol, runtime_checkable
 
 from hpcpredict.jobs import JobRequest
+from hpcpredict.learn.rules import AVE2, CLAIRVOYANT, REQUESTED, ave2_seconds, clip_prediction
+
+if TYPE_CHECKING:  # (imported where used: the command line imports this module for its names)
+    from hpcpredict.replay_state import PredictorArrays, ReplayJobs
+
+__all__ = ["Ave2Predictor", "ClairvoyantPredictor", "Predictor", "RequestedPredictor", "clip_prediction"]
 
 
 @runtime_checkable
@@ -34,25 +40,11 @@ class Predictor(Protocol):
         ...
 
 
-def clip_prediction(value: float, requested_s: int) -> int:
-    """Clip a raw prediction to whole seconds in [1, requested_s] (docs/method.md §5, last line).
-
-    NaN (a diverged model) falls back to the request, the safe answer for a scheduler.
-    """
-    if value != value:  # NaN
-        return max(1, requested_s)
-    # max(1, min(int(value), requested_s)) written as comparisons: the same result, without two
-    # builtin calls (it runs twice per job in a learned replay).
-    seconds = int(value)
-    if seconds > requested_s:
-        seconds = requested_s
-    return seconds if seconds > 1 else 1
-
-
 class RequestedPredictor:
     """REQUESTED: the user's own estimate, what plain EASY plans with."""
 
     name = "requested"
+    compiled_kind: ClassVar[int] = REQUESTED
 
     def predict(self, request: JobRequest, now_s: int) -> int:
         return request.requested_s
@@ -61,6 +53,18 @@ class RequestedPredictor:
         pass
 
     def job_ended(self, request: JobRequest, run_s: int, end_s: int) -> None:
+        pass
+
+    # The compiled loops' interface (`replay_state`).
+    def why_python(self) -> str | None:
+        return None
+
+    def to_arrays(self, jobs: ReplayJobs) -> PredictorArrays:
+        from hpcpredict.replay_state import PredictorArrays
+
+        return PredictorArrays(self.compiled_kind, jobs.user_row)
+
+    def from_arrays(self, arrays: PredictorArrays, jobs: ReplayJobs) -> None:
         pass
 
 
@@ -72,6 +76,7 @@ class ClairvoyantPredictor:
     """
 
     name = "clairvoyant"
+    compiled_kind: ClassVar[int] = CLAIRVOYANT
 
     def __init__(self, runtimes_s: Mapping[int, int]) -> None:
         self._runtimes_s = runtimes_s
@@ -85,6 +90,23 @@ class ClairvoyantPredictor:
     def job_ended(self, request: JobRequest, run_s: int, end_s: int) -> None:
         pass
 
+    # The compiled loops' interface (`replay_state`): the oracle's runtimes, per job.
+    def why_python(self) -> str | None:
+        return None
+
+    def to_arrays(self, jobs: ReplayJobs) -> PredictorArrays:
+        import numpy as np
+
+        from hpcpredict.replay_state import PredictorArrays
+
+        runtimes = self._runtimes_s
+        return PredictorArrays(self.compiled_kind, jobs.user_row, oracle_s=np.fromiter(
+            (runtimes[job_id] for job_id in jobs.job_ids.tolist()), dtype=np.int64,
+            count=len(jobs.job_ids)))
+
+    def from_arrays(self, arrays: PredictorArrays, jobs: ReplayJobs) -> None:
+        pass
+
 
 class Ave2Predictor:
     """AVE2 (Tsafrir, Etsion & Feitelson, IEEE TPDS 2007): mean of the user's last two runtimes.
@@ -94,20 +116,44 @@ class Ave2Predictor:
     """
 
     name = "ave2"
+    compiled_kind: ClassVar[int] = AVE2
 
     def __init__(self) -> None:
-        self._last_two_s: dict[int, tuple[int, int | None]] = {}
+        # User id -> (last runtime, the one before it or -1), both in seconds.
+        self._last_two_s: dict[int, tuple[int, int]] = {}
 
     def predict(self, request: JobRequest, now_s: int) -> int:
         history = self._last_two_s.get(request.user_id)
-        if history is None or history[1] is None:
+        if history is None:
             return request.requested_s
-        last_s, previous_s = history
-        return clip_prediction((last_s + previous_s) // 2, request.requested_s)
+        return ave2_seconds(history[0], history[1], request.requested_s)
 
     def job_started(self, request: JobRequest, now_s: int) -> None:
         pass
 
     def job_ended(self, request: JobRequest, run_s: int, end_s: int) -> None:
         history = self._last_two_s.get(request.user_id)
-        self._last_two_s[request.user_id] = (run_s, None if history is None else history[0])
+        self._last_two_s[request.user_id] = (run_s, -1 if history is None else history[0])
+
+    # The compiled loops' interface (`replay_state`): the histories as a table, a row per user
+    # (-1: none yet), and back.
+    def why_python(self) -> str | None:
+        return None
+
+    def to_arrays(self, jobs: ReplayJobs) -> PredictorArrays:
+        import numpy as np
+
+        from hpcpredict.replay_state import PredictorArrays
+
+        last_two = np.full((len(jobs.user_ids), 2), -1, dtype=np.int64)
+        for row, user_id in enumerate(jobs.user_ids.tolist()):
+            history = self._last_two_s.get(user_id)
+            if history is not None:
+                last_two[row] = history
+        return PredictorArrays(self.compiled_kind, jobs.user_row, last_two=last_two)
+
+    def from_arrays(self, arrays: PredictorArrays, jobs: ReplayJobs) -> None:
+        for row, user_id in enumerate(jobs.user_ids.tolist()):
+            last, previous = arrays.last_two[row].tolist()
+            if last >= 0:
+                self._last_two_s[user_id] = (last, previous)

@@ -259,6 +259,20 @@ class FeatureState:
         """User id -> `UserHistory`, read-only (`save_user` / `restore_user` change a user)."""
         return UserHistories(self)
 
+    # ------------------------------------------------------------------ for the compiled loops
+    def row_of(self, user_id: int) -> int:
+        """The user's row of `table`, made (zeroed) if the user has none: a compiled loop
+        updates the table in place (`LearnedPredictor.to_arrays`)."""
+        return self._row(user_id)
+
+    def local_seconds(self, submit_s: np.ndarray) -> np.ndarray:
+        """Each submission's local time of day, as the features read it."""
+        return self._clock.local_seconds(submit_s)
+
+    def has_running_jobs(self) -> bool:
+        """Is any job running (a slot in use)? A compiled loop starts from none."""
+        return bool(self._slot_of)
+
     # ------------------------------------------------------------------ rows and slots
     def _row(self, user_id: int) -> int:
         """The user's row, made (zeroed) on the user's first event."""

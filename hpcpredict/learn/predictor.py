@@ -86,7 +86,7 @@ import dataclasses
 import math
 import os
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 
@@ -113,7 +113,10 @@ from hpcpredict.learn.nag import (
 )
 from hpcpredict.learn.nag_kernels import expand_and_score
 from hpcpredict.learn.polynomial import QuadraticExpansion, term_names
-from hpcpredict.learn.baselines import clip_prediction
+from hpcpredict.learn.rules import LEARNED, learned_seconds
+
+if TYPE_CHECKING:
+    from hpcpredict.replay_state import PredictorArrays, ReplayJobs
 
 _STATE_VERSION = 1
 _TERM_NAMES = term_names(FEATURE_NAMES)
@@ -490,13 +493,46 @@ class LearnedPredictor:
         return float(w.dot(phi))
 
     def _to_seconds(self, f: float, requested_s: int) -> int:
-        if f < 0.0:
-            f = -f if self._abs_negative else 1.0
-        # Capped first: clip_prediction's int() cannot take an infinity; NaN passes through
-        # (min(f, requested_s), as a comparison).
-        if requested_s < f:
-            f = requested_s
-        return clip_prediction(f, requested_s)
+        return learned_seconds(f, requested_s, self._abs_negative)
+
+    # ------------------------------------------------------------------ the compiled loops
+    # Their interface (`replay_state`): NAG's table and the features' table are shared with the
+    # loop, which updates them in place; NAG's t and N come back.
+    compiled_kind: ClassVar[int] = LEARNED
+
+    def why_python(self) -> str | None:
+        if self._robust:
+            return "robust feature scaling"
+        if self.censor_at_limit:
+            return "censoring at the limit"
+        if self.calibration is not None:
+            return "calibration"
+        if self._pending_phi or self.features.has_running_jobs():
+            return "jobs pending or running from before (the loops start from none)"
+        return None
+
+    def to_arrays(self, jobs: ReplayJobs) -> PredictorArrays:
+        from hpcpredict.learn.feature_kernels import SLOT_COLUMNS
+        from hpcpredict.replay_state import FIRST_POOL_ROWS, PredictorArrays
+
+        features, nag = self.features, self.nag
+        # Each user's row of the features, made in the order users first appear, as the Python
+        # loop makes them (zeroed, as at a first submission), before the replay, so that the
+        # loop never grows the table.
+        rows = np.zeros(len(jobs.user_ids), dtype=np.int64)
+        for k in jobs.users_by_first_job():
+            rows[k] = features.row_of(int(jobs.user_ids[k]))
+        return PredictorArrays(
+            self.compiled_kind, rows[jobs.user_row], local_s=features.local_seconds(jobs.submit_s),
+            nag_table=nag.table, constants=self._step_constants, factor=OUTLIER_SCALE_FACTOR,
+            users=features.table, pool=np.zeros((FIRST_POOL_ROWS, nag.n_coords)),
+            slots=np.zeros((FIRST_POOL_ROWS, SLOT_COLUMNS)), steps=nag.state.t,
+            n_sum=np.array([nag.state.n_sum]), abs_negative=int(self._abs_negative),
+            outlier_after=OUTLIER_AFTER_STEPS)
+
+    def from_arrays(self, arrays: PredictorArrays, jobs: ReplayJobs) -> None:
+        self.nag.state.t = arrays.steps
+        self.nag.state.n_sum = float(arrays.n_sum[0])
 
     # ------------------------------------------------------------------ hyperparameters
     def hyperparameters(self) -> dict[str, Any]:

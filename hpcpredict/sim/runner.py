@@ -286,8 +286,9 @@ class ReplicatedRuns:
             "metrics": self.metrics[configuration][0].to_dict(),
             "wall_time_s": round(self.wall_time_s[configuration][0], 3),
         }
-        if self.unshaken:  # which event loop replayed it (`SimulationResult.loop`)
+        if self.unshaken:  # which event loop replayed it, and why (`SimulationResult.loop`)
             data["loop"] = self.unshaken[configuration].loop
+            data["loop_reason"] = self.unshaken[configuration].loop_reason
         if self.replicas > 1:
             data["replicas"] = [m.to_dict() for m in self.metrics[configuration]]
             data["replica_wall_time_s"] = [round(t, 3) for t in self.wall_time_s[configuration]]

@@ -1,6 +1,6 @@
 """The whole replay loop of `simulation.Simulation` as one compiled function, for the
-configurations that need nothing but arrays (`compiled_replay.covered` says which; its
-`replay` drives this one).
+configurations that need nothing but arrays (`compiled_replay.why_python_loop` says which;
+its `replay` drives this one).
 
 Why: after the scheduling pass, the feature state and the learner were compiled, a replay was
 still ~30 Python calls per job between compiled kernels, ~80% of a whole `hpcpredict simulate`
@@ -30,9 +30,13 @@ from __future__ import annotations
 import numpy as np
 
 from hpcpredict.compiled import compiled
-from hpcpredict.corrections.survival_kernel import NOT_ESTIMABLE, conditional_quantile, survival_limit
-from hpcpredict.learn.feature_kernels import learn_and_end, start_running, submit_and_score
+from hpcpredict.corrections.correction_kernel import corrected_limit_s
+from hpcpredict.corrections.limits import SURVIVAL
+from hpcpredict.corrections.survival_kernel import history_ended, running_add
+from hpcpredict.learn.feature_kernels import start_running
 from hpcpredict.learn.nag_kernels import W_ROW
+from hpcpredict.learn.predictor_kernel import heard_end, predicted_at_submission
+from hpcpredict.learn.rules import LEARNED
 from hpcpredict.sim.easy.backfill_kernel import (
     CANDIDATES_ROW,
     ENDED_NOT_RUNNING,
@@ -63,23 +67,12 @@ from hpcpredict.sim.engine.profile_kernel import (
     reservation,
 )
 
-# Predictors (`config[PREDICTOR_AT]`).
-REQUESTED, CLAIRVOYANT, AVE2, LEARNED = range(4)
-# Corrections (`config[CORRECTION_AT]`).
-TO_REQUEST, INCREMENTAL, DOUBLING, SURVIVAL = range(4)
 # `config`: predictor, correction, backfilling order (backfill_kernel's), guard on, its
 # "promise" rule, negative outputs as |f| (the learner's rule, else 1 s), the learner's outlier
 # check from this many steps on, SURVIVAL's min_history.
 (PREDICTOR_AT, CORRECTION_AT, ORDER_AT, GUARD_AT, PROMISE_AT, ABS_NEGATIVE_AT,
  OUTLIER_AFTER_AT, SURVIVAL_MIN_AT) = range(8)
 CONFIG_SIZE = 8
-# SURVIVAL's history (`survival.RuntimeHistory`), a row per user (`history_row[job]`): how many
-# ended runtimes it holds, where the next goes, when its first one ended (jobs finished then:
-# the Python history's order of users), and the last `window` runtimes, a ring from
-# HISTORY_RUNS on. The user's running jobs are a list through `links` (next, previous; -1:
-# none) from `links_first[row]`.
-HISTORY_COUNT, HISTORY_NEXT, HISTORY_FIRST_END, HISTORY_RUNS = range(4)
-LINK_NEXT, LINK_PREVIOUS = range(2)
 # `state`: the next submission, jobs finished, the next start sequence, the heap's size, the
 # waiting queue's candidates (how many, how many of them in key order), how many wait, its head
 # cursor; the reservation (1 if any, head, shadow time, extra, guard stage) and whether
@@ -147,88 +140,6 @@ def heap_pop(heap: np.ndarray, size: int) -> int:  # pragma: no cover - compiled
 
 
 @compiled
-def _clipped(value: float, requested_s: int) -> int:  # pragma: no cover - compiled
-    """`predictors.clip_prediction` (whole seconds in [1, request]; NaN: the request)."""
-    if value != value:
-        return max(1, requested_s)
-    seconds = int(value)
-    if seconds > requested_s:
-        seconds = requested_s
-    return seconds if seconds > 1 else 1
-
-
-@compiled
-def _learned_seconds(f: float, requested_s: int, abs_negative: bool) -> int:  # pragma: no cover - compiled
-    """`LearnedPredictor._to_seconds`: a negative output as |f| (or 1 s), capped at the request."""
-    if f < 0.0:
-        f = -f if abs_negative else 1.0
-    if requested_s < f:
-        f = float(requested_s)
-    return _clipped(f, requested_s)
-
-
-@compiled
-def _corrected_s(
-    kind: int, steps_s: np.ndarray, requested_s: int, initial_s: int, done: int, elapsed_s: int,
-) -> int:  # pragma: no cover - compiled
-    """`corrections.policies`' three stateless policies' `corrected_prediction_s`; `steps_s` are
-    INCREMENTAL's steps (an argument, not a global: numba would freeze a global's value into the
-    cached code, and policies.py is not a kernel file whose change invalidates it)."""
-    if kind == INCREMENTAL:
-        if done >= len(steps_s):
-            return requested_s
-        extended = initial_s + steps_s[done]
-        return extended if extended < requested_s else requested_s
-    if kind == DOUBLING:
-        doubled = max(2 * elapsed_s, elapsed_s + 1)
-        return doubled if doubled < requested_s else requested_s
-    return requested_s
-
-
-@compiled
-def _survival_s(
-    history: np.ndarray, links: np.ndarray, links_first: np.ndarray, row: int,
-    start_s: np.ndarray, at_s: int, requested_s: int, initial_s: int, done: int, elapsed_s: int,
-    steps_s: np.ndarray, min_history: int, quantile: float,
-) -> tuple[int, bool]:  # pragma: no cover - compiled
-    """`SurvivalCorrection.corrected_prediction_s` at `at_s` for a job of the user in `row`,
-    and whether the estimate (not the INCREMENTAL fallback) answered."""
-    count = history[row, HISTORY_COUNT]
-    if count >= min_history:
-        running = 0
-        job = links_first[row]
-        while job >= 0:
-            running += 1
-            job = links[LINK_NEXT, job]
-        elapsed = np.empty(running, dtype=np.int64)
-        job = links_first[row]
-        for k in range(running):
-            elapsed[k] = max(0, at_s - start_s[job])
-            job = links[LINK_NEXT, job]
-        estimate = conditional_quantile(history[row, HISTORY_RUNS:], count, elapsed, running,
-                                        elapsed_s, quantile)
-    else:
-        estimate = NOT_ESTIMABLE
-    return (survival_limit(estimate, requested_s, initial_s, done, elapsed_s, steps_s),
-            estimate != NOT_ESTIMABLE)
-
-
-@compiled
-def corrected_limit_s(
-    correction: int, steps_s: np.ndarray, history: np.ndarray, links: np.ndarray,
-    links_first: np.ndarray, row: int, start_s: np.ndarray, at_s: int, requested_s: int,
-    initial_s: int, done: int, elapsed_s: int, min_history: int, quantile: float,
-) -> tuple[int, bool]:  # pragma: no cover - compiled
-    """`correction.corrected_prediction_s` at `at_s` for a job of the user in SURVIVAL's `row`
-    that has run `elapsed_s` (its limit), and whether SURVIVAL's estimate answered (False for
-    the other policies and for SURVIVAL's INCREMENTAL fallback)."""
-    if correction == SURVIVAL:
-        return _survival_s(history, links, links_first, row, start_s, at_s, requested_s,
-                           initial_s, done, elapsed_s, steps_s, min_history, quantile)
-    return _corrected_s(correction, steps_s, requested_s, initial_s, done, elapsed_s), False
-
-
-@compiled
 def set_add(members: np.ndarray, place_of: np.ndarray, state: np.ndarray, count_at: int,
             job: int) -> None:  # pragma: no cover - compiled
     """Add `job` to a set of jobs kept as `members[:state[count_at]]`, `place_of[job]` its place
@@ -265,100 +176,6 @@ def raise_to_requests(members: np.ndarray, place_of: np.ndarray, state: np.ndarr
         prediction_s[job] = requested_s[job]
         place_of[job] = -1
     state[count_at] = 0
-
-
-@compiled
-def running_add(links: np.ndarray, links_first: np.ndarray, row: int, job: int) -> None:  # pragma: no cover - compiled
-    """SURVIVAL's history hears a job start (`RuntimeHistory.job_started`)."""
-    first = links_first[row]
-    links[LINK_NEXT, job] = first
-    links[LINK_PREVIOUS, job] = -1
-    if first >= 0:
-        links[LINK_PREVIOUS, first] = job
-    links_first[row] = job
-
-
-@compiled
-def history_ended(
-    history: np.ndarray, links: np.ndarray, links_first: np.ndarray, row: int, job: int,
-    run_s: int, finished: int,
-) -> None:  # pragma: no cover - compiled
-    """SURVIVAL's history hears a job end (`RuntimeHistory.job_ended`): out of the running, its
-    runtime in the ring (the oldest dropped when full)."""
-    following, previous = links[LINK_NEXT, job], links[LINK_PREVIOUS, job]
-    if previous >= 0:
-        links[LINK_NEXT, previous] = following
-    else:
-        links_first[row] = following
-    if following >= 0:
-        links[LINK_PREVIOUS, following] = previous
-    window = history.shape[1] - HISTORY_RUNS
-    if history[row, HISTORY_COUNT] == 0:
-        history[row, HISTORY_FIRST_END] = finished
-    place = history[row, HISTORY_NEXT]
-    history[row, HISTORY_RUNS + place] = max(0, run_s)
-    history[row, HISTORY_NEXT] = place + 1 if place + 1 < window else 0
-    if history[row, HISTORY_COUNT] < window:
-        history[row, HISTORY_COUNT] += 1
-
-
-@compiled
-def predicted_at_submission(
-    index: int, now_s: int, predictor: int, abs_negative: bool, requested_s: np.ndarray,
-    procs: np.ndarray, user_row: np.ndarray, local_s: np.ndarray, oracle_s: np.ndarray,
-    users: np.ndarray, weights: np.ndarray, pool: np.ndarray, pool_of: np.ndarray,
-    free_rows: np.ndarray, state: np.ndarray, free_rows_at: int, last_two: np.ndarray,
-) -> int:  # pragma: no cover - compiled
-    """`clip_prediction(predictor.predict(...))` for a job submitted now, as both replay loops
-    ask it (`replay`, `slurm_replay_kernel.replay`); the learner scores the job into a free row
-    of the pool (`state[free_rows_at]` of them are free, the caller made sure one is)."""
-    job_requested_s = requested_s[index]
-    if predictor == LEARNED:
-        top = state[free_rows_at] - 1
-        state[free_rows_at] = top
-        row = free_rows[top]
-        pool_of[index] = row
-        f = submit_and_score(users, user_row[index], float(procs[index]), float(job_requested_s),
-                             float(now_s), local_s[index], weights, pool[row])
-        predicted = _learned_seconds(f, job_requested_s, abs_negative)
-    elif predictor == CLAIRVOYANT:
-        predicted = _clipped(float(oracle_s[index]), job_requested_s)
-    elif predictor == AVE2:
-        user = user_row[index]
-        if last_two[user, 1] < 0:
-            predicted = job_requested_s
-        else:
-            predicted = _clipped(float((last_two[user, 0] + last_two[user, 1]) // 2),
-                                 job_requested_s)
-    else:
-        predicted = job_requested_s
-    return _clipped(float(predicted), job_requested_s)
-
-
-@compiled
-def heard_end(
-    job: int, now_s: int, predictor: int, run_s: np.ndarray, procs: np.ndarray,
-    user_row: np.ndarray, pool: np.ndarray, pool_of: np.ndarray, free_rows: np.ndarray,
-    nag: np.ndarray, constants: np.ndarray, n_sum: np.ndarray, outlier_after: int,
-    factor: float, users: np.ndarray, slots: np.ndarray, last_two: np.ndarray,
-    state: np.ndarray, free_rows_at: int, steps_at: int,
-) -> None:  # pragma: no cover - compiled
-    """`predictor.job_ended` for a job that ended now: the learner learns from its row of the
-    pool and frees it (NAG's t in `state[steps_at]`, N in `n_sum`), AVE2 keeps its runtime."""
-    if predictor == LEARNED:
-        row, steps = pool_of[job], state[steps_at]
-        stepped, new_n_sum = learn_and_end(
-            pool[row], nag, constants, steps, n_sum[0], float(run_s[job]), float(procs[job]),
-            steps >= outlier_after, factor, users, slots, user_row[job], row, float(now_s))
-        if stepped:
-            state[steps_at] = steps + 1
-            n_sum[0] = new_n_sum
-        free_rows[state[free_rows_at]] = row
-        state[free_rows_at] += 1
-    elif predictor == AVE2:
-        user = user_row[job]
-        last_two[user, 1] = last_two[user, 0]
-        last_two[user, 0] = run_s[job]
 
 
 @compiled

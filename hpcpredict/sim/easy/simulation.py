@@ -43,6 +43,9 @@ from hpcpredict.sim.easy.backfill_kernel import (
 )
 from hpcpredict.sim.easy.schedulers import Reservation, Scheduler, WaitingQueue
 
+# `SimulationResult.loop_reason` when the caller asked for the Python loop (`compiled=False`).
+PYTHON_LOOP_ASKED = "asked for"
+
 
 ProgressCallback = Callable[[int], None]  # called with the number of jobs finished so far
 
@@ -65,10 +68,12 @@ class SimulationResult:
     wall_time_s: float = 0.0
     settings: dict[str, object] = field(default_factory=dict)
     # Which event loop replayed it: "compiled" (`compiled_replay`, `compiled_slurm_replay`: the
-    # configurations `compiled_replay.covered` and `models_predictor_and_correction` declare)
-    # or "python" (`Simulation._run`, `slurm_backfill`'s loop: every option). Same schedules
-    # either way (tests/test_replay_kernel.py); said so that a reader knows which code ran.
+    # configurations `compiled_replay.why_python_loop` lets through) or "python"
+    # (`Simulation._run`, `slurm_backfill`'s loop: every option), and then why (`loop_reason`).
+    # Same schedules either way (tests/test_replay_kernel.py); said so that a reader knows which
+    # code ran.
     loop: str = "python"
+    loop_reason: str | None = None
     # The guard's slack stage: the jobs started in front of a
     # head on an estimate below their request, how many outlived it (each moved that head's
     # start), and by how much in all (their runtimes beyond their estimates).
@@ -200,11 +205,13 @@ class Simulation:
         # predicted ends since (the reservation is then checked again before it is used).
         self.reservation: Reservation | None = None
         self.plan_moved = False
+        self.loop_reason: str | None = None  # why the Python loop replays (`run` decides)
 
     def run(
         self, *, progress: ProgressCallback | None = None, progress_every: int = 5000
     ) -> SimulationResult:
-        if self.compiled and self.compiled_loop_covers():
+        self.loop_reason = self.why_python_loop() if self.compiled else PYTHON_LOOP_ASKED
+        if self.loop_reason is None:
             from hpcpredict.sim.easy import compiled_replay
 
             wall_start = time.perf_counter()
@@ -295,6 +302,7 @@ class Simulation:
             estimates_outlived=self.estimates_outlived,
             estimate_overrun_s=self.estimate_overrun_s,
             loop=loop,
+            loop_reason=self.loop_reason,
         )
 
     @cached_property
@@ -302,11 +310,12 @@ class Simulation:
         """The jobs' requests, built when the Python loop first needs them."""
         return job_requests(self.jobs)
 
-    def compiled_loop_covers(self) -> bool:
-        """Does `compiled_replay`'s loop model this configuration (that module's doc)?"""
+    def why_python_loop(self) -> str | None:
+        """Why this configuration replays in the Python loop, or None when `compiled_replay`'s
+        loop models it (`compiled_replay.why_python_loop`, the one declaration)."""
         from hpcpredict.sim.easy import compiled_replay
 
-        return compiled_replay.covered(
+        return compiled_replay.why_python_loop(
             self.scheduler, self.predictor, self.correction, self._job_column("job_id"),
             exhaustive=self.exhaustive, decide_on_correction=self.decide_on_correction)
 

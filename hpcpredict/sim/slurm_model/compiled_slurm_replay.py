@@ -4,9 +4,9 @@ Python loop otherwise (that loop stays the reference for every option).
 
 What the loop models: every SLURM setting and the daemon's guard (its wait and xfactor rules:
 `guard_wait_s` per job), with the predictors and corrections the EASY family's compiled loop
-models, under the same conditions (`compiled_replay.models_predictor_and_correction`). The
-predictor's and SURVIVAL's arrays, and what is written back into their objects afterwards, are
-that loop's (`compiled_replay.PredictorArrays`, `SurvivalArrays`).
+models, under the same conditions (`compiled_replay.why_python_for_jobs`, the one declaration).
+The predictor and the correction hand over their state and take it back through the same
+interface (`replay_state`).
 """
 
 from __future__ import annotations
@@ -18,14 +18,12 @@ import numpy as np
 from hpcpredict.corrections.policies import INCREMENTAL_STEPS_S, CorrectionPolicy
 from hpcpredict.learn.baselines import Predictor
 from hpcpredict.sim.slurm_model import slurm_replay_kernel as K
+from hpcpredict.replay_state import ReplayJobs
 from hpcpredict.sim.easy.compiled_replay import (
-    CORRECTION_KINDS,
     JobArrays,
-    PredictorArrays,
     ReplayColumns,
-    SurvivalArrays,
     bad_correction,
-    predictor_kind,
+    hand_back,
     run_loop,
 )
 from hpcpredict.sim.engine.profile import never_fits
@@ -37,20 +35,16 @@ def replay(
     guard_wait_s: np.ndarray | None, predictor: Predictor, correction: CorrectionPolicy,
     correction_lead_s: int, progress: Callable[[int], None] | None, progress_every: int,
 ) -> ReplayColumns:
-    """Replay in the compiled loop (`compiled_replay.models_predictor_and_correction` must
-    hold): `columns` the jobs' int64 columns (job_id, user_id, submit_s, run_s, procs,
+    """Replay in the compiled loop (`compiled_replay.why_python_for_jobs` must say None): `columns` the jobs' int64 columns (job_id, user_id, submit_s, run_s, procs,
     requested_s), `profile` the empty running profile's table, `guard_wait_s` how long each job
     waits before it turns the guard on (None: no guard). Progress is reported as the Python loop
     reports it."""
     int64 = np.int64
     job_ids, submit_s = columns["job_id"], columns["submit_s"]
     count = len(job_ids)
-    kind = predictor_kind(predictor)
-    distinct_users, first_seen, user_row = np.unique(columns["user_id"], return_index=True,
-                                                     return_inverse=True)
-    arrays = PredictorArrays.of(predictor, kind, job_ids, submit_s, distinct_users, first_seen,
-                                user_row.astype(int64))
-    survival = SurvivalArrays.of(correction, len(distinct_users), count)
+    replay_jobs = ReplayJobs.of(job_ids, columns["user_id"], submit_s)
+    arrays = predictor.to_arrays(replay_jobs)  # type: ignore[attr-defined]
+    correction_arrays = correction.to_arrays(replay_jobs)  # type: ignore[attr-defined]
     jobs = JobArrays.empty(count)
     # Each running job has a termination and at most one correction in the heap, plus one pass.
     heap = np.zeros((3, 2 * count + 1), dtype=int64)
@@ -63,12 +57,12 @@ def replay(
     state[K.SEQUENCE_AT] = count  # the submissions' sequences are their indices
     state[K.STEPS_AT] = arrays.steps
     config = np.zeros(K.CONFIG_SIZE, dtype=int64)
-    config[K.PREDICTOR_AT] = kind
-    config[K.CORRECTION_AT] = CORRECTION_KINDS[type(correction)]
+    config[K.PREDICTOR_AT] = arrays.kind
+    config[K.CORRECTION_AT] = correction_arrays.kind
     config[K.GUARD_AT] = guard_wait_s is not None
     config[K.ABS_NEGATIVE_AT] = arrays.abs_negative
     config[K.OUTLIER_AFTER_AT] = arrays.outlier_after
-    config[K.SURVIVAL_MIN_AT] = survival.min_history
+    config[K.SURVIVAL_MIN_AT] = correction_arrays.min_history
     config[K.LEAD_AT] = correction_lead_s
     config[K.MACHINE_AT] = machine_procs
     config[K.MULTIFACTOR_AT] = params.multifactor
@@ -82,7 +76,7 @@ def replay(
     config[K.INTERVAL_AT] = params.bf_interval_s
     config[K.RESERVE_AT] = params.bf_job_part_count_reserve
     waits = np.zeros(count, dtype=int64) if guard_wait_s is None else guard_wait_s.astype(int64)
-    history_row = user_row.astype(int64)
+    history_row = replay_jobs.user_row
     steps_s = np.array(INCREMENTAL_STEPS_S, dtype=int64)
 
     def replay_until(stop_at: int, pool: np.ndarray, slots: np.ndarray, free_rows: np.ndarray) -> int:
@@ -92,15 +86,14 @@ def replay(
             arrays.constants, arrays.factor, arrays.users, slots, pool, jobs.pool_of, free_rows,
             arrays.last_two, jobs.start_s, jobs.prediction_s, jobs.initial_s, jobs.corrections,
             jobs.backfilled, jobs.first_reserved_s, heap, pending, lowered, lowered_at, started, jumped, state,
-            arrays.n_sum, config, steps_s, stop_at, history_row, survival.history, survival.links,
-            survival.links_first, survival.quantile)
+            arrays.n_sum, config, steps_s, stop_at, history_row, correction_arrays.history,
+            correction_arrays.links, correction_arrays.links_first, correction_arrays.quantile)
 
     run_loop(replay_until, state, K.FINISHED_AT, K.FREE_ROWS_AT, arrays.pool, arrays.slots, count,
              progress, progress_every,
              lambda status: _raise(status, state, columns, machine_procs, correction))
-    arrays.write_back(predictor, kind, distinct_users, int(state[K.STEPS_AT]))
-    survival.write_back(correction, distinct_users, int(state[K.ESTIMATED_AT]),
-                        int(state[K.FALLBACKS_AT]))
+    hand_back(predictor, arrays, correction, correction_arrays, replay_jobs, state, K.STEPS_AT,
+              K.ESTIMATED_AT, K.FALLBACKS_AT)
     return jobs.columns()
 
 

@@ -62,9 +62,10 @@ from hpcpredict.corrections.policies import CorrectionPolicy, RequestWithinSlack
 from hpcpredict.corrections.starvation import GuardSettings, guard_slack_estimate_s
 from hpcpredict.sim.engine.profile import RunningProfile, never_fits
 from hpcpredict.sim.slurm_model.slurm_backfill_kernel import NEVER_FITS, backfill_pass as planned_pass, priority_order
-from hpcpredict.sim.easy.compiled_replay import ReplayColumns, models_predictor_and_correction
+from hpcpredict.sim.easy.compiled_replay import ReplayColumns, why_python_for_jobs
 from hpcpredict.sim.easy.simulation import (
     NUMBER_COLUMNS,
+    PYTHON_LOOP_ASKED,
     ProgressCallback,
     SimulationResult,
     job_column,
@@ -159,13 +160,14 @@ def simulate_slurm(
     slack_s, slack_after_s = (None, None) if guard is None else (guard.slack_s, guard.slack_after_s)
     if slack_s is not None:
         correction = RequestWithinSlack(correction, slack_s)  # (not modelled compiled: the Python loop)
-    job_ids = job_column(jobs, "job_id") if compiled else None
-    if job_ids is not None and models_predictor_and_correction(predictor, correction, job_ids):
+    loop_reason = (why_python_for_jobs(predictor, correction, job_column(jobs, "job_id"))
+                   if compiled else PYTHON_LOOP_ASKED)
+    if loop_reason is None:
         from hpcpredict.sim.slurm_model import compiled_slurm_replay
 
         columns = {name: np.asarray(column, dtype=np.int64) for name, column in
                    zip(NUMBER_COLUMNS, number_columns(jobs, machine_procs))}
-        columns.update(job_id=job_ids, user_id=job_column(jobs, "user_id"))
+        columns.update(job_id=job_column(jobs, "job_id"), user_id=job_column(jobs, "user_id"))
         replayed = compiled_slurm_replay.replay(
             columns, machine_procs, RunningProfile(machine_procs).table, params,
             _guard_wait_s(scheduler, columns["requested_s"]), predictor, correction,
@@ -340,7 +342,8 @@ def simulate_slurm(
         raise AssertionError(f"{count - finished} jobs never finished")
     return _result(jobs, machine_procs, scheduler, predictor, correction, correction_lead_s,
                    ReplayColumns(start_s, initial_prediction_s, prediction_s.tolist(), corrections,
-                                 backfilled, first_reserved_start_s.tolist()), wall_start)
+                                 backfilled, first_reserved_start_s.tolist()), wall_start,
+                   loop_reason=loop_reason)
 
 
 def _guard_wait_s(scheduler: SlurmBackfill, requested_s: np.ndarray) -> np.ndarray | None:
@@ -354,7 +357,8 @@ def _guard_wait_s(scheduler: SlurmBackfill, requested_s: np.ndarray) -> np.ndarr
 
 def _result(jobs: Sequence[Job], machine_procs: int, scheduler: SlurmBackfill,
             predictor: Predictor, correction: CorrectionPolicy, correction_lead_s: int,
-            columns: ReplayColumns, wall_start: float, loop: str = "python") -> SimulationResult:
+            columns: ReplayColumns, wall_start: float, loop: str = "python",
+            loop_reason: str | None = None) -> SimulationResult:
     return SimulationResult(
         jobs=jobs,
         machine_procs=machine_procs,
@@ -373,4 +377,5 @@ def _result(jobs: Sequence[Job], machine_procs: int, scheduler: SlurmBackfill,
                   **({"starvation_guard_s": None} if scheduler.guard is None
                      else scheduler.guard.to_keys())},
         loop=loop,
+        loop_reason=loop_reason,
     )

@@ -25,8 +25,13 @@ from __future__ import annotations
 import numpy as np
 
 from hpcpredict.compiled import compiled
+from hpcpredict.corrections.correction_kernel import corrected_limit_s
+from hpcpredict.corrections.limits import SURVIVAL
+from hpcpredict.corrections.survival_kernel import history_ended, running_add
 from hpcpredict.learn.feature_kernels import start_running
 from hpcpredict.learn.nag_kernels import W_ROW
+from hpcpredict.learn.predictor_kernel import heard_end, predicted_at_submission
+from hpcpredict.learn.rules import LEARNED
 from hpcpredict.sim.engine.profile_kernel import META_ROW, TOTAL, USED, free_now, insert, move, remove
 from hpcpredict.sim.easy.replay_kernel import (
     DONE,
@@ -34,16 +39,9 @@ from hpcpredict.sim.easy.replay_kernel import (
     POOL_FULL,
     HEAP_JOB,
     HEAP_TIME,
-    LEARNED,
-    SURVIVAL,
     heap_pop,
     heap_push,
-    corrected_limit_s,
-    heard_end,
-    history_ended,
-    predicted_at_submission,
     raise_to_requests,
-    running_add,
     set_add,
     set_discard,
 )
