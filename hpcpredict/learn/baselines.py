@@ -40,7 +40,24 @@ class Predictor(Protocol):
         ...
 
 
-class RequestedPredictor:
+class _Memoryless:
+    """A predictor that learns nothing from the jobs it sees: it ignores their starts and ends,
+    and a compiled loop hands it nothing back (`replay_state`); always modelled there."""
+
+    def job_started(self, request: JobRequest, now_s: int) -> None:
+        pass
+
+    def job_ended(self, request: JobRequest, run_s: int, end_s: int) -> None:
+        pass
+
+    def why_python(self) -> str | None:
+        return None
+
+    def from_arrays(self, arrays: PredictorArrays, jobs: ReplayJobs) -> None:
+        pass
+
+
+class RequestedPredictor(_Memoryless):
     """REQUESTED: the user's own estimate, what plain EASY plans with."""
 
     name = "requested"
@@ -49,26 +66,13 @@ class RequestedPredictor:
     def predict(self, request: JobRequest, now_s: int) -> int:
         return request.requested_s
 
-    def job_started(self, request: JobRequest, now_s: int) -> None:
-        pass
-
-    def job_ended(self, request: JobRequest, run_s: int, end_s: int) -> None:
-        pass
-
-    # The compiled loops' interface (`replay_state`).
-    def why_python(self) -> str | None:
-        return None
-
     def to_arrays(self, jobs: ReplayJobs) -> PredictorArrays:
         from hpcpredict.replay_state import PredictorArrays
 
         return PredictorArrays(self.compiled_kind, jobs.user_row)
 
-    def from_arrays(self, arrays: PredictorArrays, jobs: ReplayJobs) -> None:
-        pass
 
-
-class ClairvoyantPredictor:
+class ClairvoyantPredictor(_Memoryless):
     """CLAIRVOYANT: the true runtime, read from the log. An upper bound, not a real predictor.
 
     It is handed the oracle explicitly (job id -> runtime) so that no other predictor can see
@@ -84,16 +88,6 @@ class ClairvoyantPredictor:
     def predict(self, request: JobRequest, now_s: int) -> int:
         return clip_prediction(self._runtimes_s[request.job_id], request.requested_s)
 
-    def job_started(self, request: JobRequest, now_s: int) -> None:
-        pass
-
-    def job_ended(self, request: JobRequest, run_s: int, end_s: int) -> None:
-        pass
-
-    # The compiled loops' interface (`replay_state`): the oracle's runtimes, per job.
-    def why_python(self) -> str | None:
-        return None
-
     def to_arrays(self, jobs: ReplayJobs) -> PredictorArrays:
         import numpy as np
 
@@ -103,9 +97,6 @@ class ClairvoyantPredictor:
         return PredictorArrays(self.compiled_kind, jobs.user_row, oracle_s=np.fromiter(
             (runtimes[job_id] for job_id in jobs.job_ids.tolist()), dtype=np.int64,
             count=len(jobs.job_ids)))
-
-    def from_arrays(self, arrays: PredictorArrays, jobs: ReplayJobs) -> None:
-        pass
 
 
 class Ave2Predictor:
