@@ -232,22 +232,25 @@ SLURMCTLD_DOWN = ('{"meta": {}, "errors": [{"description": "Failed while looking
 
 
 def test_an_answer_with_errors_is_an_error_not_an_empty_queue() -> None:
+    """The JSON listing's case (squeue --json exits 0 with slurmctld down, on 22.05); the lean
+    listing's squeue exits 1 then (the real-SLURM test below)."""
     def runner(command, timeout_s):
         return subprocess.CompletedProcess(command, 0, stdout=SLURMCTLD_DOWN, stderr="")
 
     with pytest.raises(SlurmError, match="answered no jobs but errors: slurm_load_jobs: Failed while looking for jobs"):
-        CliBackend(runner=runner).jobs()
+        CliBackend(runner=runner, listing="json").jobs()
 
     def healthy(command, timeout_s):
         return subprocess.CompletedProcess(command, 0, stdout='{"meta": {}, "errors": [], "jobs": []}', stderr="")
 
-    assert CliBackend(runner=healthy).jobs() == []  # an empty queue, really
+    assert CliBackend(runner=healthy, listing="json").jobs() == []  # an empty queue, really
 
 
 @pytest.mark.slurm
-def test_with_slurmctld_down_the_watcher_knows_it_cannot_read_slurm() -> None:
+@pytest.mark.parametrize("listing", ["lean", "json"])
+def test_with_slurmctld_down_the_watcher_knows_it_cannot_read_slurm(listing: str) -> None:
     """On a real SLURM whose slurmctld is stopped: the CLI backend raises (squeue --json exits 0
-    with an error and no jobs on 22.05, 1 on 24.11 and 26.05), the watcher counts the failed look, does not vouch for the limits,
+    with an error and no jobs on 22.05, 1 on 24.11 and 26.05; the lean listing's squeue exits 1), the watcher counts the failed look, does not vouch for the limits,
     and says it once in its log; once slurmctld is back, the next look reads the queue again."""
     import logging
 
@@ -260,7 +263,8 @@ def test_with_slurmctld_down_the_watcher_knows_it_cannot_read_slurm() -> None:
     try:
         cluster.sbatch("--time=30", script="sleep 300")
         recorded = []
-        watcher = SlurmWatcher(CliBackend(), recorded.append, lambda job_id: None, stale_after_s=40)
+        watcher = SlurmWatcher(CliBackend(listing=listing), recorded.append, lambda job_id: None,
+                               stale_after_s=40)
         watcher.poll()
         assert watcher.report.read_failures == 0 and recorded, watcher.report
         vouched = watcher.vouched_at_s

@@ -125,6 +125,45 @@ def test_a_job_is_reported_once_per_stage_and_corrected_in_time(service: Predict
         assert [(c.job_id, c.new_limit_s) for c in corrections] == [(1, 840)]
 
 
+def test_an_unchanged_job_is_not_reported_again_but_a_failed_report_is_retried(
+    service: PredictionService,
+) -> None:
+    """A poll skips what its last complete report of a job saw (a large queue's pending jobs,
+    poll after poll): the store is not asked again; a report that failed is made at the next
+    look though SLURM shows the job unchanged; a marked running job is corrected all the same."""
+    slurm, clock = ScriptedSlurm(), Clock(1_000)
+    asked: list[int] = []
+    recorded: list[object] = []
+    failing = {"once": True}
+
+    def record(event: object) -> object:
+        job_id = getattr(event, "job_id", None) or event.request.job_id  # type: ignore[attr-defined]
+        if job_id == 2 and failing.pop("once", False):
+            raise RuntimeError("the store is busy")
+        recorded.append(event)
+        return service.record(event)
+
+    def job_status(job_id: int) -> str | None:
+        asked.append(job_id)
+        return service.job_status(job_id)
+
+    watcher = SlurmWatcher(slurm, record, job_status, margin_s=120, clock=clock)
+    slurm.jobs_by_id[1] = Job(1, admin_comment="")  # not marked
+    slurm.jobs_by_id[2] = Job(2)
+    slurm.jobs_by_id[3] = Job(3, state="RUNNING", submit_s=900, start_s=950)
+    watcher.poll()
+    assert sorted(asked) == [1, 2, 3] and service.job_status(2) is None and watcher.report.errors == 1
+    asked.clear()
+    clock.now = 950 + 600 - 100  # job 3 within the margin of its lowered limit
+    watcher.poll()
+    assert asked == [2] and service.job_status(2) == "submitted"  # retried; 1 and 3 skipped
+    assert slurm.limit_updates == [(3, 14)]
+    asked.clear()
+    before = len(recorded)
+    watcher.poll()
+    assert asked == [] and len(recorded) == before  # nothing new: nothing asked, nothing sent
+
+
 def test_a_restarted_watcher_neither_resends_nor_corrects_twice(service: PredictionService) -> None:
     slurm, clock = ScriptedSlurm(), Clock(2_000)
     slurm.jobs_by_id[2] = Job(2, state="RUNNING", start_s=1_500, submit_s=1_400)

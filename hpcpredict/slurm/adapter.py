@@ -21,6 +21,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from hpcpredict.slurm_time import slurm_duration_s
+
 logger = logging.getLogger(__name__)
 
 NO_VAL = 0xFFFFFFFE
@@ -28,6 +30,17 @@ INFINITE = 0xFFFFFFFF
 DEFAULT_TIMEOUT_S = 30.0
 # Every job slurmctld still holds, ended ones included (24.11+ lists ended jobs only when asked).
 SQUEUE_ALL_JOBS = ("squeue", "--json", "--states=all")
+# The lean listing (`CliBackend`'s default): only the fields a `SlurmJob` holds, each followed by
+# a unit separator (no job name or admin comment holds one; a name may hold "|"), times as Unix
+# seconds (SLURM_TIME_FORMAT). 22.05's squeue prints "JobID" as the record's own id (an array
+# task's too), "exit_code" as the wait status, as its JSON does.
+LEAN_FIELDS = ("JobID", "ArrayJobID", "ArrayTaskID", "UserName", "UserID", "GroupID", "State",
+               "Partition", "NumCPUs", "NumNodes", "SubmitTime", "StartTime", "EndTime",
+               "EligibleTime", "TimeLimit", "exit_code", "Reason", "Name", "admin_comment")
+_SEPARATOR = "\x1f"
+SQUEUE_LEAN = ("env", "SLURM_TIME_FORMAT=%s", "squeue", "--noheader", "--states=all",
+               "--Format=" + ",".join(f"{field}:{_SEPARATOR}" for field in LEAN_FIELDS))
+LISTINGS = ("lean", "json")
 # States in which a job has ended (its end_time is real, not the end its limit allows).
 ENDED_STATES = frozenset({"COMPLETED", "FAILED", "TIMEOUT", "CANCELLED", "NODE_FAIL", "PREEMPTED",
                           "BOOT_FAIL", "DEADLINE", "OUT_OF_MEMORY"})
@@ -123,22 +136,36 @@ _SHORT_COMMAND_CHARS = 80  # one terminal line with the error after it
 
 
 class CliBackend:
-    """The Slurm commands (22.05 and later; ``SLURM_CONF`` from the environment)."""
+    """The Slurm commands (22.05 and later; ``SLURM_CONF`` from the environment).
+
+    `listing`: how `jobs` asks squeue, "lean" (its fields, `SQUEUE_LEAN`: at 100,000 jobs 5 MB
+    where the JSON is 316 MB, docs/admin-guide.md "A large site") or "json" (``squeue --json``,
+    every field; kept for a squeue whose lean fields differ)."""
 
     name = "cli"
 
-    def __init__(self, *, timeout_s: float = DEFAULT_TIMEOUT_S, runner: Runner = run_command) -> None:
+    def __init__(self, *, timeout_s: float = DEFAULT_TIMEOUT_S, runner: Runner = run_command,
+                 listing: str = "lean") -> None:
+        if listing not in LISTINGS:
+            raise ValueError(f"listing must be one of {', '.join(LISTINGS)}, got {listing!r}")
         self.timeout_s = timeout_s
         self._run = runner
+        self.listing = listing
+        self._listed: dict[str, SlurmJob] = {}  # the last listing's records (`jobs_from_lean`)
 
     def jobs(self) -> list[SlurmJob]:
-        """Pending, running and recently ended jobs (for MinJobAge), from ``squeue --json -t all``.
+        """Pending, running and recently ended jobs (for MinJobAge), from ``squeue -t all``.
 
         The states are asked for on every version: a bare ``squeue --json`` lists ended jobs on
         22.05 but not on 24.11 and later ("Zero jobs to dump" with finished jobs inside
         MinJobAge), and the watcher, the corrector's restart and ``replay-slurm`` all need the
         ends (docs/admin-guide.md, "SLURM versions"). ``-t all`` gives the same list on 22.05.
         """
+        if self.listing == "lean":
+            listed: dict[str, SlurmJob] = {}
+            jobs = jobs_from_lean(self._run(SQUEUE_LEAN, self.timeout_s).stdout, self._listed, listed)
+            self._listed = listed
+            return jobs
         done = self._run(SQUEUE_ALL_JOBS, self.timeout_s)
         try:
             document = json.loads(done.stdout)
@@ -150,7 +177,17 @@ class CliBackend:
         return [job_from_squeue(entry) for entry in document.get("jobs", [])]
 
     def job(self, job_id: int) -> SlurmJob | None:
-        return next((job for job in self.jobs() if job.job_id == job_id), None)
+        """One job, by its own id (an array task's record id too); None once SLURM has forgotten
+        it. One job's read for slurmctld (``--jobs``), not the whole queue's."""
+        if self.listing == "json":
+            return next((job for job in self.jobs() if job.job_id == job_id), None)
+        try:
+            done = self._run((*SQUEUE_LEAN, f"--jobs={int(job_id)}"), self.timeout_s)
+        except SlurmError as error:
+            if "Invalid job id" in str(error):
+                return None
+            raise
+        return next((job for job in jobs_from_lean(done.stdout) if job.job_id == job_id), None)
 
     def set_time_limit(self, job_id: int | str, minutes: int) -> None:
         """`job_id`: a job's id, or ``<array id>_<index>`` for one task of an array
@@ -249,6 +286,104 @@ def _index(value: Any) -> int | None:
         return None
     value = int(value)
     return None if value < 0 or value >= NO_VAL else value
+
+
+def jobs_from_lean(text: str, known: Mapping[str, SlurmJob] | None = None,
+                   keep: dict[str, SlurmJob] | None = None) -> list[SlurmJob]:
+    """The jobs of `SQUEUE_LEAN`'s output, read as `job_from_squeue` reads the JSON (the same
+    `SlurmJob` for the same job: tests/test_slurm_listing.py holds the two equal on a real
+    slurmctld).
+
+    A record is a line with one separator per field (a newline inside a job's name or comment
+    continues it on the next line; a line without any, which squeue may print before the jobs,
+    is no job). `known`: the records of the last listing, line -> job: an unchanged line is that
+    same object, not parsed again (most of a large queue does not change in 10 s); `keep`
+    receives this listing's, for the next."""
+    width = len(LEAN_FIELDS)
+    jobs = []
+    cut = ""  # the start of a record a newline inside a field has cut
+    for line in text.split("\n"):
+        if cut:
+            line = cut + "\n" + line
+        separators = line.count(_SEPARATOR)
+        if separators < width:
+            cut = line if separators else ""
+            continue
+        cut = ""
+        job = None if known is None else known.get(line)
+        if job is None:
+            fields = line.split(_SEPARATOR)
+            if len(fields) != width + 1 or fields[-1]:
+                raise SlurmError(f"squeue's lean listing: a record of {len(fields) - 1} fields, "
+                                 f"not {width}: {line[:200]!r}")
+            try:
+                job = _job_from_fields(fields[:width])
+            except ValueError as error:  # a field out of place: not the format asked for
+                raise SlurmError(f"squeue's lean listing: a record that is not a job ({error}): "
+                                 f"{line[:200]!r}") from error
+        if keep is not None:
+            keep[line] = job
+        jobs.append(job)
+    if cut:
+        raise SlurmError(f"squeue's lean listing ends inside a record: {cut[:200]!r}")
+    return jobs
+
+
+def _job_from_fields(fields: list[str]) -> SlurmJob:
+    (job_id, array_job_id, array_task_id, user_name, uid, gid, state, partition, cpus, nodes,
+     submit, start, end, eligible, limit, exit_code, reason, name, admin_comment) = fields
+    state = state.strip()
+    # A job that is no array's shows its own id as ArrayJobID, and N/A as its task; JSON: 0.
+    in_array = array_task_id.strip() not in ("N/A", "")
+    limit_s = slurm_duration_s(limit)
+    return SlurmJob(
+        job_id=int(job_id),
+        user_name=user_name.strip(),
+        uid=int(uid),
+        gid=int(gid),
+        state=state,
+        partition=partition.strip(),
+        name=name,
+        cpus=_lean_number(cpus) or 1,
+        nodes=_lean_number(nodes) or 1,
+        submit_s=_lean_number(submit) or 0,
+        start_s=_lean_number(start) if state in STARTED_STATES else None,
+        end_s=_lean_number(end) if state in ENDED_STATES else None,
+        time_limit_s=limit_s if limit_s else None,
+        admin_comment="" if admin_comment == "(null)" else admin_comment,
+        exit_code=_lean_exit_status(exit_code),
+        eligible_s=_lean_number(eligible),
+        state_reason=reason.strip(),
+        array_job_id=_lean_number(array_job_id) if in_array else None,
+        array_task_id=_lean_index(array_task_id),
+    )
+
+
+def _lean_number(text: str) -> int | None:
+    """A lean field's number: None for N/A, (null), or 0 (squeue's "not set", as `_time` reads
+    the JSON's)."""
+    value = _lean_index(text)
+    return value if value else None
+
+
+def _lean_index(text: str) -> int | None:
+    """A lean field's number, 0 included (an array's first task); None for N/A, (null) or a
+    range ("1-5": a pending array's tasks, no task of its own)."""
+    text = text.strip()
+    if not text.isdigit():
+        return None
+    value = int(text)
+    return value if value < NO_VAL else None
+
+
+def _lean_exit_status(text: str) -> int | None:
+    """squeue's exit code as the wait status (None for 0): a number (22.05: the status itself)
+    or "code:signal"."""
+    code, _, signal = text.strip().partition(":")
+    if not code.isdigit():
+        return None
+    status = ((int(code) & 0xFF) << 8 | int(signal)) if signal.isdigit() else int(code)
+    return status or None
 
 
 # ---------------------------------------------------------------------------- pyslurm

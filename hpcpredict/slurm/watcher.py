@@ -70,7 +70,7 @@ from hpcpredict.slurm.corrector import DEFAULT_MARGIN_S, corrected_limit_s
 from hpcpredict.slurm.failsafe import DEFAULT_STALE_AFTER_S
 from hpcpredict.slurm.guard import GuardStatus, guard_limit_s, guard_status
 from hpcpredict.slurm.heartbeat import Heartbeat, write_heartbeat
-from hpcpredict.slurm.tag import parse_tag
+from hpcpredict.slurm.tag import PredictionTag, parse_tag
 
 logger = logging.getLogger(__name__)
 
@@ -147,6 +147,8 @@ class SlurmWatcher:
         self._troubles: set[str] = set()  # failures said once until they clear (`_trouble`)
         self.report = WatchReport()
         self._stages: dict[int, int] = {}
+        self._reported: dict[int, SlurmJob] = {}  # each job as its last complete report saw it
+        self._tags: dict[int, tuple[str, PredictionTag | None]] = {}  # admin_comment -> its mark
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -186,22 +188,33 @@ class SlurmWatcher:
         now_s = int(began_s)
         self._update_guard(guard_status(jobs, now_s, self.guard_s, self.xfactor, self.slack_after_s))
         seen = set()
+        reported = self._reported
         for job in jobs:
             seen.add(job.job_id)
             # Reporting and correcting apart: a report that fails (the store writer stuck or
             # busy) must not cost the job its correction, nor one job's failure the others'.
-            self._step(job, self._report, job)
+            # A job as it was at its last report has nothing new to report (most of a large
+            # queue, each poll; the lean listing gives an unchanged job as the same object).
+            last = reported.get(job.job_id)
+            if last is not job and last != job:
+                self._step(job, self._report, job)
+            tag = self._tag(job)
+            if tag is None:
+                continue  # not marked: no limit of hpcpredict's to guard or correct
             # A job whose limit the guard changes is not corrected in the same look: the
             # correction would read the limit from before the guard's (a running job the guard
             # gave its request would be "corrected" below it); the guard only raises a running
             # job, to its request, so nothing is left to correct, and the next look reads SLURM anew.
-            guard_limit_s = self._guard_limit_s(job)
+            guard_limit_s = self._guard_limit_s(job, tag)
             if guard_limit_s is not None:
                 self._step(job, self._set_guard_limit, job, guard_limit_s, now_s)
             elif job.state == "RUNNING":
-                self._step(job, self._correct, job, now_s)
+                self._step(job, self._correct, job, tag, now_s)
         for gone in set(self._stages) - seen:  # SLURM forgot it (MinJobAge): so can we
             del self._stages[gone]
+        for gone in set(reported) - seen:
+            del reported[gone]
+            self._tags.pop(gone, None)
         if self.report.limit_failures == limit_failures:
             self._vouch(began_s)
         return self.report
@@ -259,8 +272,9 @@ class SlurmWatcher:
                             "its request)", job.job_id)
                 self.report.unlimited += 1
                 self._stages[job.job_id] = _STAGE["ended"]
+                self._reported[job.job_id] = job
                 return
-        tag = parse_tag(job.admin_comment)
+        tag = self._tag(job)
         ended = job.state in FINAL_STATES
         if stage < 1 and not ended:
             self.record(requests.submitted(job, tag))
@@ -275,6 +289,16 @@ class SlurmWatcher:
             stage = 3
             self.report.reported += 1
         self._stages[job.job_id] = stage
+        self._reported[job.job_id] = job
+
+    def _tag(self, job: SlurmJob) -> PredictionTag | None:
+        """The plugin's mark on `job` (`tag.parse_tag`), read once per comment."""
+        known = self._tags.get(job.job_id)
+        if known is not None and known[0] == job.admin_comment:
+            return known[1]
+        tag = parse_tag(job.admin_comment)
+        self._tags[job.job_id] = (job.admin_comment, tag)
+        return tag
 
     # ------------------------------------------------------------------ the starvation guard
     def _update_guard(self, status: GuardStatus) -> None:
@@ -317,10 +341,9 @@ class SlurmWatcher:
                 f"{self.xfactor:g} by its request, or {(self.guard_s or 0) / 3600:.1f} h, "
                 f"whichever first)")
 
-    def _guard_limit_s(self, job: SlurmJob) -> int | None:
-        """The limit the guard sets for `job` now (`guard.guard_limit_s`), or None."""
-        tag = parse_tag(job.admin_comment)
-        if tag is None or self.guard_s is None:
+    def _guard_limit_s(self, job: SlurmJob, tag: PredictionTag) -> int | None:
+        """The limit the guard sets for `job`, marked `tag`, now (`guard.guard_limit_s`), or None."""
+        if self.guard_s is None:
             return None
         return guard_limit_s(job.state, job.time_limit_s, tag, self.guard, self.slack_s)
 
@@ -333,10 +356,9 @@ class SlurmWatcher:
                     job.state.lower(), job.time_limit_s, limit_s, stage)
 
     # ------------------------------------------------------------------ correcting
-    def _correct(self, job: SlurmJob, now_s: int) -> None:
-        tag = parse_tag(job.admin_comment)
-        if tag is None or job.start_s is None or job.time_limit_s is None:
-            return  # not lowered by hpcpredict, or SLURM shows no limit: nothing to correct
+    def _correct(self, job: SlurmJob, tag: PredictionTag, now_s: int) -> None:
+        if job.start_s is None or job.time_limit_s is None:
+            return  # SLURM shows no limit: nothing to correct
         limit_s = corrected_limit_s(
             request_s=tag.request_s,
             prediction_s=tag.prediction_s,
