@@ -48,8 +48,8 @@ GROUPS = {
     # the failsafe's fault injection: eight clusters at once, ~3.5 min
     # (no PostgreSQL in the chroots: the store case runs on the host only)
     "failsafe": ["-m", "slurm", "tests/test_failsafe_faults.py", "-k", "not store_that_stops"],
-    "rest": ["-m", "slurm", "tests/test_slurm_adapter.py", "tests/test_slurm_replay.py", "tests/test_slurm_sacct.py",
-             "tests/test_slurm_conf.py"],
+    "rest": ["-m", "slurm", "tests/test_slurm_adapter.py", "tests/test_slurm_listing.py",
+             "tests/test_slurm_replay.py", "tests/test_slurm_sacct.py", "tests/test_slurm_conf.py"],
     # as a site on that Debian runs it: its own python3's root-owned install, the daemon and the
     # views as SlurmUser with no home, the quick start word for word
     "site": ["-m", "site", "tests/test_site_install.py", "tests/test_quickstart_cluster.py"],

@@ -353,10 +353,21 @@ def _job_from_fields(fields: list[str]) -> SlurmJob:
         admin_comment="" if admin_comment == "(null)" else admin_comment,
         exit_code=_lean_exit_status(exit_code),
         eligible_s=_lean_number(eligible),
-        state_reason=reason.strip(),
+        state_reason=_reason_name(reason),
         array_job_id=_lean_number(array_job_id) if in_array else None,
         array_task_id=_lean_index(array_task_id),
     )
+
+
+def _reason_name(text: str) -> str:
+    """The reason's name, as the JSON gives it: 24.11's and 26.05's squeue print the described
+    reason where SLURM holds one ("RaisedSignal:9(Killed)", "ReqNodeNotAvail,
+    UnavailableNodes:node1"), 22.05's the name alone (measured on the three)."""
+    match = _REASON_NAME.match(text.strip())
+    return match.group(0) if match else text.strip()
+
+
+_REASON_NAME = re.compile(r"[A-Za-z_]+")
 
 
 def _lean_number(text: str) -> int | None:
