@@ -753,3 +753,104 @@ def test_the_guard_never_raises_a_limit_above_the_request_never_lowers_a_running
     if state == "RUNNING":
         assert new_s == tag.request_s > limit_s
     assert guard_limit_s(state, new_s, tag, status, slack_s) is None
+
+
+# ---------------------------------------------------------------------------- a large queue
+class CountingSlurm(ScriptedSlurm):
+    """ScriptedSlurm that reads one job alone too, and counts the whole listings and lone reads."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.listings = 0
+        self.alone: list[int] = []
+
+    def jobs(self) -> list[Job]:
+        self.listings += 1
+        return super().jobs()
+
+    def job(self, job_id: int) -> Job | None:
+        self.alone.append(job_id)
+        return self.jobs_by_id.get(job_id)
+
+
+def test_between_full_looks_only_the_jobs_that_may_need_a_change_are_read(service: PredictionService) -> None:
+    """A full look every 60 s, looks every 10 s: between full looks the watcher reads alone the
+    running job that comes within its margin (1) and the pending one lowered below what PREDICT
+    lowers to now (3), corrects each in time, and sees a job submitted meanwhile (6) at the next
+    full look; the others are not read."""
+    t0 = 10_000
+    slurm, clock = CountingSlurm(), Clock(t0)
+    watcher = watcher_for(service, slurm, clock, full_every_s=60)
+    assert watcher.least_lowered_s() == 60 + 2 * 10 + 30  # a full look's period, two looks, SLURM's 30 s
+    slurm.jobs_by_id = {
+        1: Job(1, state="RUNNING", submit_s=t0 - 500, start_s=t0 - 450),  # due at t0 + 30 (600 - 120)
+        2: Job(2, state="RUNNING", submit_s=t0 - 500, start_s=t0 - 100, time_limit_s=3000),
+        3: Job(3, time_limit_s=60, admin_comment=PredictionTag(3600, 60, "lower").format()),
+        4: Job(4, time_limit_s=600),
+        5: Job(5, admin_comment=""),
+    }
+    watcher.poll()
+    assert slurm.listings == 1 and slurm.alone == [] and slurm.limit_updates == []
+    for now_s in (t0 + 10, t0 + 20):
+        clock.now = now_s
+        watcher.poll()
+    assert slurm.listings == 1 and sorted(set(slurm.alone)) == [1, 3] and slurm.limit_updates == []
+    clock.now = t0 + 30
+    watcher.poll()
+    assert slurm.limit_updates == [(1, 14)]  # within its margin: raised, as at every look
+    slurm.jobs_by_id[3] = replace(slurm.jobs_by_id[3], state="RUNNING", start_s=t0 + 35)
+    slurm.jobs_by_id[6] = Job(6, submit_s=t0 + 41, time_limit_s=120,
+                              admin_comment=PredictionTag(3600, 120, "lower").format())
+    clock.now = t0 + 40
+    watcher.poll()
+    # 60 s + 1 min would be within the margin already: the first step beyond it, 60 s + 5 min
+    assert slurm.limit_updates[1:] == [(3, 6)] and service.job_status(3) == "running"
+    clock.now = t0 + 50
+    watcher.poll()
+    assert service.job_status(6) is None and 6 not in slurm.alone
+    clock.now = t0 + 60
+    watcher.poll()
+    assert slurm.listings == 2 and service.job_status(6) == "submitted"
+    assert (watcher.report.full_looks, watcher.report.near_looks) == (2, 5)
+    assert watcher.heartbeat_age_s() == 0  # every look vouched
+
+
+def test_the_watcher_lists_a_small_queue_at_every_look_and_a_large_one_every_minute(
+    service: PredictionService, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from hpcpredict.slurm import watcher as watcher_module
+
+    monkeypatch.setattr(watcher_module, "LARGE_QUEUE_JOBS", 3)
+    slurm, clock = CountingSlurm(), Clock(10_000)
+    watcher = watcher_for(service, slurm, clock)
+    slurm.jobs_by_id = {1: Job(1), 2: Job(2)}
+    for _ in range(3):
+        watcher.poll()
+        clock.now += 10
+    assert slurm.listings == 3 and watcher.least_lowered_s() == 0
+    slurm.jobs_by_id[3] = Job(3)
+    watcher.poll()  # the listing that finds the queue large
+    clock.now += 10
+    assert watcher.full_period_s() == watcher_module.LARGE_QUEUE_FULL_EVERY_S
+    for _ in range(5):
+        watcher.poll()
+        clock.now += 10
+    assert slurm.listings == 4 and watcher.least_lowered_s() == 110
+    watcher.poll()  # 60 s after the last full look
+    assert slurm.listings == 5
+
+
+def test_predict_lowers_no_job_below_what_the_watcher_can_follow(tmp_path: Path) -> None:
+    store = Store(f"sqlite:///{tmp_path / 'ready.db'}")
+    try:
+        handlers = Handlers(PredictionService.open(store, min_trained_jobs=0), clock=Clock(10 * DAY))
+        plain = handlers.handle_line(b"PREDICT uid=1000 procs=4 time_limit=3600").decode()
+        prediction_s = int(plain.split("prediction=")[1].split()[0])
+        assert prediction_s < 3600 and "least_s" not in plain
+        handlers.least_lowered_s = lambda: prediction_s + 50
+        floored = handlers.handle_line(b"PREDICT uid=1000 procs=4 time_limit=3600").decode()
+        assert f"prediction={prediction_s + 50} " in floored and f"least_s={prediction_s + 50}" in floored
+        handlers.least_lowered_s = lambda: 7200  # above the request: the request, as ever
+        assert f"prediction={prediction_s} " in handlers.handle_line(b"PREDICT uid=1000 procs=4 time_limit=3600").decode()
+    finally:
+        store.close()

@@ -75,12 +75,21 @@ from hpcpredict.slurm.tag import PredictionTag, parse_tag
 logger = logging.getLogger(__name__)
 
 DEFAULT_INTERVAL_S = 10.0
+# A large queue's full listing costs slurmctld ~1 s of CPU at 100,000 jobs, whichever backend
+# asks (docs/admin-guide.md, "A large site"): from this many jobs in the last listing, the
+# watcher lists the whole queue once every LARGE_QUEUE_FULL_EVERY_S only, and looks in between
+# at the jobs that may need it before the next listing, one by one (`SlurmWatcher`'s doc).
+LARGE_QUEUE_JOBS = 5_000
+LARGE_QUEUE_FULL_EVERY_S = 60.0
+NEAR_READS_AT_MOST = 200  # more jobs to look at one by one than this: the look lists them all
 FINAL_STATES = ENDED_STATES
 _STAGE = {None: 0, "submitted": 1, "running": 2, "ended": 3}
 
 
 class SlurmJobs(Protocol):
     def jobs(self) -> Sequence[SlurmJob]: ...
+
+    def job(self, job_id: int) -> SlurmJob | None: ...
 
     def set_time_limit(self, job_id: int | str, minutes: int) -> None: ...
 
@@ -94,6 +103,8 @@ class WatchReport:
     errors: int = 0
     limit_failures: int = 0  # limit changes SLURM refused or did not answer (the look is not vouched for)
     read_failures: int = 0  # looks that could not read SLURM's jobs (slurmctld down, squeue failing)
+    full_looks: int = 0  # looks that listed the whole queue
+    near_looks: int = 0  # looks that read the near jobs one by one (`SlurmWatcher`'s doc)
     unlimited: int = 0  # jobs without a time limit, left out (module doc)
     last_error: str = ""
     corrected_jobs: list[int] = field(default_factory=list)
@@ -102,7 +113,19 @@ class WatchReport:
 class SlurmWatcher:
     """`record(event)` has the service record a typed job event (`PredictionService.record`,
     in the thread the daemon runs events on; raising if it fails); `job_status(job_id)` reads
-    how far the store has the job."""
+    how far the store has the job.
+
+    A look lists the whole queue (a full look), or, on a large queue between full looks, reads
+    one by one the jobs that may need a limit change before the next full look (a near look):
+    the marked running jobs below their requests that come within the margin of their limits
+    by then, and the marked pending jobs lowered below `least_lowered_s` (before the queue grew
+    large), which could start now and need it. A job the plugin lowers meanwhile is seen at the next full look, so on a
+    large queue PREDICT lowers no job below `least_lowered_s` (a full look's period, two looks
+    and SLURM's 30 s check): the corrector sees it in time wherever it starts. Submissions and
+    starts of other jobs are reported at full looks (ends come from jobcomp.lua as well), and the
+    starvation guard is judged there. `full_every_s`: the period of full looks (None: every look
+    while the last listing had fewer than LARGE_QUEUE_JOBS jobs, else LARGE_QUEUE_FULL_EVERY_S).
+    """
 
     def __init__(
         self,
@@ -116,6 +139,7 @@ class SlurmWatcher:
         guard_settings: GuardSettings | None = GuardSettings(),
         heartbeat: str | None = None,
         stale_after_s: float = DEFAULT_STALE_AFTER_S,
+        full_every_s: float | None = None,
         clock: Callable[[], float] = time.time,
     ) -> None:
         """`guard_settings`: the starvation guard (None: off; the daemon's `DaemonConfig.guard`);
@@ -147,6 +171,10 @@ class SlurmWatcher:
         self._troubles: set[str] = set()  # failures said once until they clear (`_trouble`)
         self.report = WatchReport()
         self._stages: dict[int, int] = {}
+        self.full_every_s = full_every_s
+        self._full_at_s: float | None = None  # when the last full look began
+        self._listed = 0  # jobs in the last full look's listing
+        self._near: dict[int, SlurmJob] = {}  # the jobs near looks read (class doc)
         self._reported: dict[int, SlurmJob] = {}  # each job as its last complete report saw it
         self._tags: dict[int, tuple[str, PredictionTag | None]] = {}  # admin_comment -> its mark
         self._stop = threading.Event()
@@ -172,19 +200,20 @@ class SlurmWatcher:
             self._stop.wait(self.interval_s)
 
     def poll(self) -> WatchReport:
-        """One look at SLURM: report what is new, correct what is due."""
+        """One look at SLURM: report what is new, correct what is due (a full look or a near
+        one: the class doc)."""
         self.report.polls += 1
         began_s = self.clock()
         limit_failures = self.report.limit_failures
+        if not self._full_look_due(began_s):
+            return self._near_look(began_s, limit_failures)
         try:
             jobs = self.slurm.jobs()
         except Exception as error:  # noqa: BLE001 - SLURM down or slow: try again next poll
-            self.report.read_failures += 1
-            message = f"cannot read SLURM's jobs: {error}"
-            self._trouble("read", message, f"{message}; trying again every {self.interval_s:g} s "
-                                           f"(PREDICT holds lowering after {self.stale_after_s:g} s)")
+            self._read_failed(error)
             return self.report
         self._cleared("read", f"SLURM answers again ({self.report.read_failures} look(s) failed)")
+        self.report.full_looks += 1
         now_s = int(began_s)
         self._update_guard(guard_status(jobs, now_s, self.guard_s, self.xfactor, self.slack_after_s))
         seen = set()
@@ -215,9 +244,75 @@ class SlurmWatcher:
         for gone in set(reported) - seen:
             del reported[gone]
             self._tags.pop(gone, None)
+        self._full_at_s, self._listed = began_s, len(jobs)
+        self._near = {job.job_id: job for job in jobs if self._may_need_a_change(job, began_s)}
         if self.report.limit_failures == limit_failures:
             self._vouch(began_s)
         return self.report
+
+    # ------------------------------------------------------------------ full and near looks
+    def full_period_s(self) -> float:
+        """Seconds between full looks now (the class doc)."""
+        if self.full_every_s is not None:
+            return max(self.full_every_s, self.interval_s)
+        return LARGE_QUEUE_FULL_EVERY_S if self._listed >= LARGE_QUEUE_JOBS else self.interval_s
+
+    def least_lowered_s(self) -> int:
+        """The shortest limit PREDICT may lower a job to (0: any): a job lowered after a full
+        look is first seen at the next one, up to a period later, and must then still have two
+        looks and SLURM's 30 s check before its limit (the margin's own bound, config.py)."""
+        period_s = self.full_period_s()
+        return 0 if period_s <= self.interval_s else int(period_s + 2 * self.interval_s + 30)
+
+    def _full_look_due(self, now_s: float) -> bool:
+        period_s = self.full_period_s()
+        if period_s <= self.interval_s or self._full_at_s is None or len(self._near) > NEAR_READS_AT_MOST:
+            return True
+        return now_s - self._full_at_s >= period_s - 0.5  # (a tick's jitter)
+
+    def _may_need_a_change(self, job: SlurmJob, now_s: float) -> bool:
+        """Might `job` need the corrector before the next full look (the class doc)?"""
+        tag = self._tag(job)
+        if tag is None or job.time_limit_s is None or job.time_limit_s >= tag.request_s:
+            return False
+        if job.state == "RUNNING" and job.start_s is not None:
+            horizon_s = self.full_period_s() + self.interval_s
+            return job.start_s + job.time_limit_s - self.margin_s <= now_s + horizon_s
+        # Pending: lowered below what PREDICT now lowers to at the least (before the queue grew
+        # large): it could start now and reach its limit before the next full look.
+        return job.state == "PENDING" and job.time_limit_s < self.least_lowered_s()
+
+    def _near_look(self, began_s: float, limit_failures: int) -> WatchReport:
+        """Read the near jobs one by one: report a start, correct what is due; vouch as a full
+        look does."""
+        now_s = int(began_s)
+        for job_id in list(self._near):
+            try:
+                job = self.slurm.job(job_id)
+            except Exception as error:  # noqa: BLE001 - as a full look's read
+                self._read_failed(error)
+                return self.report
+            if job is None or job.state in FINAL_STATES:
+                del self._near[job_id]  # ended: the next full look reports it, jobcomp.lua already has
+                continue
+            self._near[job_id] = job
+            last = self._reported.get(job_id)
+            if last is not job and last != job:
+                self._step(job, self._report, job)
+            tag = self._tag(job)
+            if tag is not None and job.state == "RUNNING":
+                self._step(job, self._correct, job, tag, now_s)
+        self._cleared("read", f"SLURM answers again ({self.report.read_failures} look(s) failed)")
+        self.report.near_looks += 1
+        if self.report.limit_failures == limit_failures:
+            self._vouch(began_s)
+        return self.report
+
+    def _read_failed(self, error: BaseException) -> None:
+        self.report.read_failures += 1
+        message = f"cannot read SLURM's jobs: {error}"
+        self._trouble("read", message, f"{message}; trying again every {self.interval_s:g} s "
+                                       f"(PREDICT holds lowering after {self.stale_after_s:g} s)")
 
     # ------------------------------------------------------------------ the heartbeat
     def _vouch(self, began_s: float) -> None:

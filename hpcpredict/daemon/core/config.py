@@ -15,6 +15,8 @@
     slurm = true                  # watch SLURM (hpcpredict/slurm/watcher.py)
     slurm_backend = "auto"        # cli (Slurm commands) | pyslurm (matching Slurm only) | auto
     slurm_interval_s = 10.0       # seconds between looks at SLURM
+    # slurm_full_listing_s = 60   # list the whole queue this often (omitted: every look below
+    #                             # 5,000 jobs, every 60 s above; watcher.py says what looks between)
     correction_margin_s = 120     # raise a lowered limit this long before it expires
     starvation_guard = "24h"      # a job pending this long: limits back to requests ("off": never)
     # starvation_guard_xfactor = 5  # or sooner: once its (wait + request) / request reaches 5 (omitted: off)
@@ -97,6 +99,9 @@ class DaemonConfig:
     slurm: bool = False  # watch SLURM: report jobs' lives, raise lowered limits in time
     slurm_backend: str = "auto"  # auto | cli | pyslurm (hpcpredict.slurm.adapter)
     slurm_interval_s: float = 10.0
+    # The watcher's full listings of the queue: every this many seconds (None: every look while
+    # the queue holds fewer than watcher.LARGE_QUEUE_JOBS, every 60 s above; SlurmWatcher's doc).
+    slurm_full_listing_s: float | None = None
     correction_margin_s: int = 120
     # While a job pending for the machine has waited this long, the watcher puts lowered limits
     # back to the requests (hpcpredict/slurm/guard.py): "24h", "90m", seconds, or "off".
@@ -168,7 +173,8 @@ class DaemonConfig:
 _DAEMON_KEYS = {
     "db", "socket", "socket_mode", "socket_group", "http", "http_token_file", "spool", "checkpoint_every",
     "min_trained_jobs", "time_zone",
-    "slurm", "slurm_backend", "slurm_interval_s", "correction_margin_s", "starvation_guard",
+    "slurm", "slurm_backend", "slurm_interval_s", "slurm_full_listing_s", "correction_margin_s",
+    "starvation_guard",
     "starvation_guard_xfactor", "starvation_guard_slack", "starvation_guard_slack_after", "correction",
     "survival_quantile",
 }
@@ -332,6 +338,11 @@ def _checked(config: DaemonConfig) -> DaemonConfig:
         raise ConfigError(f"slurm_backend must be auto, cli or pyslurm, got {config.slurm_backend!r}")
     if config.slurm_interval_s <= 0 or config.correction_margin_s < 0:
         raise ConfigError("slurm_interval_s must be > 0 and correction_margin_s >= 0")
+    full_s = config.slurm_full_listing_s
+    if full_s is not None and (isinstance(full_s, bool) or not isinstance(full_s, (int, float))
+                               or full_s < config.slurm_interval_s):
+        raise ConfigError(f"slurm_full_listing_s must be a number of seconds >= slurm_interval_s "
+                          f"({config.slurm_interval_s:g}), or omitted, got {full_s!r}")
     if config.slurm and config.correction_margin_s < 2 * config.slurm_interval_s + 30:
         raise ConfigError(
             f"correction_margin_s ({config.correction_margin_s}) must cover two looks at SLURM "

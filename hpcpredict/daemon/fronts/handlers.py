@@ -64,6 +64,8 @@ class Handlers:
         # Why the plugin must not lower limits now (None: it may), asked at every PREDICT: the
         # daemon points it at the SLURM watcher's starvation guard.
         self.lowering_hold: Callable[[], str | None] = lambda: None
+        # The shortest limit a job may be lowered to (the watcher's `least_lowered_s`; 0: any).
+        self.least_lowered_s: Callable[[], int] = lambda: 0
         self._verbs: dict[str, Callable[[Mapping[str, Any]], dict[str, object]]] = {
             "PING": self.ping,
             "PREDICT": self.predict,
@@ -150,6 +152,10 @@ class Handlers:
         job = job_request(fields, job_id=ANONYMOUS_JOB_ID, now_s=now_s)
         readiness = self.service.readiness(now_s)
         prediction_s, token = self.service.serve(job, now_s, readiness=readiness)
+        least_s = self.least_lowered_s()
+        floored = readiness.ready and prediction_s < least_s < job.requested_s
+        if floored:  # a large queue's watcher sees a new job only at its next full look
+            prediction_s = least_s
         answer: dict[str, object] = {
             "prediction": prediction_s,  # the request while not ready
             "time_limit": job.requested_s,
@@ -157,6 +163,8 @@ class Handlers:
             # the plugin keeps it in the job's mark: SUBMIT token=... learns from these features
             "token": token,
         }
+        if floored:
+            answer["least_s"] = least_s
         if not readiness.ready:
             answer["reason"] = readiness.reason_text
             self.metrics.fallbacks[readiness.reason_text] += 1

@@ -251,8 +251,10 @@ class Daemon:
             guard_settings=self.config.guard,
             heartbeat=self.config.failsafe.heartbeat,
             stale_after_s=self.config.failsafe.stale_after_s,
+            full_every_s=self.config.slurm_full_listing_s,
         )
         self.handlers.lowering_hold = self.watcher.holds_lowering
+        self.handlers.least_lowered_s = self.watcher.least_lowered_s
         self.watcher.start()
         logger.info("watching SLURM (%s backend) every %g s", backend.name, self.config.slurm_interval_s)
 
