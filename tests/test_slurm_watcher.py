@@ -854,3 +854,15 @@ def test_predict_lowers_no_job_below_what_the_watcher_can_follow(tmp_path: Path)
         assert f"prediction={prediction_s} " in handlers.handle_line(b"PREDICT uid=1000 procs=4 time_limit=3600").decode()
     finally:
         store.close()
+
+
+def test_the_health_report_keeps_the_latest_corrected_jobs_not_all(service: PredictionService) -> None:
+    from hpcpredict.slurm.watcher import CORRECTED_KEPT
+
+    slurm, clock = ScriptedSlurm(), Clock(10_000)
+    slurm.jobs_by_id = {k: Job(k, state="RUNNING", submit_s=9_000, start_s=9_500) for k in range(1, 3 * CORRECTED_KEPT + 1)}
+    watcher = watcher_for(service, slurm, clock)
+    watcher.poll()  # every one due: 500 s into a 600 s limit
+    assert watcher.report.corrections == 3 * CORRECTED_KEPT
+    kept = watcher.report.corrected_jobs
+    assert CORRECTED_KEPT <= len(kept) <= 2 * CORRECTED_KEPT and kept[-1] == 3 * CORRECTED_KEPT

@@ -82,6 +82,7 @@ DEFAULT_INTERVAL_S = 10.0
 LARGE_QUEUE_JOBS = 5_000
 LARGE_QUEUE_FULL_EVERY_S = 60.0
 NEAR_READS_AT_MOST = 200  # more jobs to look at one by one than this: the look lists them all
+CORRECTED_KEPT = 100  # `WatchReport.corrected_jobs`: the latest corrected jobs, for /health
 FINAL_STATES = ENDED_STATES
 _STAGE = {None: 0, "submitted": 1, "running": 2, "ended": 3}
 
@@ -107,7 +108,7 @@ class WatchReport:
     near_looks: int = 0  # looks that read the near jobs one by one (`SlurmWatcher`'s doc)
     unlimited: int = 0  # jobs without a time limit, left out (module doc)
     last_error: str = ""
-    corrected_jobs: list[int] = field(default_factory=list)
+    corrected_jobs: list[int] = field(default_factory=list)  # the last CORRECTED_KEPT, oldest first
 
 
 class SlurmWatcher:
@@ -469,7 +470,10 @@ class SlurmWatcher:
         self._set_limit(job, limit_s)
         self.record(LimitChanged(job.job_id, limit_s, now_s))
         self.report.corrections += 1
-        self.report.corrected_jobs.append(job.job_id)
+        corrected = self.report.corrected_jobs
+        corrected.append(job.job_id)
+        if len(corrected) > 2 * CORRECTED_KEPT:  # (/health shows them: a daemon of months held millions)
+            del corrected[:-CORRECTED_KEPT]
         logger.info("job %d: time limit %d -> %d s (elapsed %d s)", job.job_id, job.time_limit_s,
                     limit_s, now_s - job.start_s)
 
