@@ -1,6 +1,6 @@
 """One read of N held jobs through each backend of the SLURM adapter, on a real slurmctld: the
-first figure of docs/admin-guide.md ("pyslurm"). Not yet the watcher-poll benchmark the large
-site needs (wall, CPU, RSS, bytes and slurmctld's CPU at 1k-100k jobs).
+first figure of docs/admin-guide.md ("pyslurm"). The watcher's whole cost at 1k-100k jobs (wall,
+CPU, RSS, bytes, slurmctld's CPU) is benchmarks/watcher_poll_cost.py's.
 
     python benchmarks/pyslurm_read_timing.py            # 1,000 jobs, root, Slurm installed
     python benchmarks/pyslurm_read_timing.py 5000
