@@ -69,16 +69,15 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))  # testbed/
 
-from testbed.slurm_cluster import SlurmCluster, slurm_release  # noqa: E402
-
-from hpcpredict.daemon.fronts.client import DaemonClient  # noqa: E402
+from hpcpredict.daemon.fronts.client import DaemonClient
+from testbed.slurm_cluster import SlurmCluster, slurm_release
 
 SAMPLE_LOG = REPO / "swf" / "KTH-SP2-sample.swf"
 CLOCK_TICKS_S = os.sysconf("SC_CLK_TCK")
 BASELINE, ENABLED = "plugin disabled (baseline)", "plugin asking the daemon"
 SUBMIT_RPC = re.compile(
-    r"^\s*REQUEST_SUBMIT_BATCH_JOB\s*\(\s*\d+\)\s*count:(\d+)\s+ave_time:(\d+)\s+total_time:(\d+)", re.M)
-JOBS_SUBMITTED = re.compile(r"^\s*Jobs submitted:\s*(\d+)", re.M)
+    r"^\s*REQUEST_SUBMIT_BATCH_JOB\s*\(\s*\d+\)\s*count:(\d+)\s+ave_time:(\d+)\s+total_time:(\d+)", re.MULTILINE)
+JOBS_SUBMITTED = re.compile(r"^\s*Jobs submitted:\s*(\d+)", re.MULTILINE)
 SDIAG_SHOWN = ("Jobs submitted", "Server thread count", "Agent queue size", "REQUEST_SUBMIT_BATCH_JOB", "hpstorm")
 
 
@@ -292,7 +291,7 @@ class Stream(threading.Thread):
         at = time.monotonic()
         began = time.perf_counter()
         try:
-            done = subprocess.run(self.command(user, array), env=env, cwd=self.cluster.dir, capture_output=True,
+            done = subprocess.run(self.command(user, array), check=False, env=env, cwd=self.cluster.dir, capture_output=True,
                                   text=True, timeout=120, **as_user)
             ok = done.returncode == 0 and done.stdout.strip() != ""
             if not ok:
@@ -307,7 +306,7 @@ class Stream(threading.Thread):
 def run_phase(number: int, total: int, phase: Phase, args: argparse.Namespace, cluster: SlurmCluster,
               users: list[pwd.struct_passwd], errors: list[str]) -> None:
     """`args.streams` streams for `phase.planned_s`; progress lines every `args.progress_s`."""
-    print(f"phase {number}/{total}: {phase.setting}, {phase.planned_s:.1f} s, {args.streams} streams", file=sys.stderr,
+    print(f"phase {number}/{total}: {phase.setting}, {phase.planned_s:.1f} s, {args.streams} stream(s)", file=sys.stderr,
           flush=True)
     began = time.monotonic()
     deadline = began + phase.planned_s
@@ -364,6 +363,7 @@ def setting_summary(phases: list[Phase]) -> dict[str, object]:
     rpc_count = None if any(x is None for x in rpcs) else sum(rpcs)  # type: ignore[arg-type]
     rpc_total = None if any(x is None for x in rpc_us) else sum(rpc_us)  # type: ignore[arg-type]
     ctl_cpu = sum(a.ctl_cpu_s - b.ctl_cpu_s for b, a in pairs)
+    submitted = [delta(a.jobs_submitted, b.jobs_submitted) for b, a in pairs]
     return {
         "phases": len(phases), "wall_s": wall_s, "calls": len(calls), "failed": sum(not c.ok for c in calls),
         "jobs": sum(c.tasks for c in calls if c.ok),
@@ -376,6 +376,7 @@ def setting_summary(phases: list[Phase]) -> dict[str, object]:
         "daemon_cpu_s": sum(a.daemon_cpu_s - b.daemon_cpu_s for b, a in pairs),
         "sdiag_submit_rpcs": rpc_count, "sdiag_submit_rpc_total_us": rpc_total,
         "sdiag_submit_rpc_mean_us": rpc_total / rpc_count if rpc_count else None,
+        "sdiag_jobs_submitted": None if any(x is None for x in submitted) else sum(submitted),  # type: ignore[arg-type]
         "predicts": sum(a.predict_buckets.get("+Inf", 0) - b.predict_buckets.get("+Inf", 0) for b, a in pairs),
         "fallbacks": sum(a.fallbacks - b.fallbacks for b, a in pairs),
         "predict_errors": sum(a.predict_errors - b.predict_errors for b, a in pairs),
@@ -441,7 +442,7 @@ def report(args: argparse.Namespace, summaries: dict[str, dict[str, object]], bu
     """Print the markdown report; return the PREDICT figures it computed (for the JSON)."""
     base, on = summaries[BASELINE], summaries[ENABLED]
     print(f"# Submission storm: {args.duration_s:g} s in {base['phases'] + on['phases']} ABBA phases "
-          f"({args.duration_s / (base['phases'] + on['phases']):.1f} s each), {args.streams} streams, "
+          f"({args.duration_s / (base['phases'] + on['phases']):.1f} s each), {args.streams} stream(s), "
           f"{args.users} users, every {args.array_every}th submission an array of {args.array_size}, all held")
     print(f"# Slurm {environment['slurm']}, nproc {environment['nproc']}, Python {platform.python_version()}; "
           f"load average at start {environment['load_start']}, at end {environment['load_end']}")
@@ -472,7 +473,11 @@ def report(args: argparse.Namespace, summaries: dict[str, dict[str, object]], bu
             f"{(on['sdiag_submit_rpc_mean_us'] - base['sdiag_submit_rpc_mean_us']) / 1e3:+.2f}")
     else:
         row("sdiag REQUEST_SUBMIT_BATCH_JOB", "not reported", "not reported")
+    if base["sdiag_jobs_submitted"] is not None and on["sdiag_jobs_submitted"] is not None:
+        row("sdiag Jobs submitted", f"{base['sdiag_jobs_submitted']:,}", f"{on['sdiag_jobs_submitted']:,}")
     row("daemon CPU, s", f"{base['daemon_cpu_s']:.2f}", f"{on['daemon_cpu_s']:.2f}")
+    if on["predicts"]:
+        row("daemon CPU per PREDICT, ms", "", f"{1e3 * on['daemon_cpu_s'] / on['predicts']:.3f}")  # type: ignore[operator]
     row("PREDICTs answered (fallbacks, errors)", f"{base['predicts']:,.0f} ({base['fallbacks']:.0f}, "
         f"{base['predict_errors']:.0f})", f"{on['predicts']:,.0f} ({on['fallbacks']:.0f}, {on['predict_errors']:.0f})")
 
@@ -528,7 +533,7 @@ def main() -> None:
 
     environment: dict[str, object] = {
         "nproc": os.cpu_count(), "load_start": " ".join(f"{x:.2f}" for x in os.getloadavg()),
-        "slurm": ".".join(map(str, slurm_release())), "host": platform.node(),
+        "slurm": "{}.{:02d}".format(*slurm_release()), "host": platform.node(),
     }
     print(f"nproc {environment['nproc']}, load average {environment['load_start']}", file=sys.stderr, flush=True)
     users = storm_users(args.users)
