@@ -153,9 +153,9 @@ class Handlers:
         readiness = self.service.readiness(now_s)
         prediction_s, token = self.service.serve(job, now_s, readiness=readiness)
         least_s = self.least_lowered_s()
-        floored = readiness.ready and prediction_s < least_s < job.requested_s
+        floored = readiness.ready and prediction_s < least_s
         if floored:  # a large queue's watcher sees a new job only at its next full look
-            prediction_s = least_s
+            prediction_s = min(least_s, job.requested_s)  # (a request below the floor: kept)
         answer: dict[str, object] = {
             "prediction": prediction_s,  # the request while not ready
             "time_limit": job.requested_s,
