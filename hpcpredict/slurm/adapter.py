@@ -138,8 +138,8 @@ _SHORT_COMMAND_CHARS = 80  # one terminal line with the error after it
 class CliBackend:
     """The Slurm commands (22.05 and later; ``SLURM_CONF`` from the environment).
 
-    `listing`: how `jobs` asks squeue, "lean" (its fields, `SQUEUE_LEAN`: at 100,000 jobs 5 MB
-    where the JSON is 316 MB, docs/admin-guide.md "A large site") or "json" (``squeue --json``,
+    `listing`: how `jobs` asks squeue, "lean" (its fields, `SQUEUE_LEAN`: at 100,000 jobs 9.4 MB
+    where the JSON is 295 MB, docs/admin-guide.md "A large site") or "json" (``squeue --json``,
     every field; kept for a squeue whose lean fields differ)."""
 
     name = "cli"

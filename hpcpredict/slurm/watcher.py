@@ -120,9 +120,10 @@ class SlurmWatcher:
     one by one the jobs that may need a limit change before the next full look (a near look):
     the marked running jobs below their requests that come within the margin of their limits
     by then, and the marked pending jobs lowered below `least_lowered_s` (before the queue grew
-    large), which could start now and need it. A job the plugin lowers meanwhile is seen at the next full look, so on a
-    large queue PREDICT lowers no job below `least_lowered_s` (a full look's period, two looks
-    and SLURM's 30 s check): the corrector sees it in time wherever it starts. Submissions and
+    large), which could start now and need it. A job the plugin lowers meanwhile is seen at the
+    next full look, so on a large queue PREDICT lowers no job below `least_lowered_s` (a full
+    look's period, two looks and SLURM's 30 s check): the corrector sees it in time wherever it
+    starts. Submissions and
     starts of other jobs are reported at full looks (ends come from jobcomp.lua as well), and the
     starvation guard is judged there. `full_every_s`: the period of full looks (None: every look
     while the last listing had fewer than LARGE_QUEUE_JOBS jobs, else LARGE_QUEUE_FULL_EVERY_S).
@@ -219,6 +220,8 @@ class SlurmWatcher:
         self._update_guard(guard_status(jobs, now_s, self.guard_s, self.xfactor, self.slack_after_s))
         seen = set()
         reported = self._reported
+        near: dict[int, SlurmJob] = {}  # what the near looks until the next full one read
+        self._listed = len(jobs)  # (the period and the floor `_may_need_a_change` reads)
         for job in jobs:
             seen.add(job.job_id)
             # Reporting and correcting apart: a report that fails (the store writer stuck or
@@ -231,6 +234,8 @@ class SlurmWatcher:
             tag = self._tag(job)
             if tag is None:
                 continue  # not marked: no limit of hpcpredict's to guard or correct
+            if self._may_need_a_change(job, tag, began_s):
+                near[job.job_id] = job
             # A job whose limit the guard changes is not corrected in the same look: the
             # correction would read the limit from before the guard's (a running job the guard
             # gave its request would be "corrected" below it); the guard only raises a running
@@ -245,8 +250,7 @@ class SlurmWatcher:
         for gone in set(reported) - seen:
             del reported[gone]
             self._tags.pop(gone, None)
-        self._full_at_s, self._listed = began_s, len(jobs)
-        self._near = {job.job_id: job for job in jobs if self._may_need_a_change(job, began_s)}
+        self._full_at_s, self._near = began_s, near
         if self.report.limit_failures == limit_failures:
             self._vouch(began_s)
         return self.report
@@ -267,14 +271,15 @@ class SlurmWatcher:
 
     def _full_look_due(self, now_s: float) -> bool:
         period_s = self.full_period_s()
-        if period_s <= self.interval_s or self._full_at_s is None or len(self._near) > NEAR_READS_AT_MOST:
+        if (period_s <= self.interval_s or self._full_at_s is None
+                or len(self._near) > NEAR_READS_AT_MOST):
             return True
         return now_s - self._full_at_s >= period_s - 0.5  # (a tick's jitter)
 
-    def _may_need_a_change(self, job: SlurmJob, now_s: float) -> bool:
-        """Might `job` need the corrector before the next full look (the class doc)?"""
-        tag = self._tag(job)
-        if tag is None or job.time_limit_s is None or job.time_limit_s >= tag.request_s:
+    def _may_need_a_change(self, job: SlurmJob, tag: PredictionTag, now_s: float) -> bool:
+        """Might `job`, marked `tag`, need the corrector before the next full look (the class
+        doc)?"""
+        if job.time_limit_s is None or job.time_limit_s >= tag.request_s:
             return False
         if job.state == "RUNNING" and job.start_s is not None:
             horizon_s = self.full_period_s() + self.interval_s
@@ -472,7 +477,7 @@ class SlurmWatcher:
         self.report.corrections += 1
         corrected = self.report.corrected_jobs
         corrected.append(job.job_id)
-        if len(corrected) > 2 * CORRECTED_KEPT:  # (/health shows them: a daemon of months held millions)
+        if len(corrected) > 2 * CORRECTED_KEPT:  # (/health shows them: months held millions)
             del corrected[:-CORRECTED_KEPT]
         logger.info("job %d: time limit %d -> %d s (elapsed %d s)", job.job_id, job.time_limit_s,
                     limit_s, now_s - job.start_s)
