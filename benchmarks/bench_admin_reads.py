@@ -4,6 +4,8 @@ Run on demand (never from the test suite) and copy the printed table into docs/p
 
     python benchmarks/bench_admin_reads.py                 # 2 clients, /errors in a loop
     python benchmarks/bench_admin_reads.py --no-token      # a daemon without a token file
+    python benchmarks/bench_admin_reads.py --read /report  # the sysadmin's page, fetched in a loop
+    python benchmarks/bench_admin_reads.py --read '/report?since=0'  # ... drawn anew at every fetch
 
 A real `hpcpredict serve` process (SQLite store bootstrapped by `hpcpredict train` on the sample
 log, dates moved so that it ends a day ago, as in bench_daemon.py) with its admin API on
@@ -72,10 +74,11 @@ def report_jobs(socket_path: str, workload, count: int) -> None:
                     raise SystemExit(f"unexpected answer {answer!r}")
 
 
-def read_in_a_loop(url: str, token: str | None, stop: threading.Event, durations_s: list[float]) -> None:
+def read_in_a_loop(url: str, token: str | None, stop: threading.Event, durations_s: list[float],
+                   paths: list[str]) -> None:
     headers = {"Authorization": f"Bearer {token}"} if token else {}
     while not stop.is_set():
-        for path in ("/errors", "/metrics"):
+        for path in paths:
             began = time.perf_counter()
             with urllib.request.urlopen(urllib.request.Request(url + path, headers=headers), timeout=120) as answer:
                 answer.read()
@@ -90,6 +93,9 @@ def main() -> None:
     parser.add_argument("--port", type=int, default=18765)
     parser.add_argument("--live-jobs", type=int, default=3000, help="jobs reported through the socket "
                         "(SUBMIT, END) before measuring: /errors reads them all")
+    parser.add_argument("--read", default="/errors,/metrics", help="the paths the HTTP client asks in turn, "
+                        "comma-separated: /report is the sysadmin's page (drawn at most every 30 s), "
+                        "'/report?since=0' the same page drawn at every fetch")
     parser.add_argument("--no-token", action="store_true", help="serve without --http-token-file "
                         "(the API on loopback; for comparing with a daemon that has no such option)")
     args = parser.parse_args()
@@ -127,13 +133,14 @@ def main() -> None:
         report_jobs(socket_path, workload, args.live_jobs)
         rows.append(("API idle", run_mode(socket_path, requests, args.clients, args.requests, True), []))
         stop, durations_s = threading.Event(), []
-        reader = threading.Thread(target=read_in_a_loop, args=(url, token, stop, durations_s), daemon=True)
+        paths = args.read.split(",")
+        reader = threading.Thread(target=read_in_a_loop, args=(url, token, stop, durations_s, paths), daemon=True)
         reader.start()
         while not durations_s:  # the first read done: the loop is warm
             if not reader.is_alive():
                 raise SystemExit("the admin reads failed (see above)")
             time.sleep(0.05)
-        rows.append(("GET /errors + /metrics in a loop",
+        rows.append((f"GET {' + '.join(paths)} in a loop",
                      run_mode(socket_path, requests, args.clients, args.requests, True), durations_s))
         stop.set()
         reader.join()

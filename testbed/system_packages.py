@@ -41,6 +41,7 @@ PACKAGES: dict[str, str] = {
     "libslurm-dev": "pyslurm's wheel, built against the host's libslurm (testbed/pyslurm_wheel.py)",
     "gcc": "pyslurm's wheel (testbed/pyslurm_wheel.py): Cython's C, compiled",
     "python3-dev": "pyslurm's wheel for Debian's python3 (testbed/pyslurm_wheel.py): Python.h",
+    "chromium": "the sysadmin page in a real browser, headless (tests/test_report_page.py, testbed/browser.py)",
 }
 NO_INSTALL_VARIABLE = "HPCPREDICT_NO_INSTALL"
 APT_TIMEOUT_S = 1200  # apt-get update + install on a slow mirror

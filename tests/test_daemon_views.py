@@ -19,9 +19,11 @@ from hpcpredict.daemon.core.judged_errors import ERROR_COLUMNS, judged_jobs, use
 from hpcpredict.paths import default_db_url
 from hpcpredict.daemon.core.service import PredictionService
 from hpcpredict.daemon.core.store import Store
-from hpcpredict.daemon.views.pages import ViewError, parse_since, write_error_report
+from hpcpredict.daemon.views.pages import ViewError, parse_since
+from hpcpredict.daemon.views.report_page import collect_page, write_report
 from hpcpredict.instants import Instant
 from hpcpredict.learn.history import history_events
+from hpcpredict.learn.predictor import LearnedPredictor
 from hpcpredict.logs.workload import load_workload
 
 SUBMITTED, STARTED, ENDED = Instant.SUBMISSION, Instant.START, Instant.TERMINATION
@@ -135,10 +137,10 @@ def test_report_writes_a_page_naming_every_user(filled_url: str, tmp_path: Path)
     finally:
         store.close()
     for user in users:
-        assert f"<td>{user}</td>" in page
-    for image in ("error_ecdf.png", "users_mae.png", "error_over_time.png"):
+        assert f"<tr data-user='{user}'" in page
+    for image in ("planned_ends.png", "error_ecdf.png", "users_mae.png", "error_over_time.png"):
         assert (out / image).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-        assert f'src="{image}"' in page
+        assert f"src='{image}'" in page
 
 
 def statistics(url: str, **filters: int) -> pd.DataFrame:
@@ -253,6 +255,7 @@ def test_report_of_an_empty_store_and_escaped_text(store: Store, tmp_path: Path)
     assert run("errors", "--db", store_url, "--format", "json").strip() == "[]"
     assert run("errors", "--db", store_url, "--format", "csv").strip() == ",".join(ERROR_COLUMNS)
 
-    written = write_error_report(judged_jobs(store), tmp_path / "t", title="<script>x</script> & co")
-    page = written.index.read_text()
-    assert "<script>" not in page and "&lt;script&gt;x&lt;/script&gt; &amp; co" in page
+    page_data = collect_page(store, LearnedPredictor, since_s=None, source="both", db_url=store_url,
+                             title="<script>x</script> & co")
+    page = write_report(page_data, tmp_path / "t").index.read_text()
+    assert "<script>x" not in page and "&lt;script&gt;x&lt;/script&gt; &amp; co" in page

@@ -229,6 +229,7 @@ def test_admin_api_summary_and_explanations_need_the_token(store_url: str, short
 def test_report_leads_with_the_summary_and_says_why(store_url: str, tmp_path: Path) -> None:
     run("report", "--db", store_url, "--out", str(tmp_path / "report"))
     page = (tmp_path / "report" / "index.html").read_text()
-    assert page.index("What lowering limits does") < page.index("<h2>Per user</h2>")
+    assert page.index("id='verdict'") < page.index("id='headline'") < page.index("id='main-figure'") \
+        < page.index("id='look'") < page.index("id='users'") < page.index("id='why'") < page.index("id='glossary'")
     assert "Go/no-go for mode=lower" in page and "MAE is the mean distance" in page
-    assert page.count("is predicted") == 5 and "largest terms of f = sum of w_i * phi_i" in page
+    assert page.count("<article class='why'") == 5 and page.count("<article class='why' data-job=") >= 1

@@ -572,8 +572,6 @@ def _since_s(since: str | None) -> int | None:
         raise click.ClickException(str(error)) from None
 
 
-REPORT_WHY_USERS = 5  # the report explains the predictions of the users with most jobs
-
 _since_option = click.option(
     "--since", default=None,
     help="Only jobs that ended at or after this: a date (2026-11-01) or datetime "
@@ -590,7 +588,12 @@ _source_option = click.option(
 def _source_label(judged, source: str) -> str:  # judged: pd.DataFrame with a "source" column
     """Says which judgements a view holds, so history replay is never mistaken for live errors."""
     counts = judged["source"].value_counts() if len(judged) else {}
-    parts = [f"{counts.get(name, 0):,} {name}" for name in ("history", "live") if source in (name, "both")]
+    return _source_label_counts(counts.get("history", 0), counts.get("live", 0), source)
+
+
+def _source_label_counts(history: int, live: int, source: str) -> str:
+    parts = [f"{count:,} {name}" for name, count in (("history", history), ("live", live))
+             if source in (name, "both")]
     return f"jobs judged: {' + '.join(parts)} (--source {source})"
 
 
@@ -710,18 +713,18 @@ def _nothing_judged(users: tuple[int, ...], since: str | None, source: str) -> s
               help="Folder for index.html and its PNG plots (created if needed).")
 def report(config_path: Path | None, db_url: str | None, since: str | None, source: str,
            out_dir: Path) -> None:
-    """An HTML page of the prediction errors: per-user table, ECDF of errors (hpcpredict vs
-    requests vs AVE2), per-user bars, error over time. Reads the database only.
+    """The sysadmin's page (index.html and its PNG figures in --out): whether lowering limits helps
+    and is safe (the verdict, the headline numbers, the gate), the users who need a look, every
+    user sortable, why the model predicted what it did for a few jobs (terms named in words, and
+    a glossary of the 20 features). Reads the database only; the daemon serves the same page live
+    at GET /report.
 
     \b
     Examples:
       hpcpredict report --out /tmp/hpcpredict-report
       hpcpredict report --config deploy/daemon.toml --since 2026-11-01 --source live --out /var/www/hpcpredict
     """
-    from hpcpredict.daemon.core.judged_errors import judged_jobs
-    from hpcpredict.daemon.views.explain import explain_users
-    from hpcpredict.daemon.views.site_summary import killed_at_lowered_limit_count
-    from hpcpredict.daemon.views.pages import write_error_report
+    from hpcpredict.daemon.views.report_page import collect_page, write_report
     from hpcpredict.outputs import OutputPathError, check_output_dir
 
     config = _config(config_path, db=db_url)
@@ -732,17 +735,13 @@ def report(config_path: Path | None, db_url: str | None, since: str | None, sour
         store.close()
         raise click.ClickException(str(error)) from None
     try:
-        since_s = _since_s(since)
-        judged = judged_jobs(store, since_s=since_s, source=source)
-        killed = killed_at_lowered_limit_count(store, since_s)
-        busiest = judged["user_id"].value_counts().index[:REPORT_WHY_USERS].tolist() if len(judged) else []
-        whys = list(explain_users(store, [int(user) for user in busiest], config.predictor_factory).values()) \
-            if busiest else []
+        page = collect_page(store, config.predictor_factory, since_s=_since_s(since), source=source,
+                            db_url=_shown_url(config.db))
     finally:
         store.close()
-    written = write_error_report(judged, out_dir, db_url=_shown_url(config.db), killed_at_lowered_limit=killed,
-                                 whys=whys)
-    click.echo(f"{len(judged):,} jobs reported: {written.index}; {_source_label(judged, source)}")
+    written = write_report(page, out_dir)
+    click.echo(f"{page.judged_jobs:,} jobs reported: {written.index}; "
+               f"{_source_label_counts(page.history_jobs, page.live_jobs, source)}")
 
 
 @click.command("slurm-convert")

@@ -2,8 +2,10 @@
 
 GET /health, /metrics (open); GET /summary, /errors, /users, /users/<uid>/errors,
 /users/<uid>/explain, /jobs/<id>/explain, /predictions and POST /predict (per-user data: bearer
-token, `http_auth`). Every answer is JSON
-``{"error": ..., "code": ...}`` on failure, with a 4xx status for anything the client got wrong.
+token, `http_auth`); GET /report, the sysadmin's page in HTML (`report_page`, the same page as
+``hpcpredict report``; the token also as a Basic password, which a browser asks for). Every
+other answer is JSON, ``{"error": ..., "code": ...}`` on failure, with a 4xx status for anything
+the client got wrong.
 
 Sharing the loop that answers the SLURM plugin is safe because nothing here blocks it:
 
@@ -65,7 +67,12 @@ _T = TypeVar("_T")
 
 # Endpoints showing users' jobs, runtimes or errors, or acting for a user: token required.
 PER_USER_ENDPOINTS = frozenset({"summary", "errors", "users", "user_errors", "user_explain", "job_explain",
-                                "predictions", "predict"})
+                                "predictions", "predict", "report"})
+# Endpoints a browser opens: the token is taken as a Basic password too, and a 401 asks for it.
+BROWSER_ENDPOINTS = frozenset({"report"})
+# The live page is drawn at most this often (figures and all, in a read worker); fetches in between,
+# and fetches while it is drawn, get the same page.
+REPORT_MAX_AGE_S = 30.0
 MAX_PREDICTIONS_LISTED = 1000
 
 
@@ -173,6 +180,8 @@ class AdminApi:
         self._connections: dict[asyncio.BaseTransport, _Connection] = {}
         self._requests_in_flight = 0
         self._reads_pending = 0
+        self._report: tuple[float, bytes] | None = None  # (drawn at, the page) for GET /report
+        self._report_drawing: asyncio.Future[bytes] | None = None
 
     # ------------------------------------------------------------------ life cycle
     async def start(self, host: str, port: int) -> None:
@@ -187,6 +196,7 @@ class AdminApi:
         app.router.add_get("/jobs/{job_id}/explain", self.job_explain, name="job_explain")
         app.router.add_get("/predictions", self.predictions, name="predictions")
         app.router.add_post("/predict", self.predict, name="predict")
+        app.router.add_get("/report", self.report, name="report")
         self._runner = web.AppRunner(
             app, handle_signals=False, access_log=None, keepalive_timeout=self.limits.idle_timeout_s,
             shutdown_timeout=1.0, logger=_ClientFaults(logger, {}),
@@ -257,7 +267,7 @@ class AdminApi:
             self._requests_in_flight += limited
             try:
                 if endpoint in PER_USER_ENDPOINTS:
-                    self._authenticate(request)
+                    self._authenticate(request, browser=endpoint in BROWSER_ENDPOINTS)
                 async with asyncio.timeout(self.limits.request_timeout_s):
                     return await handler(request)
             finally:
@@ -282,12 +292,17 @@ class AdminApi:
             message = internal_error(f"http {request.method} {request.path[:200]}")
             return _error_response(HTTPStatus.INTERNAL_SERVER_ERROR, "internal", message)
 
-    def _authenticate(self, request: web.Request) -> None:
+    def _authenticate(self, request: web.Request, *, browser: bool = False) -> None:
         if not self.auth.configured:
             raise _HttpError(HTTPStatus.FORBIDDEN, "auth_not_configured",
                              "per-user endpoints are off: set http_token_file (serve --http-token-file) "
                              "to serve them to clients presenting its token")
-        if not self.auth.allows(request.headers.get("Authorization")):
+        if not self.auth.allows(request.headers.get("Authorization"), basic=browser):
+            if browser:  # the browser asks for a user name and password: any name, the token
+                raise _HttpError(HTTPStatus.UNAUTHORIZED, "unauthorized",
+                                 "log in with any user name and the token of http_token_file as the password, "
+                                 "or send Authorization: Bearer <token>",
+                                 {"WWW-Authenticate": 'Basic realm="hpcpredict", charset="UTF-8"'})
             raise _HttpError(HTTPStatus.UNAUTHORIZED, "unauthorized",
                              "send the token of http_token_file: Authorization: Bearer <token>",
                              {"WWW-Authenticate": 'Bearer realm="hpcpredict"'})
@@ -367,6 +382,42 @@ class AdminApi:
         if status != HTTPStatus.OK:
             raise _HttpError(status, str(answer["code"]), str(answer["error"]))
         return _json(HTTPStatus.OK, answer)
+
+    async def report(self, request: web.Request) -> web.Response:
+        """The sysadmin's page, live: the daemon's state (/health, from memory, here) and the
+        store's numbers and figures, drawn in a read worker. The plain page is drawn at most every
+        `REPORT_MAX_AGE_S` and once for every fetch that arrives meanwhile; a page asking why a
+        job (``?job=ID``) or a period (``?since=``) is drawn for its request."""
+        job = _query_int(request, "job")
+        since_s = _query_int(request, "since")
+        if job is not None or since_s is not None:
+            body = await self._draw_report(since_s, job)
+        else:
+            body = await self._plain_report()
+        return web.Response(body=body, headers={"Content-Type": "text/html; charset=utf-8",
+                                                "Cache-Control": "no-store"})
+
+    async def _plain_report(self) -> bytes:
+        loop = asyncio.get_running_loop()
+        if self._report is not None and loop.time() - self._report[0] < REPORT_MAX_AGE_S:
+            return self._report[1]
+        if self._report_drawing is None:
+            drawing = asyncio.ensure_future(self._draw_report(None, None))
+            self._report_drawing = drawing
+
+            def drawn(done: asyncio.Future[bytes]) -> None:
+                self._report_drawing = None
+                if not done.cancelled() and done.exception() is None:
+                    self._report = (loop.time(), done.result())
+
+            drawing.add_done_callback(drawn)
+        # shield: a client that gives up must not cancel the drawing the others wait for
+        return await asyncio.shield(self._report_drawing)
+
+    async def _draw_report(self, since_s: int | None, job: int | None) -> bytes:
+        db_url = self.daemon.service.store.engine.url.render_as_string(hide_password=True)
+        return await self._off_loop(queries.report_page, since_s, db_url, self.daemon.health(), job,
+                                    self.daemon.config)
 
     async def users(self, request: web.Request) -> web.Response:
         return _encoded(await self._off_loop(queries.as_json, queries.user_totals))

@@ -14,6 +14,8 @@ API may only listen on a loopback address; ``/health`` and ``/metrics`` stay ope
 
 from __future__ import annotations
 
+import base64
+import binascii
 import hmac
 import ipaddress
 import os
@@ -96,7 +98,9 @@ def require_token_off_loopback(host: str, token_file: str) -> None:
 
 
 class BearerAuth:
-    """Checks ``Authorization: Bearer <token>`` headers against the configured token."""
+    """Checks ``Authorization`` headers against the configured token: ``Bearer <token>``, or, for
+    the page a browser opens (``GET /report``), ``Basic`` with the token as the password (any user
+    name): a browser asks for that itself, and cannot be made to send a bearer token."""
 
     def __init__(self, token: bytes | None) -> None:
         """`token`: None when no token file is configured (per-user endpoints off)."""
@@ -106,12 +110,19 @@ class BearerAuth:
     def configured(self) -> bool:
         return self.token is not None
 
-    def allows(self, authorization: str | None) -> bool:
-        """True when the header carries the token (scheme case-insensitive, RFC 7235)."""
+    def allows(self, authorization: str | None, *, basic: bool = False) -> bool:
+        """True when the header carries the token (scheme case-insensitive, RFC 7235); with
+        `basic`, also as the password of Basic credentials (RFC 7617)."""
         if self.token is None or not authorization:
             return False
         scheme, _, given = authorization.partition(" ")
-        if scheme.lower() != "bearer":
-            return False
         # Header values arrive decoded; surrogateescape gives back their bytes, whatever they are.
-        return hmac.compare_digest(given.strip().encode("utf-8", "surrogateescape"), self.token)
+        given_bytes = given.strip().encode("utf-8", "surrogateescape")
+        if scheme.lower() == "basic" and basic:
+            try:
+                given_bytes = base64.b64decode(given_bytes, validate=True).partition(b":")[2]
+            except (binascii.Error, ValueError):
+                return False
+        elif scheme.lower() != "bearer":
+            return False
+        return hmac.compare_digest(given_bytes, self.token)

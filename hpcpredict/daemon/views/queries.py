@@ -170,3 +170,14 @@ def explain(store: Store, kind: str, key: int, config: object) -> tuple[int, dic
     except ExplainError as error:
         return 404, {"error": str(error), "code": f"unknown_{kind}"}
     return 200, json.loads(json.dumps(why.to_dict(), default=float))
+
+
+def report_page(store: Store, since_s: int | None, db_url: str, health: dict[str, object], job: int | None,
+                config: object) -> bytes:
+    """GET /report: the sysadmin's page (`report_page`) with the daemon's state `health`, every
+    judged job (history and live), and why job `job` got its limit when asked."""
+    from hpcpredict.daemon.views.report_page import collect_page, live_html
+
+    page = collect_page(store, config.predictor_factory, since_s=since_s, source="both",  # type: ignore[attr-defined]
+                        db_url=db_url, daemon=health, asked_job=job)
+    return live_html(page)
