@@ -97,5 +97,40 @@ def test_the_views_write_their_page_quietly_as_the_user(site: SiteNamespace) -> 
     assert status == 0 and output.strip().splitlines() == [
         f"4,997 jobs reported: {work(site)}/page/index.html; jobs judged: 4,997 history + 0 live (--source both)"], output
     written = site.run(["ls", f"{work(site)}/page"]).stdout.split()
-    assert "index.html" in written and sum(name.endswith(".png") for name in written) == 3, written
+    assert "index.html" in written and sum(name.endswith(".png") for name in written) == 4, written
     assert site.shell("find /tmp -maxdepth 1 -name 'hpcpredict-matplotlib-*' | wc -l").stdout == left_before
+
+
+def test_the_daemon_serves_the_sysadmin_page_as_the_user(site: SiteNamespace) -> None:
+    """GET /report from `hpcpredict serve` run as the user with no home: the page, its four figures
+    drawn in the daemon's read worker (matplotlib and fontconfig quiet there too), behind the token
+    given as a browser gives it (Basic, any user name)."""
+    import socket
+
+    with socket.socket() as probe:  # a free port on the host's loopback (this namespace shares it)
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    w = work(site)
+    db = f"sqlite:///{w}/live.db"
+    status, output = as_user(site, "hpcpredict", "train", SAMPLE, "--db", db)
+    assert status == 0, output
+    site.shell(f"cd {w} && runuser -u {USER} -- sh -c 'umask 077; head -c 32 /dev/urandom | od -An -tx1 "
+               f"| tr -d \" \\n\" > token'")
+    site.shell(f"cd {w} && runuser -u {USER} -- sh -c 'nohup hpcpredict serve --db {db} --socket {w}/d.sock "
+               f"--http 127.0.0.1:{port} --http-token-file {w}/token --spool {w}/spool --log-level warning "
+               f"> serve.log 2>&1 &'")
+    try:
+        up = site.shell(f"for i in $(seq 240); do curl -s -o /dev/null http://127.0.0.1:{port}/health && exit 0; "
+                        f"sleep 0.5; done; exit 1", check=False)
+        assert up.returncode == 0, site.shell(f"cat {w}/serve.log").stdout
+        fetched = site.shell(f"cd {w} && curl -s -u admin:$(cat token) -o page.html -w '%{{http_code}}' "
+                             f"http://127.0.0.1:{port}/report", timeout=300)
+        assert fetched.stdout == "200", fetched.stdout
+        page = site.shell(f"cat {w}/page.html").stdout
+        assert page.count("src='data:image/png;base64,") == 4 and "id='daemon'" in page
+        refused = site.shell(f"curl -s -o /dev/null -w '%{{http_code}}' -u admin:wrong http://127.0.0.1:{port}/report")
+        assert refused.stdout == "401"
+    finally:
+        site.shell(f"pkill -u {USER} -f 'hpcpredict serve' || true; sleep 1", check=False)
+    log = site.shell(f"cat {w}/serve.log").stdout
+    assert "Matplotlib" not in log and "Fontconfig" not in log, log
