@@ -13,9 +13,12 @@ object what the Python loop would have left. `why_python_for` is where the loops
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from collections.abc import Callable
 from typing import Protocol, TypeVar
 
 import numpy as np
+
+from hpcpredict.history_keys import HISTORY_KEYS, history_keys
 
 # The learner's rows for pending jobs at first (a row per job submitted and not yet ended);
 # the driver doubles them when a submission finds none free.
@@ -26,23 +29,43 @@ FIRST_POOL_ROWS = 1024
 class ReplayJobs:
     """The replay's jobs as the compiled loops number them: their ids and submission times, the
     distinct user ids (sorted), where each user's first job is (`first_seen`) and each job's
-    user (`user_row`, a row of `user_ids`)."""
+    user (`user_row`, a row of `user_ids`); and, for a learner whose histories are keyed by the
+    user and a field of the job (`hpcpredict.history_keys`), that field of every job."""
 
     job_ids: np.ndarray
     submit_s: np.ndarray
     user_ids: np.ndarray
     first_seen: np.ndarray
     user_row: np.ndarray
+    history_attribute: np.ndarray | None = None
 
     @classmethod
-    def of(cls, job_ids: np.ndarray, user_ids: np.ndarray, submit_s: np.ndarray) -> ReplayJobs:
+    def of(cls, job_ids: np.ndarray, user_ids: np.ndarray, submit_s: np.ndarray,
+           history_attribute: np.ndarray | None = None) -> ReplayJobs:
         distinct, first_seen, user_row = np.unique(user_ids, return_index=True, return_inverse=True)
-        return cls(job_ids, submit_s, distinct, first_seen, user_row.astype(np.int64))
+        return cls(job_ids, submit_s, distinct, first_seen, user_row.astype(np.int64), history_attribute)
 
     def users_by_first_job(self) -> list[int]:
         """The users' rows in the order their first jobs come (the order the Python loop meets
         them)."""
         return np.argsort(self.first_seen).tolist()
+
+    def histories(self, history_by: str) -> tuple[np.ndarray, list[int], np.ndarray]:
+        """For histories keyed by `history_by`: the distinct keys, their rows in the order their
+        first jobs come, and each job's row."""
+        if HISTORY_KEYS[history_by] is None:
+            return self.user_ids, self.users_by_first_job(), self.user_row
+        keys = history_keys(history_by, self.user_ids[self.user_row], self.history_attribute)
+        distinct, first_seen, key_row = np.unique(keys, return_index=True, return_inverse=True)
+        return distinct, np.argsort(first_seen).tolist(), key_row.astype(np.int64)
+
+
+def history_attribute(predictor: object, column: Callable[[str], np.ndarray]) -> np.ndarray | None:
+    """The jobs' field that `predictor` keys its histories by with the user (its `history_by`,
+    `hpcpredict.history_keys`), read with `column(name)`; None for the paper's histories by user
+    (and for a predictor that keeps none)."""
+    name = HISTORY_KEYS.get(getattr(predictor, "history_by", "user"))
+    return None if name is None else column(name)
 
 
 @dataclass

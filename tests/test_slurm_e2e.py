@@ -26,7 +26,11 @@ from testbed.daemon_thread import wait_until_answering
 from testbed.slurm_cluster import SlurmCluster, wait_for
 from sqlalchemy import select
 
+from hpcpredict.daemon.core.events import request_from_json
 from hpcpredict.daemon.fronts.client import DaemonClient
+from hpcpredict.daemon.fronts.protocol import job_request
+from hpcpredict.history_keys import HISTORY_KEYS, history_key
+from hpcpredict.jobs import label_id
 from hpcpredict.daemon.core.store import CorrectionRow, EventRow, JobRow, Store
 from hpcpredict.slurm.tag import parse_tag
 
@@ -329,6 +333,30 @@ def submitted_payload(serve: ServeProcess, job_id: int) -> dict | None:
             return None if text is None else json.loads(text)
     finally:
         store.close()
+
+
+def test_the_fields_a_history_can_be_keyed_by_reach_the_daemon(cluster: SlurmCluster, daemon: ServeProcess) -> None:
+    """`--history-by` keys a history by the user and the job's group, name or partition
+    (hpcpredict/history_keys.py): the plugin sends them with PREDICT, and the watcher's SUBMIT,
+    which the learner learns from, carries the same values (label_id of the names, as the
+    simulator reads an SWF log's numbers)."""
+    partition = cluster.run(["sinfo", "-h", "-o", "%R"]).stdout.split()[0]
+    job_id = cluster.sbatch("--time=30", f"--partition={partition}", "--job-name=keyed-app", "--hold",
+                            script="sleep 1")
+    try:
+        fields = cluster.job_fields(job_id)
+        payload = wait_for(lambda: submitted_payload(daemon, job_id), 30, "the watcher's SUBMIT", cluster)
+    finally:
+        cluster.run(["scancel", str(job_id)])
+    job = payload["job"]
+    assert job["executable_id"] == label_id("keyed-app") and job["partition_id"] == label_id(partition), job
+    assert job["group_id"] == int(fields["GroupId"].rpartition("(")[2].rstrip(")")), (job, fields["GroupId"])
+    # PREDICT's request from the fields the plugin sent for this job: the key SUBMIT learns under
+    asked = job_request({"uid": job["user_id"], "gid": job["group_id"], "procs": job["procs"],
+                         "time_limit": job["requested_s"], "partition": partition, "name": "keyed-app"},
+                        job_id=job_id, now_s=job["submit_s"])
+    for history_by in HISTORY_KEYS:
+        assert history_key(asked, history_by) == history_key(request_from_json(job), history_by)
 
 
 def test_daemon_stopped_sbatch_succeeds_untouched(cluster: SlurmCluster, daemon: ServeProcess) -> None:

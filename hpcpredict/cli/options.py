@@ -17,6 +17,7 @@ from typing import Any
 import click
 
 from hpcpredict.corrections import CORRECTION_NAMES
+from hpcpredict.history_keys import HISTORY_KEYS
 from hpcpredict.learn.defaults import FEATURE_SCALINGS
 from hpcpredict.learn.losses import parse_loss
 from hpcpredict.learn.settings import LearnerSettings
@@ -121,7 +122,7 @@ _FEATURE_SCALING_TYPE = click.Choice(list(FEATURE_SCALINGS))
 def learning_options(command: Callable[..., Any]) -> Callable[..., Any]:
     """The learned predictor's constants, named as in a campaign's [learned] table and the
     daemon's [learner] section: --loss, --eta, --l2, --loss-unit-s, --negative,
-    --censor-at-limit, --feature-scaling, --calibration-alpha. The command receives them as one
+    --censor-at-limit, --feature-scaling, --calibration-alpha, --history-by. The command receives them as one
     `learning` (`LearnerSettings`, whose validation says what a value cannot be)."""
     fields = [field.name for field in dataclasses.fields(LearnerSettings)]
     inner = command
@@ -177,6 +178,15 @@ def learning_options(command: Callable[..., Any]) -> Callable[..., Any]:
                 help="Calibrated confidence: publish the model's answer scaled, per user (global "
                 "fallback), so that this share of jobs outlive it (online conformal quantile of "
                 "log(runtime/prediction)). Default: off, the model's answer as it is.",
+            ),
+            click.option(
+                "--history-by", "history_by", type=click.Choice(list(HISTORY_KEYS)),
+                default=LearnerSettings.history_by, show_default=True,
+                help="What a history (the features' last runtimes, running jobs, break time) is kept "
+                "for: the user (the paper), or the user and one field of the job: its group, "
+                "executable (SLURM: the job name), queue, partition, or request (jobs of a user "
+                "with the same time limit). Measured in docs/results.md, \"Predictions beyond "
+                "the paper\".",
             ),
             retired_flag("--per-user-experts/--no-per-user-experts", "per_user_experts"),
         ]

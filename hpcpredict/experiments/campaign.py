@@ -44,6 +44,7 @@ File format (paths relative to the file, or found in the folder given by ``--log
     starvation_guard_s = [86400]      # optional: the starvation guard (seconds); omitted = off
     censor_at_limit = [false, true]   # optional: learn jobs killed at their limit as lower bounds
     feature_scaling = ["raw", "robust"]  # optional: robust = log break time, no extrapolation
+    history_by = ["user", "user+queue"]   # optional: histories by user, or user and a job field
     slurm_params = ["bf_interval=10"] # optional, for scheduler "slurm-backfill": slurm.conf
                                       # settings (SlurmParams.parse); omitted = Slurm's defaults
     survival_quantile = [0.5, 0.9]    # optional: with corrections = ["survival"], its quantile
@@ -339,11 +340,12 @@ def _learned_grid(path: Path, entry: dict[str, Any]) -> Iterator[tuple[str, RunS
         "slurm_params": entry.get("slurm_params", [defaults.slurm_params]),
         "survival_quantile": entry.get("survival_quantile", [defaults.survival_quantile]),
         "calibration_alpha": entry.get("calibration_alpha", [learner.calibration_alpha]),
+        "history_by": entry.get("history_by", [learner.history_by]),
     }
     unknown = set(entry) - {"losses", "corrections", "schedulers", "eta", "l2",
                             "loss_unit_s", "negative", "starvation_guard_s", "censor_at_limit",
                             "feature_scaling", "slurm_params",
-                            "survival_quantile", "calibration_alpha"}
+                            "survival_quantile", "calibration_alpha", "history_by"}
     if unknown:
         raise CampaignError(f"{where}: unknown keys {sorted(unknown)}")
     for key, values in axes.items():

@@ -45,6 +45,8 @@ Example:
 from __future__ import annotations
 
 import dataclasses
+from functools import partial
+from operator import attrgetter
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from datetime import datetime
@@ -52,6 +54,7 @@ from zoneinfo import ZoneInfo
 
 import numpy as np
 
+from hpcpredict.history_keys import DEFAULT_HISTORY_BY, HISTORY_KEYS, check_history_by, history_key
 from hpcpredict.learn import feature_kernels as K
 from hpcpredict.jobs import JobRequest
 
@@ -242,7 +245,14 @@ class FeatureState:
     `zoneinfo` is, and reaches the kernel as local seconds.
     """
 
-    def __init__(self, context: FeatureContext | None = None) -> None:
+    def __init__(self, context: FeatureContext | None = None, history_by: str = DEFAULT_HISTORY_BY) -> None:
+        """`history_by`: what a history is kept for (`hpcpredict.history_keys`): the user (the
+        paper's rule), or the user and one field of the job; "user" below reads "key" then."""
+        check_history_by(history_by)
+        self.history_by = history_by
+        # the key of a request's history: its user id, fast, in the paper's rule
+        self._key = (attrgetter("user_id") if HISTORY_KEYS[history_by] is None
+                     else partial(history_key, history_by=history_by))
         self.context = FeatureContext() if context is None else context
         self._clock = _LocalClock(self.context)
         self._rows: dict[int, int] = {}  # user id -> row of `table`
@@ -331,14 +341,14 @@ class FeatureState:
         """
         if out is None:
             out = np.empty(N_FEATURES, dtype=np.float64)
-        K.features_into(self.table, self._rows.get(request.user_id, -1), float(request.procs),
+        K.features_into(self.table, self._rows.get(self._key(request), -1), float(request.procs),
                         float(request.requested_s), float(now_s),
                         float(self._clock.local_s(request.submit_s)), out)
         return out
 
     def record_submission(self, request: JobRequest) -> None:
         """Count the job in its user's submitted jobs (feature 9 of later submissions)."""
-        K.record_submission(self.table, self._row(request.user_id), float(request.procs))
+        K.record_submission(self.table, self._row(self._key(request)), float(request.procs))
 
     def job_submitted(
         self, request: JobRequest, now_s: float, out: np.ndarray | None = None
@@ -346,7 +356,7 @@ class FeatureState:
         """The submission event: x_j as of `now_s`, then the submission is recorded."""
         if out is None:
             out = np.empty(N_FEATURES, dtype=np.float64)
-        row = self._row(request.user_id)
+        row = self._row(self._key(request))
         K.submit(self.table, row, float(request.procs), float(request.requested_s), float(now_s),
                  float(self._clock.local_s(request.submit_s)), out)
         return out
@@ -357,9 +367,10 @@ class FeatureState:
         """`job_submitted`, then Phi(x_j) into `phi` (x_j is phi[1:21]) and f = w . Phi, in one
         compiled call (the learner's submission; `QuadraticExpansion.score`'s arithmetic, bit
         for bit)."""
-        row = self._rows.get(request.user_id)
+        key = self._key(request)
+        row = self._rows.get(key)
         if row is None:
-            row = self._row(request.user_id)
+            row = self._row(key)
         return K.submit_and_score(
             self.table, row, float(request.procs), float(request.requested_s), float(now_s),
             float(self._clock.local_s(request.submit_s)), w, phi)
@@ -370,7 +381,7 @@ class FeatureState:
         """`compute` into `out`, then Phi(x_j) into `phi` and f = w . Phi, in one compiled call
         (a peek: the daemon's PREDICT), recording nothing."""
         return K.features_and_score(
-            self.table, self._rows.get(request.user_id, -1), float(request.procs),
+            self.table, self._rows.get(self._key(request), -1), float(request.procs),
             float(request.requested_s), float(now_s), float(self._clock.local_s(request.submit_s)),
             out, w, phi)
 
@@ -386,7 +397,7 @@ class FeatureState:
         history may hold jobs that ended after its submission: an approximation, used only
         when the exact path (`job_submitted` at submission) was impossible.
         """
-        self._row(request.user_id)
+        self._row(self._key(request))
         self.leave_running(request)
         return self.job_submitted(request, end_s, out)
 
@@ -394,7 +405,7 @@ class FeatureState:
         """The job joins its user's running set (features 11-15); a repeated start event (the
         daemon's replay, a requeue) restarts its clock."""
         # (the fast paths written out: this runs once per start, and each call costs)
-        user_id = request.user_id
+        user_id = self._key(request)
         row = self._rows.get(user_id)
         if row is None:
             row = self._row(user_id)
@@ -418,7 +429,7 @@ class FeatureState:
         """For a compiled call that ends the job itself (`feature_kernels.end_job`; the learner's
         `learn_and_end`), which must follow at once: the user's row (made if new) and the job's
         running slot (`NO_SLOT`: not running), released here."""
-        user_id = request.user_id
+        user_id = self._key(request)
         row = self._rows.get(user_id)
         if row is None:
             row = self._row(user_id)
@@ -430,9 +441,10 @@ class FeatureState:
     def leave_running(self, request: JobRequest) -> None:
         """The job leaves its user's running set without a completion (a job that never ran
         after all, a late submission); nothing if it is not running."""
-        slot = self._slot_of.pop((request.user_id, request.job_id), None)
+        key = self._key(request)
+        slot = self._slot_of.pop((key, request.job_id), None)
         if slot is not None:
-            K.leave_running(self.table, self.slots, self._rows[request.user_id], slot)
+            K.leave_running(self.table, self.slots, self._rows[key], slot)
             self._free_slots.append(slot)
 
     # ------------------------------------------------------------------ one user
@@ -523,10 +535,11 @@ class FeatureState:
         }
 
     @classmethod
-    def from_state(cls, state: dict[str, np.ndarray]) -> FeatureState:
-        """Inverse of `to_state`: features computed afterwards are bit-for-bit the same."""
+    def from_state(cls, state: dict[str, np.ndarray], history_by: str = DEFAULT_HISTORY_BY) -> FeatureState:
+        """Inverse of `to_state` (its users are `history_by`'s keys): features computed
+        afterwards are bit-for-bit the same."""
         time_zone = str(state["time_zone"])
-        feature_state = cls(FeatureContext(int(state["unix_start_s"]), time_zone or None))
+        feature_state = cls(FeatureContext(int(state["unix_start_s"]), time_zone or None), history_by)
         running: dict[int, dict[int, tuple[float, float]]] = {}
         for (user_id, job_id), (procs, start_s) in zip(
             state["running_ids"].tolist(), state["running_values"].tolist()

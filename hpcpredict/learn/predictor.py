@@ -98,6 +98,7 @@ from hpcpredict.learn.features import (
     FeatureContext,
     FeatureState,
 )
+from hpcpredict.history_keys import history_key
 from hpcpredict.jobs import JobRequest
 from hpcpredict.learn.calibration import ConformalCalibration
 from hpcpredict.learn.defaults import FeatureScaling, NegativeRule
@@ -152,12 +153,13 @@ class LearnedPredictor:
         censor_at_limit: bool = LearnerSettings.censor_at_limit,
         feature_scaling: FeatureScaling = LearnerSettings.feature_scaling,
         calibration_alpha: float | None = LearnerSettings.calibration_alpha,
+        history_by: str = LearnerSettings.history_by,
     ) -> None:
         if isinstance(censor_at_limit, np.bool_):  # (a checkpoint's array)
             censor_at_limit = bool(censor_at_limit)
         # The settings' one validation (`LearnerSettings`); a loss given as an object is its own.
         LearnerSettings(loss if isinstance(loss, str) else "eloss", eta, l2, negative, loss_unit_s,
-                        censor_at_limit, feature_scaling, calibration_alpha)
+                        censor_at_limit, feature_scaling, calibration_alpha, history_by)
         self.loss = loss
         self.eta = eta
         self.l2 = l2
@@ -168,11 +170,12 @@ class LearnedPredictor:
         self.censor_at_limit = bool(censor_at_limit)
         self.feature_scaling = feature_scaling
         self.calibration_alpha = None if calibration_alpha is None else float(calibration_alpha)
+        self.history_by = history_by
 
         base_loss = parse_loss(loss) if isinstance(loss, str) else loss
         self._loss = dataclasses.replace(base_loss, unit_s=float(loss_unit_s))
         self._expansion = QuadraticExpansion(N_FEATURES)
-        self.features = FeatureState(context)
+        self.features = FeatureState(context, history_by)
         self.nag = Nag(self._expansion.n_terms, NagConfig(eta=eta, l2=l2))
         # The loss and NAG's constants for the one-call step (`Nag.step_on_loss`).
         self._step_constants = step_constants(self._loss, self.nag.config)
@@ -190,6 +193,7 @@ class LearnedPredictor:
         self._pending_calibrated: dict[int, tuple[int, int]] = {}
         extras = (",censored" if self.censor_at_limit else "") + (",robust" if self._robust else "")
         extras += f",alpha={self.calibration_alpha:g}" if self.calibration is not None else ""
+        extras += f",history={history_by}" if history_by != LearnerSettings.history_by else ""
         self.name = (
             f"learned({self._loss.name},eta={eta:g},l2={l2:g},unit={loss_unit_s:g}s{extras})"
         )
@@ -200,7 +204,7 @@ class LearnedPredictor:
         return cls(settings.loss, eta=settings.eta, l2=settings.l2, negative=settings.negative,
                    loss_unit_s=settings.loss_unit_s, context=context,
                    censor_at_limit=settings.censor_at_limit, feature_scaling=settings.feature_scaling,
-                   calibration_alpha=settings.calibration_alpha)
+                   calibration_alpha=settings.calibration_alpha, history_by=settings.history_by)
 
     # ------------------------------------------------------------------ the protocol
     def predict(self, request: JobRequest, now_s: int, *, features: np.ndarray | None = None) -> int:
@@ -384,10 +388,10 @@ class LearnedPredictor:
                 request.user_id, learned_s, request.requested_s)
         return learned_s
 
-    def savepoint(self, user_id: int, job_id: int) -> Callable[[], None]:
-        """A function that puts back everything one event of job `job_id` (of user `user_id`) can
-        change: NAG's state, that user's history and calibration, and the job's pending features and
-        published prediction.
+    def savepoint(self, request: JobRequest) -> Callable[[], None]:
+        """A function that puts back everything one event of the job of `request` can change:
+        NAG's state, its user's history (its key's, `history_by`) and calibration, and the job's
+        pending features and published prediction.
 
         `predict`, `job_started`, `job_ended`, `learn_lower_bound` and `discard` for one job
         touch nothing else (the feature clock's cache is a pure
@@ -397,7 +401,9 @@ class LearnedPredictor:
         """
         nag = self.nag.state
         saved_nag = NagState(nag.w.copy(), nag.s.copy(), nag.g_sum.copy(), nag.n_sum, nag.t)
-        saved_user = self.features.save_user(user_id)
+        user_id, job_id = request.user_id, request.job_id
+        key = history_key(request, self.history_by)
+        saved_user = self.features.save_user(key)
         saved_phi = self._pending_phi.get(job_id)  # never written in place: kept by reference
         calibration = self.calibration
         saved_published = self._pending_calibrated.get(job_id)  # a tuple: kept by reference
@@ -405,7 +411,7 @@ class LearnedPredictor:
 
         def restore() -> None:
             self.nag.state = saved_nag
-            self.features.restore_user(user_id, saved_user)
+            self.features.restore_user(key, saved_user)
             _put_back(self._pending_phi, job_id, saved_phi)
             _put_back(self._pending_calibrated, job_id, saved_published)
             if calibration is not None and saved_calibration is not None:
@@ -519,11 +525,12 @@ class LearnedPredictor:
         # Each user's row of the features, made in the order users first appear, as the Python
         # loop makes them (zeroed, as at a first submission), before the replay, so that the
         # loop never grows the table.
-        rows = np.zeros(len(jobs.user_ids), dtype=np.int64)
-        for k in jobs.users_by_first_job():
-            rows[k] = features.row_of(int(jobs.user_ids[k]))
+        keys, first_to_last, key_row = jobs.histories(self.history_by)
+        rows = np.zeros(len(keys), dtype=np.int64)
+        for k in first_to_last:
+            rows[k] = features.row_of(int(keys[k]))
         return PredictorArrays(
-            self.compiled_kind, rows[jobs.user_row], local_s=features.local_seconds(jobs.submit_s),
+            self.compiled_kind, rows[key_row], local_s=features.local_seconds(jobs.submit_s),
             nag_table=nag.table, constants=self._step_constants, factor=OUTLIER_SCALE_FACTOR,
             users=features.table, pool=np.zeros((FIRST_POOL_ROWS, nag.n_coords)),
             slots=np.zeros((FIRST_POOL_ROWS, SLOT_COLUMNS)), steps=nag.state.t,
@@ -548,6 +555,7 @@ class LearnedPredictor:
             "censor_at_limit": self.censor_at_limit,
             "feature_scaling": self.feature_scaling,
             "calibration_alpha": self.calibration_alpha,
+            "history_by": self.history_by,
         }
 
     def clone(self) -> LearnedPredictor:
@@ -572,6 +580,7 @@ class LearnedPredictor:
             "hyper/learn_unseen": np.array(self.learn_unseen),
             "hyper/censor_at_limit": np.array(self.censor_at_limit),
             "hyper/feature_scaling": np.array(self.feature_scaling),
+            "hyper/history_by": np.array(self.history_by),
         }
         if self.calibration_alpha is not None:  # absent: off (as in checkpoints made before it)
             state["hyper/calibration_alpha"] = np.array(self.calibration_alpha, dtype=np.float64)
@@ -621,6 +630,7 @@ class LearnedPredictor:
             "censor_at_limit": bool(state.get("hyper/censor_at_limit", False)),
             "feature_scaling": str(state.get("hyper/feature_scaling", "raw")),
             "calibration_alpha": _alpha_from_state(state),
+            "history_by": str(state.get("hyper/history_by", LearnerSettings.history_by)),
         }
         mine = {
             "loss": self._loss.name,
@@ -634,6 +644,7 @@ class LearnedPredictor:
             "censor_at_limit": self.censor_at_limit,
             "feature_scaling": self.feature_scaling,
             "calibration_alpha": self.calibration_alpha,
+            "history_by": self.history_by,
         }
         different = sorted(key for key in mine if mine[key] != saved[key])
         if different:
@@ -643,7 +654,7 @@ class LearnedPredictor:
             {key[4:]: value for key, value in state.items() if key.startswith("nag/")}
         )
         self.features = FeatureState.from_state(
-            {key[9:]: value for key, value in state.items() if key.startswith("features/")}
+            {key[9:]: value for key, value in state.items() if key.startswith("features/")}, self.history_by
         )
         phis = np.array(state["pending/phi"], dtype=np.float64)
         job_ids = state["pending/job_id"].tolist()
@@ -693,6 +704,7 @@ class LearnedPredictor:
             censor_at_limit=bool(state.get("hyper/censor_at_limit", False)),
             feature_scaling=str(state.get("hyper/feature_scaling", "raw")),  # type: ignore[arg-type]
             calibration_alpha=_alpha_from_state(state),
+            history_by=str(state.get("hyper/history_by", LearnerSettings.history_by)),
         )
         predictor.load_state_dict(state)
         return predictor

@@ -23,6 +23,7 @@ from hpcpredict.learn.defaults import (
     FeatureScaling,
     NegativeRule,
 )
+from hpcpredict.history_keys import DEFAULT_HISTORY_BY, check_history_by
 from hpcpredict.learn.losses import parse_loss
 
 
@@ -34,8 +35,9 @@ def _number(value: object) -> bool:
 class LearnerSettings:
     """The E-Loss learner's constants (docs/method.md §3-6): the loss (its name, `parse_loss`'s
     syntax), NAG's rate `eta` and the l2 constant, how a negative output becomes a prediction,
-    the seconds in the loss's unit, and the three measured options: censoring at the limit,
-    robust feature scaling, calibrated confidence (None: off)."""
+    the seconds in the loss's unit, and the measured options: censoring at the limit, robust
+    feature scaling, calibrated confidence (None: off), and what a history is kept for
+    (`hpcpredict.history_keys`: the user, or the user and a field of the job)."""
 
     loss: str = "eloss"
     eta: float = DEFAULT_ETA
@@ -45,6 +47,7 @@ class LearnerSettings:
     censor_at_limit: bool = DEFAULT_CENSOR_AT_LIMIT
     feature_scaling: FeatureScaling = DEFAULT_FEATURE_SCALING
     calibration_alpha: float | None = DEFAULT_CALIBRATION_ALPHA
+    history_by: str = DEFAULT_HISTORY_BY
 
     def __post_init__(self) -> None:
         if not isinstance(self.loss, str):
@@ -66,6 +69,7 @@ class LearnerSettings:
         if self.calibration_alpha is not None and (
                 not _number(self.calibration_alpha) or not 0.0 < self.calibration_alpha < 1.0):
             raise ValueError(f"the calibration target must be in (0, 1), got {self.calibration_alpha!r}")
+        check_history_by(self.history_by)
 
     def to_keys(self) -> dict[str, object]:
         """The campaign keys (`RunSpec.to_dict`): the options added after the first stores are
@@ -79,6 +83,8 @@ class LearnerSettings:
             keys.pop("calibration_alpha")
         else:
             keys["calibration_alpha"] = float(self.calibration_alpha)
+        if self.history_by == DEFAULT_HISTORY_BY:
+            keys.pop("history_by")
         return keys
 
     @property
@@ -87,7 +93,8 @@ class LearnerSettings:
         return ((", censored" if self.censor_at_limit else "")
                 + (", robust features" if self.feature_scaling != DEFAULT_FEATURE_SCALING else "")
                 + (f", calibrated alpha={self.calibration_alpha:g}"
-                   if self.calibration_alpha is not None else ""))
+                   if self.calibration_alpha is not None else "")
+                + (f", history by {self.history_by}" if self.history_by != DEFAULT_HISTORY_BY else ""))
 
 
 LEARNER_KEYS: frozenset[str] = frozenset(field.name for field in dataclasses.fields(LearnerSettings))

@@ -37,6 +37,9 @@ class Metrics:
     makespan_s: int
     prediction_mae_s: float
     under_prediction_rate: float
+    # median of prediction - runtime over the jobs predicted above their runtime (0: none): how
+    # far above the real end the scheduler plans the others, as a site reads prediction quality
+    median_over_prediction_s: float
     corrections_per_job: float
     backfilled_rate: float
 
@@ -105,9 +108,17 @@ def compute_metrics(result: SimulationResult, measured: np.ndarray | None = None
         makespan_s=makespan,
         prediction_mae_s=errors.mae_s,
         under_prediction_rate=errors.under_rate,
+        median_over_prediction_s=median_over_prediction_s(columns["initial_prediction_s"], run),
         corrections_per_job=float(columns["corrections"].mean()),
         backfilled_rate=float(columns["backfilled"].mean()),
     )
+
+
+def median_over_prediction_s(predicted_s: np.ndarray, run_s: np.ndarray) -> float:
+    """The median of prediction - runtime over the over-predicted jobs (0.0 when none is)."""
+    over = np.asarray(predicted_s, dtype=np.float64) - np.asarray(run_s, dtype=np.float64)
+    over = over[over > 0]
+    return float(np.median(over)) if over.size else 0.0
 
 
 def worst_user(user_id: np.ndarray, bsld: np.ndarray) -> tuple[int, float]:
@@ -159,6 +170,7 @@ _TABLE_ROWS: tuple[tuple[str, str, str], ...] = (
     ("makespan_s", "makespan (s)", "{:,}"),
     ("prediction_mae_s", "prediction MAE (s)", "{:,.0f}"),
     ("under_prediction_rate", "under-predicted", "{:.1%}"),
+    ("median_over_prediction_s", "median over-prediction (s)", "{:,.0f}"),
     ("corrections_per_job", "corrections/job", "{:.3f}"),
     ("backfilled_rate", "backfilled", "{:.1%}"),
 )

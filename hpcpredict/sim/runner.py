@@ -305,7 +305,7 @@ COMPARED_METRICS: dict[str, str] = {
 }
 SUMMARISED_METRICS: tuple[str, ...] = (
     "ave_bsld", "p99_bsld", "mean_wait_s", "p99_wait_s", "max_wait_s", "worst_user_mean_bsld",
-    "under_prediction_rate", "corrections_per_job",
+    "under_prediction_rate", "median_over_prediction_s", "corrections_per_job",
 )
 
 

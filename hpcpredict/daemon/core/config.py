@@ -40,6 +40,8 @@
     censor_at_limit = false       # learn TIMEOUT jobs as lower bounds (docs/method.md §4)
     feature_scaling = "raw"       # "robust": log break time, no extrapolation (§2)
     # calibration_alpha = 0.5     # publish so that this share of jobs outlive it (§6; omitted: off)
+    # history_by = "user+partition"  # histories by user and partition (or group, executable = job
+    #                              # name, request); default "user" (docs/results.md)
 
 The learner section matters beyond start-up: a checkpoint records the hyperparameters it was made
 with and a daemon started with others refuses it (`LearnedPredictor.load_state_dict`), rather

@@ -68,7 +68,14 @@ from hpcpredict.daemon.core.feature_tokens import FeatureTokens
 from hpcpredict.daemon.core.checkpoints import CheckpointError, load_checkpoint, state_from_npz, state_to_npz
 from hpcpredict.daemon.core.readiness import DEFAULT_MIN_TRAINED_JOBS, Readiness, assess
 from hpcpredict.daemon.core.staleness import HistoryAge, NewestEnd, age_at
-from hpcpredict.daemon.core.events import REQUEST_FIELDS, EventKind, dump_payload, idempotency_key, request_to_json
+from hpcpredict.daemon.core.events import (
+    REQUEST_FIELDS,
+    EventKind,
+    dump_payload,
+    idempotency_key,
+    request_from_json,
+    request_to_json,
+)
 from hpcpredict.daemon.core.learning import Applied, LearnRule, apply_event, observe_event
 from hpcpredict.daemon.core.statements import (
     COUNT_CORRECTIONS,
@@ -843,8 +850,9 @@ class PredictionService:
         self._ingested_seq = seq
 
         def learn() -> Applied:  # on the learner's thread (module doc)
-            user_id = payload["job"]["user_id"]
-            put_back = self._predictor.savepoint(user_id, job_id)
+            request = request_from_json(payload["job"])
+            user_id = request.user_id
+            put_back = self._predictor.savepoint(request)
             newest_end, saved_newest_end = self._newest_end, self._newest_end.saved()
 
             def undo() -> None:

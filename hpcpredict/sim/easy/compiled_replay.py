@@ -119,6 +119,8 @@ class Machine:
     queue: np.ndarray
     profile: np.ndarray
     by_request: np.ndarray | None
+    # the jobs' field a learner keys its histories by with the user (`history_keys`), or None
+    history_attribute: np.ndarray | None = None
 
 
 def replay(
@@ -130,7 +132,7 @@ def replay(
     count = len(machine.job_ids)
     guard = scheduler.guard is not None
     int64 = np.int64
-    replay_jobs = ReplayJobs.of(machine.job_ids, machine.user_ids, machine.submit_s)
+    replay_jobs = ReplayJobs.of(machine.job_ids, machine.user_ids, machine.submit_s, machine.history_attribute)
     predictor_arrays = predictor.to_arrays(replay_jobs)  # type: ignore[attr-defined]
     correction_arrays = correction.to_arrays(replay_jobs)  # type: ignore[attr-defined]
     jobs = JobArrays.empty(count)

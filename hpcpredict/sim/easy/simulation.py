@@ -35,6 +35,7 @@ from hpcpredict.collector import collector_paused
 from hpcpredict.logs.job_table import JobTable
 from hpcpredict.jobs import Job, JobRequest
 from hpcpredict.learn.baselines import Predictor, clip_prediction
+from hpcpredict.replay_state import history_attribute
 from hpcpredict.corrections.policies import CorrectionPolicy, RequestWithinSlack
 from hpcpredict.corrections.starvation import guard_slack_estimate_s
 from hpcpredict.sim.engine.profile import RunningProfile
@@ -220,7 +221,8 @@ class Simulation:
                     *map(self._job_column, ("job_id", "user_id", "submit_s", "run_s", "procs",
                                             "requested_s")),
                     self.waiting.table, self.profile.table,
-                    None if self.by_request is None else self.by_request.table),
+                    None if self.by_request is None else self.by_request.table,
+                    history_attribute(self.predictor, self._job_column)),
                 self.scheduler, self.predictor, self.correction, progress, progress_every)
             self.finished = len(self.jobs)
             return self._result(columns.start_s, columns.initial_prediction_s,

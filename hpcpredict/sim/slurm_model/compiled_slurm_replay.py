@@ -42,7 +42,7 @@ def replay(
     int64 = np.int64
     job_ids, submit_s = columns["job_id"], columns["submit_s"]
     count = len(job_ids)
-    replay_jobs = ReplayJobs.of(job_ids, columns["user_id"], submit_s)
+    replay_jobs = ReplayJobs.of(job_ids, columns["user_id"], submit_s, columns.get("history_attribute"))
     arrays = predictor.to_arrays(replay_jobs)  # type: ignore[attr-defined]
     correction_arrays = correction.to_arrays(replay_jobs)  # type: ignore[attr-defined]
     jobs = JobArrays.empty(count)

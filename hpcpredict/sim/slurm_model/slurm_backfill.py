@@ -58,6 +58,7 @@ import numpy as np
 from hpcpredict.instants import Instant
 from hpcpredict.jobs import Job
 from hpcpredict.learn.baselines import Predictor, clip_prediction
+from hpcpredict.replay_state import history_attribute
 from hpcpredict.corrections.policies import CorrectionPolicy, RequestWithinSlack
 from hpcpredict.corrections.starvation import GuardSettings, guard_slack_estimate_s
 from hpcpredict.sim.engine.profile import RunningProfile, never_fits
@@ -168,6 +169,9 @@ def simulate_slurm(
         columns = {name: np.asarray(column, dtype=np.int64) for name, column in
                    zip(NUMBER_COLUMNS, number_columns(jobs, machine_procs))}
         columns.update(job_id=job_column(jobs, "job_id"), user_id=job_column(jobs, "user_id"))
+        attribute = history_attribute(predictor, lambda name: job_column(jobs, name))
+        if attribute is not None:
+            columns["history_attribute"] = attribute
         replayed = compiled_slurm_replay.replay(
             columns, machine_procs, RunningProfile(machine_procs).table, params,
             _guard_wait_s(scheduler, columns["requested_s"]), predictor, correction,
