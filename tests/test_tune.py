@@ -309,3 +309,18 @@ def test_tune_tries_the_guards_it_is_given_and_refuses_bad_ones(tmp_path: Path) 
                                        "guard 30 h + survival(q=0.5)"}
     refused = CliRunner().invoke(main, [*options, "--guards", "6h,off"])
     assert refused.exit_code == 2 and "durations above 0 s" in refused.output
+
+
+def test_the_grid_tries_each_history_asked_and_the_fragment_carries_the_learners(tmp_path: Path) -> None:
+    settings = grid(RunSpec(), ["incremental"], (24 * 3600,), histories=["user", "user+request"])
+    assert [s.label for s in settings] == ["guard 24 h + incremental",
+                                           "guard 24 h + incremental, history by user+request"]
+    keyed = settings[1]
+    assert keyed.spec.learner.history_by == "user+request" and settings[0].spec.learner.history_by == "user"
+    unbounded, ave2 = goal_settings(keyed)  # the same learner unbounded; AVE2 keeps its own rule
+    assert unbounded.spec.learner.history_by == "user+request" and ave2.label == "AVE2, guard 24 h + incremental"
+    fragment = daemon_fragment(keyed.spec, "site.swf", Choice(keyed.label, "a rule"))
+    (tmp_path / "daemon.toml").write_text(fragment)
+    assert load_config(tmp_path / "daemon.toml").learner.history_by == "user+request"
+    assert "[learner]" not in daemon_fragment(settings[0].spec, "site.swf", Choice("x", "a rule"))
+    assert grid(RunSpec(), ["incremental"], (24 * 3600,)) == settings[:1]  # None: the base's own

@@ -18,6 +18,7 @@ from hpcpredict.cli.options import (
     procs_option,
     slurm_settings_options,
 )
+from hpcpredict.history_keys import check_history_by
 from hpcpredict.sim.replica_stats import PairedDifference
 from hpcpredict.sim.runner import RunSpec
 from hpcpredict.sim.shaking import DEFAULT_SEED, DEFAULT_SHAKE_S
@@ -59,6 +60,11 @@ _NAMES = {"ave_bsld": "AVEbsld", "p99_wait_s": "p99 wait h", "max_wait_s": "max 
               "logs, 3-6x the AVEbsld on the third (docs/tune.md).")
 @click.option("--corrections", default="incremental,survival", show_default=True,
               help="Corrections tried, comma-separated (with every bound of the grid).")
+@click.option("--histories", "histories", default=None, metavar="KEYS",
+              help="Also choose what the learner's histories are kept for, comma-separated "
+              "(user, user+group, user+executable, user+queue, user+partition, user+request: "
+              "--history-by), each with every bound and correction. Default: --history-by's alone. "
+              "The daemon.toml fragment then carries [learner] history_by.")
 @click.option("--replicas", type=click.IntRange(min=2), default=10, show_default=True,
               help="Shaken replicas of each part (replica 0 is the history itself).")
 @click.option("--shake", "shake_s", type=click.IntRange(min=0), default=DEFAULT_SHAKE_S,
@@ -79,7 +85,8 @@ _NAMES = {"ave_bsld": "AVEbsld", "p99_wait_s": "p99 wait h", "max_wait_s": "max 
 @format_option()
 def tune(
     log: Path, scheduler: str, slurm_params: str, learning: LearnerSettings, procs: int | None,
-    split: float, guards: str, xfactors: str, slacks: str, corrections: str, replicas: int, shake_s: int,
+    split: float, guards: str, xfactors: str, slacks: str, corrections: str, histories: str | None,
+    replicas: int, shake_s: int,
     seed: int, jobs: int | None,
     executor: str, scheduler_address: str | None, store_url: str, fragment_path: Path | None,
     lenient: bool, output_format: str,
@@ -117,6 +124,9 @@ def tune(
         given_guards_s = tuning.parse_guards(guards)
         factors = tuning.parse_xfactors(xfactors)
         slack_pairs = tuning.parse_slacks(slacks)
+        history_names = None if histories is None else [h.strip() for h in histories.split(",") if h.strip()]
+        for name in history_names or ():
+            check_history_by(name)
     except ValueError as error:
         raise click.BadParameter(str(error)) from None
     if fragment_path is not None:
@@ -137,7 +147,7 @@ def tune(
                                            executor, jobs, scheduler_address, open_store,
                                            StoreError), plain_cells, "plain")
     guards_s = given_guards_s or tuning.thresholds_s(plain_earlier.mean("p99_wait_s"))
-    tried = tuning.grid(base, correction_names, guards_s, factors, slack_pairs)
+    tried = tuning.grid(base, correction_names, guards_s, factors, slack_pairs, history_names)
     chooser = [plain, *tried]
     choose_cells = tuning.cells(parts.earlier, chooser, replicas, shake_s, seed)
     evidence = _run(f"tune {workload.name}: choosing", choose_cells, store_url, executor, jobs,
@@ -166,6 +176,7 @@ def tune(
             "scheduler": scheduler, "replicas": replicas, "shake_s": shake_s, "seed": seed,
             "guards_s": list(guards_s), "xfactors": list(factors),
             "slacks_s": [list(pair) for pair in slack_pairs],
+            "histories": history_names or [learning.history_by],
             "chosen": {"label": chosen.label, "settings": chosen.spec.to_dict(), "rule": choice.rule},
             "default": default.label, "unbounded": unbounded.label, "ave2_same_bound": ave2.label,
             "earlier": {label: _summary(e) for label, e in by_label.items()},

@@ -42,6 +42,7 @@ from hpcpredict.corrections.starvation import (
     DEFAULT_STARVATION_GUARD_S, GuardSettings, is_expansion_factor, parse_starvation_guard,
 )
 from hpcpredict.experiments.campaign import Cell, LogEntry
+from hpcpredict.history_keys import DEFAULT_HISTORY_BY
 from hpcpredict.sim.replica_stats import Estimate, PairedDifference, mean_ci, paired_difference
 from hpcpredict.sim.runner import RunSpec
 from hpcpredict.sim.slurm_model.slurm_backfill import NAME as SLURM_BACKFILL
@@ -78,7 +79,9 @@ def bound_label(spec: RunSpec) -> str:
     if spec.predictor == "requested":
         return "plain"
     predictor = "" if spec.predictor == "learned" else f"{spec.predictor.upper()}, "
-    return f"{predictor}{spec.guard_label.removeprefix(' + ') or 'no guard'} + {spec.correction_label}"
+    history = (f", history by {spec.learner.history_by}"
+               if spec.predictor == "learned" and spec.learner.history_by != DEFAULT_HISTORY_BY else "")
+    return f"{predictor}{spec.guard_label.removeprefix(' + ') or 'no guard'} + {spec.correction_label}{history}"
 
 
 NEAR_DEFAULT = 0.10  # a scaled guard this close to the default is the default's twin
@@ -164,11 +167,21 @@ def parse_slacks(text: str) -> tuple[tuple[int, int], ...]:
 
 def grid(base: RunSpec, corrections: Sequence[str] = DEFAULT_CORRECTIONS,
          guards_s: Sequence[int] = (DEFAULT_STARVATION_GUARD_S,),
-         xfactors: Sequence[float] = (), slacks: Sequence[tuple[int, int]] = ()) -> list[Setting]:
+         xfactors: Sequence[float] = (), slacks: Sequence[tuple[int, int]] = (),
+         histories: Sequence[str] | None = None) -> list[Setting]:
     """The settings tried: every guard of `guards_s` (`thresholds_s`), then the xfactor rule at
     every factor of `xfactors` and the slack stage at every (slack, after) of `slacks`, both under
     the shipped 24 h guard, with every correction, on `base` (the learned predictor under the
-    site's scheduler and learner settings)."""
+    site's scheduler and learner settings), its histories kept by each of `histories`
+    (`hpcpredict.history_keys`; None: `base`'s own)."""
+    if histories is None:
+        return _grid(base, corrections, guards_s, xfactors, slacks)
+    return [setting for history in histories for setting in _grid(
+        replace(base, learner=replace(base.learner, history_by=history)), corrections, guards_s, xfactors, slacks)]
+
+
+def _grid(base: RunSpec, corrections: Sequence[str], guards_s: Sequence[int], xfactors: Sequence[float],
+          slacks: Sequence[tuple[int, int]]) -> list[Setting]:
     settings = []
     for correction in corrections:
         for seconds in guards_s:
@@ -364,5 +377,8 @@ def daemon_fragment(spec: RunSpec, history: str, choice: Choice) -> str:
     ]
     if spec.correction == "survival":
         lines.append(f"survival_quantile = {spec.survival_quantile:g}")
+    if spec.learner.history_by != DEFAULT_HISTORY_BY:
+        lines += ["# train with the same [learner] section (hpcpredict train --config): a model",
+                  "# trained otherwise is refused", "[learner]", f'history_by = "{spec.learner.history_by}"']
     return "\n".join(lines) + "\n"
 
