@@ -602,7 +602,7 @@ table.sortable th{cursor:pointer}table.sortable th[aria-sort=ascending]::after{c
 table.sortable th[aria-sort=descending]::after{content:" ▼"}
 tr.look td:first-child{font-weight:600;color:#c62828}td.off{background:#ffebee}
 tfoot td{font-weight:600}
-#look-table td:last-child,table.terms td:first-child,table.state td{text-align:left}
+#look-table td:last-child,#look-table th:last-child,table.terms td:first-child,table.terms th:first-child,table.state td{text-align:left}
 table.state th{text-align:left}
 .checks{list-style:none;padding:0}.check{margin:.2em 0}
 .badge{display:inline-block;min-width:3em;text-align:center;border-radius:.3em;padding:0 .3em;background:#eee;font-weight:600}
