@@ -29,6 +29,19 @@ from hpcpredict.sim.replica_stats import paired_difference
 
 REFERENCES = ("default", "ave2g", "unbounded")
 LOGS = ("KTH", "BLUE", "Curie")
+LOG_NAMES = {"KTH": "KTH-SP2", "BLUE": "SDSC-BLUE", "Curie": "CEA-Curie"}
+# file name -> how the table names it (hist-X: `--history-by user+X`)
+CANDIDATE_NAMES = {
+    "default": "**the default** (24 h guard, INCREMENTAL)", "ave2g": "AVE2, same guard",
+    "unbounded": "learned, no guard", "survival": "survival correction (q = 0.5)",
+    "gbm": "refitted GBM (median of log runtime)", "ensemble": "per-user ensemble (learned or AVE2)",
+}
+
+
+def shown(candidate: str) -> str:
+    if candidate.startswith("hist-"):
+        return f"`--history-by user+{candidate[5:]}`"
+    return CANDIDATE_NAMES.get(candidate, candidate)
 
 
 def read(path: Path) -> tuple[list[dict], list[dict] | None]:
@@ -81,7 +94,7 @@ def main() -> None:
             p99_ratio = mean(replicas, "p99_wait_s") / mean(easy, "p99_wait_s")
             summary[log, candidate] = (mean(replicas, "ave_bsld"), max_ratio)
             over = mean(replicas, "median_over_prediction_s")
-            print(f"| {log} | {candidate} | {len(replicas)} | {mean(replicas, 'ave_bsld'):.2f} | "
+            print(f"| {LOG_NAMES[log]} | {shown(candidate)} | {len(replicas)} | {mean(replicas, 'ave_bsld'):.2f} | "
                   f"{paired(replicas, runs[log]['ave2g']) if candidate != 'ave2g' else ''} | "
                   f"{paired(replicas, runs[log]['default']) if candidate != 'default' else ''} | "
                   f"{max_ratio:.2f} | {p99_ratio:.2f} | {mean(replicas, 'ave_bsld') / mean(unbounded, 'ave_bsld'):.2f} | "
@@ -89,7 +102,7 @@ def main() -> None:
                   f"{'-' if over != over else f'{over / 60:,.0f} min'} | {mean(replicas, 'corrections_per_job'):.2f} |")
     everywhere = sorted(set.intersection(*(set(runs[log]) for log in LOGS if log in runs)) - {"ave2g", "unbounded"})
     print()
-    print(f"Leave-one-log-out among {', '.join(everywhere)} (max wait at most {MAX_WAIT_BOUND:g}x plain EASY's "
+    print(f"Leave-one-log-out among {', '.join(map(shown, everywhere))} (max wait at most {MAX_WAIT_BOUND:g}x plain EASY's "
           f"on both other logs, then the lowest summed AVEbsld there):")
     for held_out in LOGS:
         others = [log for log in LOGS if log != held_out]
@@ -99,7 +112,7 @@ def main() -> None:
         pool = bounded or everywhere
         choice = min(pool, key=lambda c: sum(summary[log, c][0] for log in others))
         bsld, ratio = summary[held_out, choice]
-        print(f"- {held_out} held out: {choice} (AVEbsld {bsld:.2f} there, max wait {ratio:.2f}x plain EASY's; "
+        print(f"- {LOG_NAMES[held_out]} held out: {shown(choice)} (AVEbsld {bsld:.2f} there, max wait {ratio:.2f}x plain EASY's; "
               f"vs AVE2 {paired(runs[held_out][choice], runs[held_out]['ave2g'])})")
 
 
