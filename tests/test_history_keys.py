@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 from hpcpredict.corrections.policies import IncrementalCorrection
 from hpcpredict.daemon.core.service import PredictionService
 from hpcpredict.daemon.core.store import Store
+from hpcpredict.daemon.views.explain import explain_job
 from hpcpredict.daemon.fronts.protocol import job_request as predict_request
 from hpcpredict.history_keys import HISTORY_KEYS, history_key, history_keys
 from hpcpredict.jobs import JobRequest
@@ -119,6 +120,19 @@ def test_the_daemon_restarts_a_keyed_learner_bit_for_bit(tmp_path: Path) -> None
     assert_same_state(PredictionService.open(store, keyed, checkpoint_every=100).state_dict(), expected)
     store.close()
     assert str(expected["hyper/history_by"]) == "user+request"
+    # why a job got its prediction: the history it was predicted from is its kind's
+    ended = {}
+    for _, _, job_id, kind, request, _ in events:
+        if kind == "ended" and request is not None:
+            ended.setdefault((request.user_id, request.requested_s), []).append(job_id)
+    store = Store(whole_url)
+    try:
+        late = next(event for event in reversed(events) if event[3] == "submitted"
+                    and len(ended.get((event[4].user_id, event[4].requested_s), [])) >= 3)
+        why = explain_job(store, late[2], keyed)
+    finally:
+        store.close()
+    assert why.history["completed_jobs"] >= 1
 
 
 def test_the_plugins_predict_and_the_watchers_submit_key_a_slurm_job_alike() -> None:

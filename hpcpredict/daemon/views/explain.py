@@ -29,6 +29,7 @@ from hpcpredict.daemon.core.checkpoints import CheckpointError, state_from_npz
 from hpcpredict.daemon.core.events import EventKind, request_from_json
 from hpcpredict.daemon.core.learning import apply_event
 from hpcpredict.daemon.core.store import EventRow, HistoryJudgementRow, JobRow, PredictionRow, Store
+from hpcpredict.history_keys import history_key
 from hpcpredict.jobs import JobRequest
 from hpcpredict.learn.explanation import PredictionExplanation
 from hpcpredict.learn.predictor import HyperparameterMismatchError, LearnedPredictor
@@ -145,7 +146,7 @@ def explain_job(store: Store, job_id: int, factory: Callable[[], LearnedPredicto
     model = _describe(stored, f"just before the job's submission (event {event.seq:,})")
     return Why(f"job {job_id}", request, int(payload["now_s"]), explanation, model, recorded,
                _recent_jobs(store, request.user_id, ended_by_s=int(payload["now_s"])),
-               _history(stored.predictor, request.user_id))
+               _history(stored.predictor, request))
 
 
 def explain_user(store: Store, user_id: int, factory: Callable[[], LearnedPredictor] = LearnedPredictor) -> Why:
@@ -176,7 +177,7 @@ def explain_users(
         explanation = predictor.explain(request, at_s)
         model = _describe(stored, "after the last logged event")
         answers[user_id] = Why(f"user {user_id}'s next job", request, at_s, explanation, model, None,
-                               _recent_jobs(store, user_id), _history(predictor, user_id))
+                               _recent_jobs(store, user_id), _history(predictor, request))
     return answers
 
 
@@ -222,9 +223,10 @@ def _last_request(store: Store, predictor: LearnedPredictor, user_id: int) -> Jo
                       user_id=user_id)
 
 
-def _history(predictor: LearnedPredictor, user_id: int) -> dict[str, float]:
-    """The user's completed runtimes as the model knows them (its features 2-7)."""
-    user = predictor.features.users.get(user_id)
+def _history(predictor: LearnedPredictor, request: JobRequest) -> dict[str, float]:
+    """The user's completed runtimes as the model knows them (its features 2-7): the history
+    `request` is predicted from (the user's, or with `history_by` its kind's)."""
+    user = predictor.features.users.get(history_key(request, predictor.history_by))
     if user is None or not user.n_completed:
         return {"completed_jobs": 0}
     return {
