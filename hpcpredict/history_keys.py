@@ -18,9 +18,12 @@ history is keyed by the user alone, and two users never share a key.
 
 from __future__ import annotations
 
-import numpy as np
+from typing import TYPE_CHECKING
 
 from hpcpredict.jobs import JobRequest
+
+if TYPE_CHECKING:  # numpy only where arrays are keyed: `--help` and the failsafe import this module
+    import numpy as np
 
 # history_by -> the JobRequest field keyed with the user (None: the user alone, the paper's rule)
 HISTORY_KEYS: dict[str, str | None] = {
@@ -45,6 +48,8 @@ def history_key(request: JobRequest, history_by: str) -> int:
 
 def history_keys(history_by: str, user_ids: np.ndarray, attribute: np.ndarray | None) -> np.ndarray:
     """Every job's key: `user_ids` alone, or with `attribute` (the jobs' `HISTORY_KEYS` field)."""
+    import numpy as np
+
     user_ids = np.asarray(user_ids, dtype=np.int64)
     if HISTORY_KEYS[history_by] is None:
         return user_ids

@@ -190,14 +190,16 @@ eta = [5000.0, 1000.0]
 
 def test_keys_are_pinned_for_the_smoke_campaign() -> None:
     """A change to the key function orphans every stored run of every campaign (sim/*.sqlite):
-    if it is intended, update these and say so."""
+    if it is intended, update these and say so. Changed on purpose by SEMANTICS_VERSION 2 (the
+    metrics' median over-prediction: stored runs lack it; version 1's keys were
+    16fe4ef45e076302254a9e6adfc5742d and 74f1e19e25863f1bb22ee2989debabe0)."""
     keys = {cell.label: cell.key for cell in load_campaign(SMOKE).cells}
     assert len(keys) == 7
-    assert keys["EASY"] == "16fe4ef45e076302254a9e6adfc5742d"
+    assert keys["EASY"] == "6c814d0a319e000c7e3789aa767116cb"
     assert keys[
         "learned over=linear,under=square,weight=constant + doubling + easy-sjbf"
         " (eta=5000, lambda=4e+09, unit=3600s, abs)"
-    ] == "74f1e19e25863f1bb22ee2989debabe0"
+    ] == "a858758fecad690ae18d4c260e02bca9"
 
 
 def test_key_ignores_the_label_and_the_log_path_but_not_procs() -> None:

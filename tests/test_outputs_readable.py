@@ -35,7 +35,7 @@ def saved_figures(monkeypatch: pytest.MonkeyPatch) -> dict[str, object]:
     def savefig(self, path, *args, **kwargs):  # noqa: ANN001 - matplotlib's signature
         original(self, path, *args, **kwargs)
         self.canvas.draw()
-        figures[Path(path).name] = self
+        figures[Path(getattr(path, "name", path)).name] = self  # a file, or the report's bytes named as one
 
     monkeypatch.setattr(Figure, "savefig", savefig)
     monkeypatch.setattr("matplotlib.pyplot.close", lambda *args: None)  # keep them to inspect
@@ -66,7 +66,8 @@ def test_error_over_time_keeps_history_and_live_apart_with_the_legend_outside(
     """Was one line mixing `train`'s replay with live jobs, under a legend over the data."""
     from hpcpredict.daemon.core.judged_errors import judged_jobs
     from hpcpredict.daemon.core.store import Store
-    from hpcpredict.daemon.views.pages import write_error_report
+    from hpcpredict.daemon.views.pages import error_table
+    from hpcpredict.daemon.views.report_figures import draw_figures
 
     url = f"sqlite:///{tmp_path}/h.db"
     assert CliRunner().invoke(main, ["train", str(SAMPLE), "--db", url]).exit_code == 0
@@ -77,7 +78,7 @@ def test_error_over_time_keeps_history_and_live_apart_with_the_legend_outside(
         store.close()
     live = judged.tail(300).index
     judged.loc[live, "source"] = "live"  # the last 300 as if the daemon had judged them
-    write_error_report(judged, tmp_path / "r")
+    draw_figures(judged, error_table(judged))
     figure = saved_figures["error_over_time.png"]
     for ax in figure.axes:
         assert ax.get_legend() is None  # none inside a plot

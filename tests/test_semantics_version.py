@@ -50,6 +50,7 @@ SPECS = {
     "slurm-backfill, learned, slack stage": RunSpec.from_keys(
         "slurm-backfill", starvation_guard_s=DAY_S, guard_estimate_slack_s=3_600,
         guard_estimate_after_s=1_800),
+    "learned, history by user+request": RunSpec.from_keys(history_by="user+request"),
 }
 
 # What each version's code computes for SPECS: the schedule's digest, then the metrics'. A change
@@ -77,6 +78,27 @@ PINS: dict[int, dict[str, str]] = {
         "slurm-backfill, requests": "5023f4363f66b6ec-08ff36c2",
         "slurm-backfill, learned, guard 24 h": "7682114e9236e092-0876dd41",
         "slurm-backfill, learned, slack stage": "d8afc3d2eb176014-961f9ee8",
+    },
+    # the same schedules (the digests before the "-"); the metrics gained median_over_prediction_s
+    2: {
+        "fcfs, requests": "3597732caa2ee07b-97804ac8",
+        "easy, requests": "436864510a74d665-871a30f2",
+        "easy-sjbf, clairvoyant": "1c5714821f472b62-798a24bb",
+        "easy, ave2, doubling": "73cbe3c82a8ff997-88d57f8a",
+        "learned, no guard": "c59b6249bd286de1-c56d452e",
+        "learned, square loss": "344d4ba637b43cce-7f0109a7",
+        "learned, guard 24 h": "e6c1f3e1940fd18d-2da15ae2",
+        "learned, guard 6 h, decide on corrections": "98e8bbbf35954a4c-bbcd7173",
+        "learned, promise rule": "bfea296966e78f9d-ea4b9d4d",
+        "learned, xfactor rule": "007c67844b649333-496c7c7f",
+        "learned, slack stage": "fefcbdecb5212cfe-acee22dd",
+        "learned, survival": "0010c53112dab725-80b8524f",
+        "learned, censored, robust": "8d93070950c14d65-932e3a0e",
+        "learned, calibrated": "f95b5c1205c92b20-1d157c16",
+        "slurm-backfill, requests": "5023f4363f66b6ec-ead0ef85",
+        "slurm-backfill, learned, guard 24 h": "7682114e9236e092-52e70e68",
+        "slurm-backfill, learned, slack stage": "d8afc3d2eb176014-c457ce18",
+        "learned, history by user+request": "2aafa7b94e334e85-feafd774",
     },
 }
 

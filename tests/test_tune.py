@@ -15,7 +15,7 @@ from hpcpredict.daemon.core.config import load_config
 from hpcpredict.experiments.campaign import Cell, LogEntry, run_cell
 from hpcpredict.sim.guard_due import guard_due_share
 from hpcpredict.corrections.starvation import GuardSettings
-from hpcpredict.sim.runner import RunSpec, run
+from hpcpredict.sim.runner import SEMANTICS_VERSION, RunSpec, run
 from hpcpredict.experiments.tune import (
     Evidence,
     Goal,
@@ -214,8 +214,8 @@ def test_a_part_of_a_log_is_replayed_and_judged_as_asked() -> None:
     at_s = split_s(workload, 0.5)
     whole = LogEntry("sample", str(SAMPLE_LOG))
     spec = RunSpec("easy", "requested", "requested")
-    # a whole log keeps the key it had before parts existed: stored runs stay valid
-    old_identity = {"log": "sample", "procs": None, **spec.to_dict()}
+    # a whole log keeps the key it had before parts existed (with the semantics version since 2)
+    old_identity = {"log": "sample", "procs": None, **spec.to_dict(), "semantics": SEMANTICS_VERSION}
     assert Cell(whole, "x", spec).key == hashlib.sha256(
         json.dumps(old_identity, sort_keys=True).encode()).hexdigest()[:32]
     earlier = run_cell(Cell(LogEntry("sample", str(SAMPLE_LOG), submit_until_s=at_s), "x", spec))

@@ -38,6 +38,7 @@ def draw_figures(judged: pd.DataFrame, table: pd.DataFrame, top_users: int = 20)
     figures = {}
     for name in FIGURE_NAMES:
         out = io.BytesIO()
+        out.name = name  # what a file of it is called (matplotlib, and tests, read it)
         drawers[name](out)
         figures[name] = out.getvalue()
     return figures
