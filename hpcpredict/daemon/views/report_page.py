@@ -124,7 +124,7 @@ def collect_page(store, factory: Callable[[], object], *, since_s: int | None, s
     killed_by_user = _killed_by_user(store, since_s)
     summary = site_summary(judged, sum(killed_by_user.values())) if len(judged) else None
     table = error_table(judged)
-    users, total = _user_lines(judged, table, killed_by_user)
+    users, total = _user_lines(judged, table, killed_by_user, summary)
     chosen = _why_users(users)
     whys: list[Why | ExplainError] = []
     if chosen:
@@ -169,8 +169,9 @@ def _killed_by_user(store, since_s: int | None) -> dict[int, int]:
         return {int(user): int(count) for user, count in session.execute(statement)}
 
 
-def _user_lines(judged: pd.DataFrame, table: pd.DataFrame,
-                killed_by_user: Mapping[int, int]) -> tuple[list[UserLine], UserLine | None]:
+def _user_lines(judged: pd.DataFrame, table: pd.DataFrame, killed_by_user: Mapping[int, int],
+                summary: SiteSummary | None) -> tuple[list[UserLine], UserLine | None]:
+    """The table's rows, and its total (`summary`'s corrections: the site's, counted once)."""
     if table.empty:
         return [], None
     corrections = {int(user): site_summary(jobs).corrections_per_lowered_job
@@ -181,7 +182,7 @@ def _user_lines(judged: pd.DataFrame, table: pd.DataFrame,
     for row in table.itertuples(index=False):
         everyone = not isinstance(row.user_id, (int, np.integer))
         killed = sum(killed_by_user.values()) if everyone else killed_by_user.get(int(row.user_id), 0)
-        per_lowered = site_summary(judged).corrections_per_lowered_job if everyone else corrections[int(row.user_id)]
+        per_lowered = summary.corrections_per_lowered_job if everyone else corrections[int(row.user_id)]  # type: ignore[union-attr]
         median = float(ratios.median() if everyone else median_ratio[row.user_id])
         look, severity = ((), 0.0) if everyone else _needs_a_look(int(row.count), killed, per_lowered, median)
         line = UserLine(
