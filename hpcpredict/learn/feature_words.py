@@ -4,8 +4,9 @@
 (``break_time_s^2``, ``procs_mean_submitted x break_time_s``): exact, and what the JSON carries.
 A sysadmin asked "why did my job get 4 minutes?" needs them as what they measure: "(time since
 the user's last job ended)²". The words live here, beside nothing but the names they explain
-(`features.FEATURE_NAMES`), so a renamed or added feature fails `test_feature_words` instead of
-leaving the page with a code name.
+(`features.FEATURE_NAMES`), so a renamed or added feature fails
+tests/test_report_page.py::test_every_feature_and_every_term_has_words instead of leaving the page
+with a code name.
 """
 
 from __future__ import annotations

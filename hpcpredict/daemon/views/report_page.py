@@ -108,7 +108,12 @@ class PageData:
 
     @property
     def flagged(self) -> list[UserLine]:
-        return sorted((user for user in self.users if user.look), key=lambda user: (-user.severity, user.user_id))
+        return worst_first(self.users)
+
+
+def worst_first(users: Sequence[UserLine]) -> list[UserLine]:
+    """The users who need a look (`LOOK_RULE`), worst first (ties by user id)."""
+    return sorted((user for user in users if user.look), key=lambda user: (-user.severity, user.user_id))
 
 
 def collect_page(store, factory: Callable[[], object], *, since_s: int | None, source: str, db_url: str,
@@ -220,7 +225,7 @@ def _needs_a_look(jobs: int, killed: int, corrections_per_lowered: float,
 
 def _why_users(users: Sequence[UserLine]) -> list[int]:
     """The users whose jobs the page explains: the flagged ones, worst first, then the busiest."""
-    flagged = [user.user_id for user in sorted((u for u in users if u.look), key=lambda u: -u.severity)]
+    flagged = [user.user_id for user in worst_first(users)]
     busiest = [user.user_id for user in sorted(users, key=lambda u: (-u.jobs, u.user_id))]
     return list(dict.fromkeys(flagged + busiest))[:WHY_JOBS]
 
